@@ -1,0 +1,1 @@
+"""The ``pomo`` command line."""

@@ -1,0 +1,233 @@
+"""The syntax tree of a rule corpus: frozen dataclasses that carry source spans.
+
+Spans are left out of equality, so two trees compare equal when they say the
+same thing, wherever it was written. Nothing from the parser library appears
+here: later layers (engine, Dagster) depend only on these classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal as TypingLiteral
+
+from dagster_pomo.lang.source import Source, Span
+
+NO_SPAN = Span(0, 0, 1, 1)
+
+
+def _span() -> Span:
+    return field(default=NO_SPAN, compare=False, repr=False)  # type: ignore[return-value]
+
+
+ConstKind = TypingLiteral["int", "float", "str", "bool", "duration"]
+
+
+@dataclass(frozen=True)
+class Const:
+    """A literal. Durations are integers of milliseconds that remember their kind."""
+
+    value: int | float | str | bool
+    kind: ConstKind
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Wildcard:
+    """``_``: matches anything, binds nothing."""
+
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Call:
+    """A built-in function applied to arguments, e.g. ``abs(x - y)``."""
+
+    func: str
+    args: tuple[Expr, ...]
+    span: Span = _span()
+
+
+BINARY_OPS = ("==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%")
+COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str
+    left: Expr
+    right: Expr
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Neg:
+    """Unary minus of a non-literal; ``-5`` is folded into ``Const(-5)`` by the parser."""
+
+    operand: Expr
+    span: Span = _span()
+
+
+Expr = Const | Var | Wildcard | Call | BinOp | Neg
+
+
+def walk_expr(expr: Expr) -> Iterator[Expr]:
+    """``expr`` and every expression inside it, parents first."""
+    yield expr
+    if isinstance(expr, Call):
+        for arg in expr.args:
+            yield from walk_expr(arg)
+    elif isinstance(expr, BinOp):
+        yield from walk_expr(expr.left)
+        yield from walk_expr(expr.right)
+    elif isinstance(expr, Neg):
+        yield from walk_expr(expr.operand)
+
+
+def expr_vars(expr: Expr) -> Iterator[Var]:
+    """Every variable occurrence in ``expr``, left to right."""
+    return (e for e in walk_expr(expr) if isinstance(e, Var))
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """``@name`` or ``@name(args)``: ``@time(t)``, ``@next``, ``@count``, ``@sum(v)``..."""
+
+    name: str
+    args: tuple[Expr, ...] = ()
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Handler:
+    """``~ name``: subscribes the named action handler to an atom's events."""
+
+    name: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Atom:
+    relation: str
+    args: tuple[Expr, ...]
+    annotations: tuple[Annotation, ...] = ()
+    handlers: tuple[Handler, ...] = ()
+    span: Span = _span()
+    name_span: Span = _span()
+
+    def annotation(self, name: str) -> Annotation | None:
+        """The first annotation called ``name``, if any."""
+        return next((a for a in self.annotations if a.name == name), None)
+
+    @property
+    def time(self) -> Expr | None:
+        """The argument of ``@time(...)``, if the atom has one with exactly one argument."""
+        ann = self.annotation("time")
+        return ann.args[0] if ann is not None and len(ann.args) == 1 else None
+
+
+@dataclass(frozen=True)
+class BodyLiteral:
+    """A body atom, positive or negated with ``!``."""
+
+    atom: Atom
+    negated: bool = False
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Definition:
+    """``var = expr`` in a rule's ``where`` clause."""
+
+    var: Var
+    expr: Expr
+    span: Span = _span()
+
+
+AGGREGATES = ("count", "sum", "min", "max", "average")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``head [:= body [if guards]] [where defs];``
+
+    Without a body it is a fact (ground head) or, when the head names handlers,
+    a subscription of those handlers to events matching the head pattern.
+    """
+
+    head: Atom
+    body: tuple[BodyLiteral, ...] = ()
+    guards: tuple[Expr, ...] = ()
+    defs: tuple[Definition, ...] = ()
+    span: Span = _span()
+
+    @property
+    def is_fact(self) -> bool:
+        return not self.body and not self.head.handlers
+
+    @property
+    def is_subscription(self) -> bool:
+        return not self.body and bool(self.head.handlers)
+
+    @property
+    def is_inductive(self) -> bool:
+        """An ``@next`` rule: evaluated once per epoch, its head lands in the next epoch."""
+        return self.head.annotation("next") is not None
+
+    @property
+    def aggregates(self) -> tuple[Annotation, ...]:
+        return tuple(a for a in self.head.annotations if a.name in AGGREGATES)
+
+    @property
+    def positive(self) -> tuple[Atom, ...]:
+        return tuple(lit.atom for lit in self.body if not lit.negated)
+
+    @property
+    def negative(self) -> tuple[Atom, ...]:
+        return tuple(lit.atom for lit in self.body if lit.negated)
+
+
+COLUMN_TYPES = ("int", "float", "str", "bool", "time")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Decl:
+    """``.decl name(col: type, ...) [lifetime DURATION];``"""
+
+    relation: str
+    columns: tuple[Column, ...]
+    lifetime: int | None = None
+    span: Span = _span()
+    name_span: Span = _span()
+
+
+Statement = Decl | Rule
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A parsed corpus file: its statements in source order."""
+
+    statements: tuple[Statement, ...]
+    source: Source = field(compare=False, repr=False, default=Source("<corpus>", ""))
+
+    @property
+    def decls(self) -> tuple[Decl, ...]:
+        return tuple(s for s in self.statements if isinstance(s, Decl))
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return tuple(s for s in self.statements if isinstance(s, Rule))

@@ -1,0 +1,181 @@
+"""The relations of a corpus: names, arities, columns, types, lifetimes, roles.
+
+Built from ``.decl`` statements and from every use of every relation, with the
+checks that need the whole corpus: duplicate or malformed declarations, arity
+consistency, and constants of the wrong type for a declared column.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.check import CLOCK
+from dagster_pomo.lang.errors import Diagnostic
+
+# Which constant kinds each declared column type accepts.
+ACCEPTS: dict[str, frozenset[str]] = {
+    "int": frozenset({"int", "duration"}),
+    "float": frozenset({"int", "float", "duration"}),
+    "str": frozenset({"str"}),
+    "bool": frozenset({"bool"}),
+    "time": frozenset({"int", "duration"}),
+}
+KIND_NAMES = {"int": "an integer", "float": "a float", "str": "a string", "bool": "a boolean",
+              "duration": "a duration"}
+
+
+@dataclass(frozen=True)
+class Relation:
+    """What the corpus says about one relation."""
+
+    name: str
+    arity: int
+    columns: tuple[str, ...]
+    types: tuple[str | None, ...]  # None: not declared, inferred later from use or data
+    lifetime: int | None  # milliseconds; None means events never expire
+    decl: ast.Decl | None
+    derived: bool  # some rule with a body derives it
+    inductive: bool  # some `@next` rule derives it
+    handlers: tuple[str, ...]  # action handlers subscribed to its events
+
+    @property
+    def is_input(self) -> bool:
+        """Events of this relation arrive from outside (landing files, facts)."""
+        return not self.derived and self.name != CLOCK
+
+
+@dataclass(frozen=True)
+class Catalog:
+    relations: dict[str, Relation]
+
+    def __getitem__(self, name: str) -> Relation:
+        return self.relations[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.relations
+
+    def __iter__(self) -> Iterator[Relation]:
+        return iter(self.relations.values())
+
+    @property
+    def inputs(self) -> list[Relation]:
+        return [r for r in self if r.is_input]
+
+
+def _atoms(rule: ast.Rule) -> Iterator[ast.Atom]:
+    yield rule.head
+    for lit in rule.body:
+        yield lit.atom
+
+
+def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
+    """The relation table, and every declaration, arity and constant-type problem."""
+    found: list[Diagnostic] = []
+    decls: dict[str, ast.Decl] = {}
+    for decl in corpus.decls:
+        found += _check_decl(decl, decls.get(decl.relation))
+        decls.setdefault(decl.relation, decl)
+
+    arity: dict[str, tuple[int, ast.Atom | ast.Decl]] = {
+        name: (len(d.columns), d) for name, d in decls.items()
+    }
+    arity[CLOCK] = (2, ast.Decl(CLOCK, ()))
+    for rule in corpus.rules:
+        for atom in _atoms(rule):
+            known = arity.setdefault(atom.relation, (len(atom.args), atom))
+            if known[0] != len(atom.args):
+                found.append(_arity_error(atom, *known))
+            elif (decl := decls.get(atom.relation)) is not None:
+                found += _check_constant_types(atom, decl)
+
+    derived = {r.head.relation for r in corpus.rules if r.body and not r.is_inductive}
+    inductive = {r.head.relation for r in corpus.rules if r.is_inductive}
+    handlers: dict[str, list[str]] = {}
+    for rule in corpus.rules:
+        for h in rule.head.handlers:
+            names = handlers.setdefault(rule.head.relation, [])
+            if h.name not in names:
+                names.append(h.name)
+    relations: dict[str, Relation] = {}
+    for name, (n, _) in arity.items():
+        if name == CLOCK and not any(a.relation == CLOCK for r in corpus.rules for a in _atoms(r)):
+            continue
+        decl = decls.get(name)
+        columns = tuple(c.name for c in decl.columns) if decl else tuple(f"c{i}" for i in range(n))
+        types = tuple(c.type for c in decl.columns) if decl else (None,) * n
+        if name == CLOCK:
+            columns, types = ("offset", "period"), ("int", "int")
+        relations[name] = Relation(
+            name=name,
+            arity=n,
+            columns=columns,
+            types=types,
+            lifetime=decl.lifetime if decl else None,
+            decl=decl,
+            derived=name in derived,
+            inductive=name in inductive,
+            handlers=tuple(handlers.get(name, ())),
+        )
+    return Catalog(relations), found
+
+
+def _check_decl(decl: ast.Decl, earlier: ast.Decl | None) -> Iterator[Diagnostic]:
+    if decl.relation == CLOCK:
+        yield Diagnostic(
+            "`clock` is built in and cannot be declared",
+            decl.name_span,
+            "its columns are fixed: `clock(offset, period)`",
+        )
+    if earlier is not None:
+        yield Diagnostic(
+            f"`{decl.relation}` is declared twice",
+            decl.name_span,
+            f"the first `.decl` is at line {earlier.span.line}; keep one",
+        )
+    seen: set[str] = set()
+    for col in decl.columns:
+        if col.name in seen:
+            yield Diagnostic(
+                f"column `{col.name}` appears twice in `{decl.relation}`", col.span,
+                "give each column its own name",
+            )
+        seen.add(col.name)
+        if col.type not in ACCEPTS:
+            close = difflib.get_close_matches(col.type, list(ACCEPTS), n=1)
+            yield Diagnostic(
+                f"unknown type `{col.type}` for column `{col.name}`",
+                col.span,
+                f"did you mean `{close[0]}`?" if close else "types are int, float, str, bool, time",
+            )
+
+
+def _arity_error(atom: ast.Atom, want: int, where: ast.Atom | ast.Decl) -> Diagnostic:
+    if isinstance(where, ast.Decl):
+        if atom.relation == CLOCK:
+            origin = "`clock(offset, period)` takes"
+        else:
+            origin = f"its `.decl` at line {where.span.line} has"
+    else:
+        origin = f"its first use at line {where.span.line} has"
+    got = len(atom.args)
+    return Diagnostic(
+        f"`{atom.relation}` is used with {got} argument{'s' if got != 1 else ''} here, "
+        f"but {origin} {want}",
+        atom.name_span,
+        "every use of a relation must have the same number of arguments",
+    )
+
+
+def _check_constant_types(atom: ast.Atom, decl: ast.Decl) -> Iterator[Diagnostic]:
+    for arg, col in zip(atom.args, decl.columns, strict=False):
+        if isinstance(arg, ast.Const) and col.type in ACCEPTS:
+            if arg.kind not in ACCEPTS[col.type]:
+                yield Diagnostic(
+                    f"column `{col.name}` of `{decl.relation}` is {col.type}, "
+                    f"but this is {KIND_NAMES[arg.kind]}",
+                    arg.span,
+                    f"see the `.decl` at line {decl.span.line}",
+                )

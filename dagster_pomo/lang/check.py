@@ -1,0 +1,401 @@
+"""Checks that look at one rule at a time.
+
+Annotations and handlers in the right places, ``_`` only where it means
+"anything", every variable bound before it is used (range restriction), clock
+arguments constant, aggregate variables kept apart from head arguments.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.errors import Diagnostic, Severity
+from dagster_pomo.lang.functions import FUNCTIONS, arity_text
+
+CLOCK = "clock"
+ANNOTATION_ARITY = {"time": 1, "next": 0, "count": 0, "sum": 1, "min": 1, "max": 1, "average": 1}
+
+
+def _suggest(name: str, choices: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f"did you mean `{close[0]}`?" if close else None
+
+
+def check_rules(corpus: ast.Corpus) -> list[Diagnostic]:
+    """Every per-rule problem in ``corpus``."""
+    found: list[Diagnostic] = []
+    for rule in corpus.rules:
+        found += check_annotations(rule)
+        found += check_wildcards(rule)
+        found += check_functions(rule)
+        found += check_bindings(rule)
+    return found
+
+
+# --------------------------------------------------------------------------- annotations
+
+
+def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
+    head = rule.head
+    for lit in rule.body:
+        yield from _check_annotation_names(lit.atom)
+        for ann in lit.atom.annotations:
+            if ann.name != "time" and ann.name in ANNOTATION_ARITY:
+                yield Diagnostic(
+                    f"`@{ann.name}` belongs in a rule head, not in its body",
+                    ann.span,
+                    "a body atom may only carry `@time(...)`",
+                )
+        for handler in lit.atom.handlers:
+            yield Diagnostic(
+                f"`~ {handler.name}` can only follow a rule head or a subscription pattern",
+                handler.span,
+                f"write `{lit.atom.relation}(...) ~ {handler.name};` as its own statement",
+            )
+    yield from _check_annotation_names(head)
+    if head.relation == CLOCK and not rule.is_subscription:
+        yield Diagnostic(
+            "`clock` is built in: rules cannot derive it",
+            head.name_span,
+            "use `clock(offset, period)` in a rule body to get periodic events",
+        )
+    aggregates = rule.aggregates
+    next_ann = head.annotation("next")
+    if rule.is_subscription:
+        for ann in head.annotations:
+            yield Diagnostic(
+                f"`@{ann.name}` has no meaning on a subscription pattern",
+                ann.span,
+                "a pattern selects events by its arguments; give it a rule body to derive events",
+            )
+    elif rule.is_fact:
+        for ann in head.annotations:
+            if ann.name != "time":
+                yield Diagnostic(
+                    f"a fact cannot carry `@{ann.name}`",
+                    ann.span,
+                    "a fact is an event at time 0 or at `@time(...)`; it has no body to aggregate",
+                )
+    if next_ann is not None:
+        time_ann = head.annotation("time")
+        if time_ann is not None:
+            yield Diagnostic(
+                "an `@next` rule cannot set `@time(...)` in its head",
+                time_ann.span,
+                "an `@next` head is always stamped with the start of the next epoch",
+            )
+        for agg in aggregates:
+            yield Diagnostic(
+                f"an `@next` rule cannot aggregate (`@{agg.name}`)",
+                agg.span,
+                "aggregate in a deductive rule, then carry the result forward with `@next`",
+            )
+
+
+def _check_annotation_names(atom: ast.Atom) -> Iterator[Diagnostic]:
+    seen: set[str] = set()
+    for ann in atom.annotations:
+        if ann.name not in ANNOTATION_ARITY:
+            known = ", ".join(f"@{n}" for n in ANNOTATION_ARITY)
+            yield Diagnostic(
+                f"unknown annotation `@{ann.name}`",
+                ann.span,
+                _suggest(ann.name, ANNOTATION_ARITY) or f"known annotations: {known}",
+            )
+            continue
+        want = ANNOTATION_ARITY[ann.name]
+        if len(ann.args) != want:
+            form = f"@{ann.name}" if want == 0 else f"@{ann.name}(...)"
+            yield Diagnostic(
+                f"`@{ann.name}` takes {want} argument{'s' if want != 1 else ''}, "
+                f"not {len(ann.args)}",
+                ann.span,
+                f"write `{form}`",
+            )
+        if ann.name in seen:
+            yield Diagnostic(
+                f"`@{ann.name}` appears twice on `{atom.relation}`", ann.span, "keep one"
+            )
+        seen.add(ann.name)
+
+
+# --------------------------------------------------------------------------- wildcards, functions
+
+
+def _all_exprs(rule: ast.Rule) -> Iterator[tuple[ast.Expr, bool]]:
+    """Every top-level expression of the rule, and whether ``_`` may stand there alone."""
+    pattern_ok = rule.is_subscription
+    for arg in rule.head.args:
+        yield arg, pattern_ok
+    for ann in rule.head.annotations:
+        for arg in ann.args:
+            yield arg, False
+    for lit in rule.body:
+        for arg in lit.atom.args:
+            yield arg, True
+        for ann in lit.atom.annotations:
+            for arg in ann.args:
+                yield arg, True
+    for guard in rule.guards:
+        yield guard, False
+    for d in rule.defs:
+        yield d.expr, False
+
+
+def check_wildcards(rule: ast.Rule) -> Iterator[Diagnostic]:
+    for expr, alone_ok in _all_exprs(rule):
+        for node in ast.walk_expr(expr):
+            if isinstance(node, ast.Wildcard) and not (alone_ok and node is expr):
+                yield Diagnostic(
+                    "`_` can only stand alone as an argument of a body atom or a pattern",
+                    node.span,
+                    "`_` matches anything and binds nothing, so it has no value to use here",
+                )
+
+
+def check_functions(rule: ast.Rule) -> Iterator[Diagnostic]:
+    for expr, _ in _all_exprs(rule):
+        for node in ast.walk_expr(expr):
+            if not isinstance(node, ast.Call):
+                continue
+            fn = FUNCTIONS.get(node.func)
+            if fn is None:
+                yield Diagnostic(
+                    f"unknown function `{node.func}`",
+                    node.span,
+                    _suggest(node.func, FUNCTIONS)
+                    or "built-in functions: " + ", ".join(sorted(FUNCTIONS)),
+                )
+            elif len(node.args) < fn.min_args or (
+                fn.max_args is not None and len(node.args) > fn.max_args
+            ):
+                yield Diagnostic(
+                    f"`{fn.name}` takes {arity_text(fn)}, not {len(node.args)}",
+                    node.span,
+                )
+
+
+# --------------------------------------------------------------------------- bindings
+
+
+@dataclass(frozen=True)
+class Bindings:
+    """Which variables a rule binds, and how."""
+
+    by_atoms: frozenset[str]  # bare variables in positive atoms (and their @time)
+    by_defs: frozenset[str]  # `where` definitions whose right-hand sides are bound
+    constant_defs: frozenset[str]  # `where` definitions that do not depend on the body
+
+    @property
+    def all(self) -> frozenset[str]:
+        return self.by_atoms | self.by_defs
+
+
+def binding_of(rule: ast.Rule) -> Bindings:
+    """Resolve ``where`` definitions in dependency order (they may be written in any order)."""
+    by_atoms: set[str] = set()
+    for atom in rule.positive:
+        # A clock's arguments configure it; only its @time binds anything.
+        args = () if atom.relation == CLOCK else atom.args
+        for arg in (*args, *(a for ann in atom.annotations if ann.name == "time"
+                             for a in ann.args)):
+            if isinstance(arg, ast.Var):
+                by_atoms.add(arg.name)
+    by_defs: set[str] = set()
+    constant: set[str] = set()
+    pending = [d for d in rule.defs if d.var.name not in by_atoms]
+    progress = True
+    while pending and progress:
+        progress = False
+        for d in list(pending):
+            used = {v.name for v in ast.expr_vars(d.expr)}
+            if used <= by_atoms | by_defs:
+                by_defs.add(d.var.name)
+                if used <= constant:
+                    constant.add(d.var.name)
+                pending.remove(d)
+                progress = True
+    return Bindings(frozenset(by_atoms), frozenset(by_defs), frozenset(constant))
+
+
+def _unbound(expr: ast.Expr, bound: frozenset[str]) -> Iterator[ast.Var]:
+    seen: set[str] = set()
+    for var in ast.expr_vars(expr):
+        if var.name not in bound and var.name not in seen:
+            seen.add(var.name)
+            yield var
+
+
+def check_bindings(rule: ast.Rule) -> Iterator[Diagnostic]:
+    b = binding_of(rule)
+    bound = b.all
+    yield from _check_defs(rule, b)
+    if rule.is_subscription:
+        yield from _check_pattern(rule.head)
+        return
+    if rule.is_fact:
+        for var in _iter_unbound(rule.head, b.constant_defs):
+            yield Diagnostic(
+                f"variable `{var.name}` in a fact has no value",
+                var.span,
+                "a fact holds constants only; define the value with `where "
+                f"{var.name} = ...` or give the rule a body with `:=`",
+            )
+        return
+    body_what = "a positive atom of the body, a body `@time(...)` or a `where` definition"
+    for arg in rule.head.args:
+        for var in _unbound(arg, bound):
+            yield Diagnostic(
+                f"variable `{var.name}` in the head is not bound by the body",
+                var.span,
+                f"bind `{var.name}` in {body_what}",
+            )
+    for ann in rule.head.annotations:
+        for arg in ann.args:
+            for var in _unbound(arg, bound):
+                yield Diagnostic(
+                    f"variable `{var.name}` in `@{ann.name}` is not bound by the body",
+                    var.span,
+                    f"bind `{var.name}` in {body_what}",
+                )
+    for atom in rule.positive:
+        for arg in (*atom.args, *(a for ann in atom.annotations for a in ann.args)):
+            if not isinstance(arg, ast.Var | ast.Wildcard | ast.Const):
+                for var in _unbound(arg, bound):
+                    yield Diagnostic(
+                        f"variable `{var.name}` is used in an expression before it is bound",
+                        var.span,
+                        "an expression argument is compared with the event's value, so its "
+                        f"variables must be bound elsewhere; bind `{var.name}` by a bare "
+                        "variable argument or a `where` definition",
+                    )
+    for atom in rule.negative:
+        for arg in (*atom.args, *(a for ann in atom.annotations for a in ann.args)):
+            for var in _unbound(arg, bound):
+                yield Diagnostic(
+                    f"variable `{var.name}` of a negated atom is not bound",
+                    var.span,
+                    f"bind `{var.name}` in a positive atom or a `where` definition, "
+                    "or write `_` to mean \"any value\"",
+                )
+    for guard in rule.guards:
+        for var in _unbound(guard, bound):
+            yield Diagnostic(
+                f"variable `{var.name}` in a guard is not bound",
+                var.span,
+                f"a guard tests variables but does not bind them; bind `{var.name}` "
+                "in a positive atom or a `where` definition",
+            )
+    yield from _check_clocks(rule, b)
+    yield from _check_aggregates(rule)
+    yield from _singletons(rule)
+
+
+def _iter_unbound(atom: ast.Atom, bound: frozenset[str]) -> Iterator[ast.Var]:
+    for arg in (*atom.args, *(a for ann in atom.annotations for a in ann.args)):
+        yield from _unbound(arg, bound)
+
+
+def _check_defs(rule: ast.Rule, b: Bindings) -> Iterator[Diagnostic]:
+    seen: dict[str, ast.Definition] = {}
+    for d in rule.defs:
+        name = d.var.name
+        if name in seen:
+            yield Diagnostic(
+                f"`{name}` is defined twice in `where`",
+                d.var.span,
+                f"the first definition is at line {seen[name].span.line}; keep one",
+            )
+            continue
+        seen[name] = d
+        if name in b.by_atoms:
+            yield Diagnostic(
+                f"`{name}` is already bound by the body; `where` must introduce a new variable",
+                d.var.span,
+                f"to compare, write a guard: `if {name} == ...`",
+            )
+        elif name not in b.all:
+            missing = [v for v in _unbound(d.expr, b.all) if v.name != name]
+            if not missing:
+                yield Diagnostic(
+                    f"the definition of `{name}` depends on itself",
+                    d.var.span,
+                    "`where` definitions may not be circular",
+                )
+            for var in missing:
+                yield Diagnostic(
+                    f"variable `{var.name}` in the definition of `{name}` is not bound",
+                    var.span,
+                    f"bind `{var.name}` in a positive atom of the body or another definition",
+                )
+
+
+def _check_pattern(head: ast.Atom) -> Iterator[Diagnostic]:
+    for arg in head.args:
+        if not isinstance(arg, ast.Var | ast.Wildcard | ast.Const):
+            yield Diagnostic(
+                "a subscription pattern takes constants, variables and `_` only",
+                arg.span,
+                "filter with a rule instead: `matched(...) ~ handler := ... if <condition>;`",
+            )
+
+
+def _check_clocks(rule: ast.Rule, b: Bindings) -> Iterator[Diagnostic]:
+    for lit in rule.body:
+        atom = lit.atom
+        if atom.relation != CLOCK:
+            continue
+        if lit.negated:
+            yield Diagnostic(
+                "`clock` cannot be negated",
+                lit.span,
+                "a clock tick never expires, so `!clock(...)` would never hold",
+            )
+        for arg, what in zip(atom.args, ("offset", "period"), strict=False):
+            constant = all(v.name in b.constant_defs for v in ast.expr_vars(arg))
+            if isinstance(arg, ast.Wildcard) or not constant:
+                yield Diagnostic(
+                    f"the clock {what} must be a constant",
+                    arg.span,
+                    "write a literal such as `1m`, or a `where` definition of literals",
+                )
+
+
+def _check_aggregates(rule: ast.Rule) -> Iterator[Diagnostic]:
+    head_vars = {v.name for arg in rule.head.args for v in ast.expr_vars(arg)}
+    for agg in rule.aggregates:
+        for arg in agg.args:
+            for var in ast.expr_vars(arg):
+                if var.name in head_vars:
+                    yield Diagnostic(
+                        f"`{var.name}` is aggregated by `@{agg.name}` and is also a head argument",
+                        var.span,
+                        "head arguments form the groups and aggregate variables are summarised "
+                        "within a group, so a variable can be one or the other",
+                    )
+
+
+def _singletons(rule: ast.Rule) -> Iterator[Diagnostic]:
+    counts: dict[str, int] = {}
+    first: dict[str, ast.Var] = {}
+    every = [*rule.head.args, *(a for ann in rule.head.annotations for a in ann.args),
+             *(a for lit in rule.body for a in lit.atom.args),
+             *(a for lit in rule.body for ann in lit.atom.annotations for a in ann.args),
+             *rule.guards, *(d.expr for d in rule.defs)]
+    for expr in every:
+        for var in ast.expr_vars(expr):
+            counts[var.name] = counts.get(var.name, 0) + 1
+            first.setdefault(var.name, var)
+    for d in rule.defs:
+        counts[d.var.name] = counts.get(d.var.name, 0) + 1
+    for name, n in counts.items():
+        if n == 1 and name in first and not name.startswith("_"):
+            yield Diagnostic(
+                f"variable `{name}` is used only once",
+                first[name].span,
+                f"write `_` (or `_{name}`) if any value will do",
+                Severity.WARNING,
+            )

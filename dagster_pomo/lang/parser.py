@@ -1,0 +1,412 @@
+"""Text to AST. The only module that knows lark exists.
+
+The file is cut into statements at each top-level ``;`` (outside strings and
+comments) and each statement is parsed on its own, so one typo yields one
+error and the rest of the file is still checked. Every lark exception is
+turned into a :class:`PomoSyntaxError` with file, line, column and a hint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+from lark import Lark, Token, Transformer, UnexpectedInput, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.errors import Diagnostic, PomoSyntaxError
+from dagster_pomo.lang.source import Source, Span
+
+INT64_MAX = 2**63 - 1
+KEYWORDS = frozenset({"if", "where", "true", "false"})
+DURATION_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+# How a terminal is named in "expected ..." messages.
+FRIENDLY = {
+    "NAME": "a name",
+    "INT": "a number",
+    "FLOAT": "a number",
+    "DURATION": "a duration",
+    "STRING": "a string",
+    "COMPARE": "a comparison",
+    "PLUS": "`+`",
+    "MINUS": "`-`",
+    "MUL": "an operator",
+    "$END": "the end of the statement",
+}
+
+
+@cache
+def _lark() -> Lark:
+    grammar = files("dagster_pomo.lang").joinpath("grammar.lark").read_text()
+    return Lark(
+        grammar,
+        start="statement",
+        parser="lalr",
+        lexer="contextual",
+        propagate_positions=True,
+        maybe_placeholders=False,
+    )
+
+
+class _Failure(Exception):
+    """Raised inside the transformer; unwrapped from lark's VisitError."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        self.diagnostic = diagnostic
+
+
+def parse(text: str | bytes, name: str = "<corpus>") -> ast.Corpus:
+    """Parse a whole corpus, reporting every statement's syntax error at once."""
+    source = _decode(text, name)
+    statements: list[ast.Statement] = []
+    problems: list[Diagnostic] = []
+    for start, end in split_statements(source.text):
+        try:
+            statements.append(_parse_statement(source, start, end))
+        except _Failure as failure:
+            problems.append(failure.diagnostic)
+    if problems:
+        raise PomoSyntaxError(source, problems)
+    return ast.Corpus(tuple(statements), source)
+
+
+def _decode(text: str | bytes, name: str) -> Source:
+    if isinstance(text, str):
+        return Source(name, text)
+    try:
+        return Source(name, text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        readable = text[: exc.start].decode("utf-8")
+        source = Source(name, readable)
+        span = source.span(len(readable), len(readable))
+        message = f"the file is not valid UTF-8 (byte 0x{text[exc.start]:02x})"
+        raise PomoSyntaxError(
+            source, [Diagnostic(message, span, "save the corpus as UTF-8 text")]
+        ) from None
+
+
+_LEXEME = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|//[^\n]*|;|[^"#/;]+|/')
+
+
+def split_statements(text: str) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each statement: up to and including a top-level ``;``.
+
+    A trailing piece with no ``;`` is yielded only if it holds more than blanks
+    and comments, so that the parser can say the statement is unfinished.
+    """
+    start = 0
+    pending_code = False
+    for match in _LEXEME.finditer(text):
+        lexeme = match.group()
+        if lexeme == ";":
+            yield start, match.end()
+            start, pending_code = match.end(), False
+        elif not lexeme.startswith(("#", "//")) and lexeme.strip():
+            pending_code = True
+    if pending_code:
+        yield start, len(text)
+
+
+def _parse_statement(source: Source, start: int, end: int) -> ast.Statement:
+    chunk = source.text[start:end]
+    try:
+        tree = _lark().parse(chunk)
+    except UnexpectedInput as exc:
+        raise _Failure(_syntax_diagnostic(source, start, chunk, exc)) from None
+    try:
+        return _ToAst(source, start).transform(tree)
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, _Failure):
+            raise exc.orig_exc from None
+        raise
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _describe(terminal: str) -> str:
+    if terminal in FRIENDLY:
+        return FRIENDLY[terminal]
+    for term in _lark().terminals:
+        if term.name == terminal and term.pattern.type == "str":
+            return f"`{term.pattern.value}`"
+    return terminal.lower()
+
+
+_EXPR_START = {"DURATION", "FLOAT", "INT", "NAME", "STRING", "MINUS", "LPAR"}
+_EXPR_WORDS = {"`_`", "`true`", "`false`"}
+_OPERATORS = {"COMPARE", "PLUS", "MUL"}
+_GROUPS = {"AT": "`@annotation`", "TILDE": "`~ handler`"}
+
+
+def _expected(names: set[str]) -> str:
+    """A short, readable list of what the parser would have accepted."""
+    names = set(names)
+    described: list[str] = []
+    if len(names & _EXPR_START) >= 3:
+        described.append("an expression")
+        names = {n for n in names - _EXPR_START if _describe(n) not in _EXPR_WORDS}
+    if names & _OPERATORS:
+        described.append("an operator")
+        names -= _OPERATORS | {"MINUS"}
+    described += sorted({_GROUPS.get(n) or _describe(n) for n in names})
+    if len(described) == 1:
+        return described[0]
+    return ", ".join(described[:-1]) + " or " + described[-1]
+
+
+def _end_of_code_before(text: str, pos: int) -> int:
+    """Offset just after the last code character before ``pos`` (skipping comments)."""
+    line_start = text.rfind("\n", 0, pos) + 1
+    while True:
+        line = text[line_start:pos]
+        code = re.sub(r'"(?:[^"\\\n]|\\.)*"|#.*|//.*', lambda m: m.group()
+                      if m.group().startswith('"') else " " * len(m.group()), line)
+        stripped = code.rstrip()
+        if stripped or line_start == 0:
+            return line_start + len(stripped)
+        pos = line_start - 1
+        line_start = text.rfind("\n", 0, pos) + 1
+
+
+def _syntax_diagnostic(source: Source, base: int, chunk: str, exc: UnexpectedInput) -> Diagnostic:
+    if isinstance(exc, UnexpectedCharacters):
+        pos = base + exc.pos_in_stream
+        char = chunk[exc.pos_in_stream]
+        span = source.span(pos, pos + 1)
+        if char == '"':
+            return Diagnostic(
+                "unterminated string", span, 'close the string with `"` on the same line'
+            )
+        if char == ".":
+            return Diagnostic(
+                "unexpected `.`", span, "statements end with `;`; declarations start with `.decl`"
+            )
+        return Diagnostic(f"unexpected character `{char}`", span, _char_hint(char))
+    assert isinstance(exc, UnexpectedToken)
+    token = exc.token
+    expected = set(exc.expected) | set(getattr(exc, "accepts", None) or ())
+    if token.type == "$END":
+        pos = _end_of_code_before(chunk, len(chunk)) + base
+        return Diagnostic(
+            f"the statement is not finished: expected {_expected(expected)}",
+            source.span(pos, pos),
+            "end every declaration and rule with `;`" if "SEMICOLON" in expected else None,
+        )
+    pos = base + token.start_pos
+    span = source.span(pos, base + token.end_pos)
+    value = str(token)
+    if "SEMICOLON" in expected and source.span(pos, pos).line > source.span(
+        base + _end_of_code_before(chunk, token.start_pos), pos
+    ).line:
+        end = base + _end_of_code_before(chunk, token.start_pos)
+        return Diagnostic(
+            f"missing `;` before `{value}`",
+            source.span(end, end),
+            "end every declaration and rule with `;`",
+        )
+    return Diagnostic(
+        f"unexpected `{value}`: expected {_expected(expected)}",
+        span,
+        _token_hint(value, expected),
+    )
+
+
+def _char_hint(char: str) -> str | None:
+    if char == "&":
+        return "join body atoms and guard conditions with `^`"
+    if char == "|":
+        return "write one rule per alternative; there is no `|` in rules"
+    if char == "'":
+        return 'strings use double quotes: "text"'
+    return None
+
+
+def _token_hint(value: str, expected: set[str]) -> str | None:
+    literals = {_describe(n) for n in expected}
+    if value == "=" and "COMPARE" in expected:
+        return "compare with `==`; `=` only defines a variable in a `where` clause"
+    if value == ":" and "`:=`" in literals:
+        return "a rule body starts with `:=`"
+    if value == "," and "`^`" in literals:
+        return "join body atoms with `^`, not `,`"
+    if value in {"if", "where", "true", "false"}:
+        return f"`{value}` is a keyword and cannot name a relation or variable"
+    return None
+
+
+# --------------------------------------------------------------------------- tree -> AST
+
+
+@v_args(meta=True)
+class _ToAst(Transformer[Token, Any]):
+    """Builds AST nodes; spans are absolute offsets into the whole source."""
+
+    def __init__(self, source: Source, base: int) -> None:
+        super().__init__()
+        self._source = source
+        self._base = base
+
+    def _span(self, meta: Any) -> Span:
+        if getattr(meta, "empty", True):
+            return self._source.span(self._base, self._base)
+        return self._source.span(self._base + meta.start_pos, self._base + meta.end_pos)
+
+    def _tok_span(self, tok: Token) -> Span:
+        return self._source.span(self._base + tok.start_pos, self._base + tok.end_pos)
+
+    def _fail(self, message: str, span: Span, hint: str | None = None) -> None:
+        raise _Failure(Diagnostic(message, span, hint))
+
+    # statements
+    def statement(self, meta: Any, children: list[Any]) -> ast.Statement:
+        return children[0]
+
+    def decl(self, meta: Any, children: list[Any]) -> ast.Decl:
+        name = children[0]
+        columns = tuple(c for c in children[1:] if isinstance(c, ast.Column))
+        lifetimes = [c for c in children[1:] if isinstance(c, int)]
+        lifetime = lifetimes[0] if lifetimes else None
+        return ast.Decl(self._name(name), columns, lifetime, self._span(meta), self._tok_span(name))
+
+    def column(self, meta: Any, children: list[Token]) -> ast.Column:
+        name, typ = children
+        return ast.Column(self._name(name), str(typ), self._span(meta))
+
+    def lifetime(self, meta: Any, children: list[Token]) -> int:
+        (tok,) = children
+        value = self._duration(tok) if tok.type == "DURATION" else self._int(tok)
+        if value <= 0:
+            self._fail("a lifetime must be positive", self._tok_span(tok))
+        return value
+
+    def rule(self, meta: Any, children: list[Any]) -> ast.Rule:
+        head = children[0]
+        body: tuple[ast.BodyLiteral, ...] = ()
+        guards: tuple[ast.Expr, ...] = ()
+        defs: tuple[ast.Definition, ...] = ()
+        for child in children[1:]:
+            if isinstance(child, tuple) and child and child[0] == "formula":
+                body, guards = child[1], child[2]
+            elif isinstance(child, tuple) and child and child[0] == "where":
+                defs = child[1]
+        return ast.Rule(head, body, guards, defs, self._span(meta))
+
+    def formula(self, meta: Any, children: list[Any]) -> tuple[str, tuple, tuple]:
+        lits = tuple(c for c in children if isinstance(c, ast.BodyLiteral))
+        guards = next((c[1] for c in children if isinstance(c, tuple)), ())
+        return ("formula", lits, guards)
+
+    def guard(self, meta: Any, children: list[Any]) -> tuple[str, tuple[ast.Expr, ...]]:
+        return ("guard", tuple(children))
+
+    def where(self, meta: Any, children: list[Any]) -> tuple[str, tuple[ast.Definition, ...]]:
+        return ("where", tuple(children))
+
+    def definition(self, meta: Any, children: list[Any]) -> ast.Definition:
+        name, expr = children
+        var = ast.Var(self._name(name), self._tok_span(name))
+        return ast.Definition(var, expr, self._span(meta))
+
+    def literal(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
+        return ast.BodyLiteral(children[0], False, self._span(meta))
+
+    def negated(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
+        return ast.BodyLiteral(children[0], True, self._span(meta))
+
+    def atom(self, meta: Any, children: list[Any]) -> ast.Atom:
+        name, rest = children[0], children[1:]
+        args = tuple(c for c in rest if not isinstance(c, ast.Annotation | ast.Handler))
+        anns = tuple(c for c in rest if isinstance(c, ast.Annotation))
+        handlers = tuple(c for c in rest if isinstance(c, ast.Handler))
+        return ast.Atom(self._name(name), args, anns, handlers, self._span(meta), self._tok_span(name))
+
+    def annotation(self, meta: Any, children: list[Any]) -> ast.Annotation:
+        return ast.Annotation(str(children[0]), tuple(children[1:]), self._span(meta))
+
+    def handler(self, meta: Any, children: list[Token]) -> ast.Handler:
+        return ast.Handler(str(children[0]), self._span(meta))
+
+    # expressions
+    def compare(self, meta: Any, children: list[Any]) -> ast.BinOp:
+        left, op, right = children
+        return ast.BinOp(str(op), left, right, self._span(meta))
+
+    binop = compare
+
+    def neg(self, meta: Any, children: list[Any]) -> ast.Expr:
+        operand = children[-1]
+        span = self._span(meta)
+        if isinstance(operand, ast.Const) and operand.kind in ("int", "float", "duration"):
+            return ast.Const(-operand.value, operand.kind, span)
+        return ast.Neg(operand, span)
+
+    def int(self, meta: Any, children: list[Token]) -> ast.Const:
+        return ast.Const(self._int(children[0]), "int", self._span(meta))
+
+    def float(self, meta: Any, children: list[Token]) -> ast.Const:
+        value = float(children[0])
+        if value in (float("inf"), float("-inf")):
+            self._fail("number too large for a float", self._tok_span(children[0]))
+        return ast.Const(value, "float", self._span(meta))
+
+    def duration(self, meta: Any, children: list[Token]) -> ast.Const:
+        return ast.Const(self._duration(children[0]), "duration", self._span(meta))
+
+    def string(self, meta: Any, children: list[Token]) -> ast.Const:
+        tok = children[0]
+        try:
+            value = json.loads(str(tok), strict=False)
+        except json.JSONDecodeError:
+            self._fail(
+                "invalid escape in string",
+                self._tok_span(tok),
+                'use \\" \\\\ \\n \\t \\r \\b \\f \\/ or \\uXXXX',
+            )
+        return ast.Const(value, "str", self._span(meta))
+
+    def true(self, meta: Any, children: list[Any]) -> ast.Const:
+        return ast.Const(True, "bool", self._span(meta))
+
+    def false(self, meta: Any, children: list[Any]) -> ast.Const:
+        return ast.Const(False, "bool", self._span(meta))
+
+    def wildcard(self, meta: Any, children: list[Any]) -> ast.Wildcard:
+        return ast.Wildcard(self._span(meta))
+
+    def var(self, meta: Any, children: list[Token]) -> ast.Var:
+        return ast.Var(self._name(children[0]), self._span(meta))
+
+    def _name(self, tok: Token) -> str:
+        """A relation, variable or column name; keywords the grammar let through are refused."""
+        if str(tok) in KEYWORDS:
+            self._fail(
+                f"`{tok}` is a keyword and cannot be used as a name",
+                self._tok_span(tok),
+                "pick another name",
+            )
+        return str(tok)
+
+    def call(self, meta: Any, children: list[Any]) -> ast.Call:
+        return ast.Call(str(children[0]), tuple(children[1:]), self._span(meta))
+
+    def _int(self, tok: Token) -> int:
+        value = int(str(tok))
+        if value > INT64_MAX:
+            self._fail("integer literal does not fit in 64 bits", self._tok_span(tok))
+        return value
+
+    def _duration(self, tok: Token) -> int:
+        text = str(tok)
+        digits = text.rstrip("smhd")
+        unit = text[len(digits) :]
+        value = int(digits) * DURATION_UNITS[unit]
+        if value > INT64_MAX:
+            self._fail("duration does not fit in 64 bits of milliseconds", self._tok_span(tok))
+        return value

@@ -1,0 +1,60 @@
+"""The front end as one pipeline: parse, check, catalogue, stratify.
+
+Every pass is a plain function that returns diagnostics; this module runs them
+in order and raises one :class:`CorpusError` holding every error found, so a
+user fixes a file in one round rather than one error at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.catalog import Catalog, build_catalog
+from dagster_pomo.lang.check import check_rules
+from dagster_pomo.lang.errors import CorpusError, Diagnostic, Severity, StratificationError
+from dagster_pomo.lang.parser import parse
+from dagster_pomo.lang.stratify import Stratum, stratify
+
+
+@dataclass(frozen=True)
+class Program:
+    """A corpus that passed every check: what the engine and the Dagster layer consume."""
+
+    name: str
+    corpus: ast.Corpus
+    catalog: Catalog
+    strata: tuple[Stratum, ...]
+    warnings: tuple[Diagnostic, ...] = ()
+
+    @property
+    def source(self):  # noqa: ANN201 - a Source, re-exported for convenience
+        return self.corpus.source
+
+    def rule_text(self, rule: ast.Rule) -> str:
+        """The rule exactly as the user wrote it."""
+        return self.corpus.source.slice(rule.span).strip()
+
+
+def compile_corpus(text: str | bytes, name: str = "<corpus>", corpus_name: str | None = None
+                   ) -> Program:
+    """Check ``text`` completely; raise :class:`CorpusError` listing every error."""
+    corpus = parse(text, name)
+    found = list(check_rules(corpus))
+    catalog, catalog_problems = build_catalog(corpus)
+    found += catalog_problems
+    strata, cycle_problems = stratify(corpus)
+    errors = [d for d in found if d.severity is Severity.ERROR]
+    if errors or cycle_problems:
+        kind = StratificationError if cycle_problems and not errors else CorpusError
+        raise kind(corpus.source, errors + cycle_problems)
+    warnings = tuple(d for d in found if d.severity is Severity.WARNING)
+    stem = corpus_name or Path(name).stem
+    return Program(stem, corpus, catalog, tuple(strata), warnings)
+
+
+def load_program(path: str | Path) -> Program:
+    """Read and check a corpus file; the corpus is named after the file's stem."""
+    path = Path(path)
+    return compile_corpus(path.read_bytes(), str(path), path.stem)

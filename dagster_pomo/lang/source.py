@@ -1,0 +1,56 @@
+"""Source text and spans: where every AST node and diagnostic points."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from functools import cached_property
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open range ``[start, end)`` of character offsets, with 1-based line/column."""
+
+    start: int
+    end: int
+    line: int
+    column: int
+
+    def __repr__(self) -> str:
+        return f"Span({self.line}:{self.column})"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A corpus text and the name it is reported under (usually its path)."""
+
+    name: str
+    text: str = field(repr=False)
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        starts = [0]
+        starts.extend(i + 1 for i, ch in enumerate(self.text) if ch == "\n")
+        return starts
+
+    def span(self, start: int, end: int) -> Span:
+        """The span of ``text[start:end]`` with its line and column filled in."""
+        start = max(0, min(start, len(self.text)))
+        end = max(start, min(end, len(self.text)))
+        line = bisect.bisect_right(self._line_starts, start)
+        return Span(start, end, line, start - self._line_starts[line - 1] + 1)
+
+    def line_text(self, line: int) -> str:
+        """The text of 1-based ``line`` without its newline."""
+        begin = self._line_starts[line - 1]
+        stop = self.text.find("\n", begin)
+        return self.text[begin : stop if stop >= 0 else len(self.text)]
+
+    def slice(self, span: Span) -> str:
+        return self.text[span.start : span.end]
+
+    def excerpt(self, span: Span) -> list[str]:
+        """The span's first line, indented, and a caret line under the span."""
+        text = self.line_text(span.line).replace("\t", " ")
+        width = max(1, min(span.end - span.start, len(text) - span.column + 1))
+        return [f"    {text}", "    " + " " * (span.column - 1) + "^" * width]
