@@ -60,10 +60,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         rules = len(program.corpus.rules)
         relations = sum(1 for _ in program.catalog)
-        print(
-            f"{path}: ok ({rules} rules, {relations} relations, "
-            f"{len(program.strata)} strata)"
-        )
+        print(f"{path}: ok ({rules} rules, {relations} relations, {len(program.strata)} strata)")
     return status
 
 
@@ -87,14 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = sub.add_parser(
-        "check", help="report syntax and semantic errors in rule corpora",
+        "check",
+        help="report syntax and semantic errors in rule corpora",
         description="Check rule corpora; errors go to stderr as FILE:LINE:COL: message.",
     )
     check.add_argument("files", nargs="+", metavar="FILE", help="a *.pomo file or a folder of them")
     check.set_defaults(func=cmd_check)
 
     strata = sub.add_parser(
-        "strata", help="show the strata in evaluation order and the dependency graph",
+        "strata",
+        help="show the strata in evaluation order and the dependency graph",
         description="Show strata, their rules, and the dependency graph of a corpus.",
     )
     strata.add_argument("file", metavar="FILE")

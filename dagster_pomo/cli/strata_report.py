@@ -49,7 +49,7 @@ def text_report(program: Program) -> str:
         if stratum.recursive:
             tags.append("recursive")
         if stratum.inductive:
-            tags.append("@next: evaluated last in each epoch, results land in the next")
+            tags.append("@next, evaluated last in each epoch; results land in the next")
         tag = f" ({'; '.join(tags)})" if tags else ""
         lines += ["", f"stratum {stratum.index}{tag}: {', '.join(stratum.relations)}"]
         for rule in stratum.rules:
@@ -71,15 +71,17 @@ def dot_report(program: Program) -> str:
     """Data flows along the arrows: from body relations to heads, then to actions."""
     out = [f"digraph {_q(program.name)} {{", "  rankdir=LR;", '  node [fontname="Helvetica"];']
     for rel in program.catalog.inputs:
-        out.append(f"  {_q(rel.name)} [shape=box, style=filled, fillcolor=\"#e8f0fe\"];")
+        out.append(f'  {_q(rel.name)} [shape=box, style=filled, fillcolor="#e8f0fe"];')
     if "clock" in program.catalog:
         out.append('  "clock" [shape=diamond, label="clock (built in)"];')
     for stratum in program.strata:
         label = f"stratum {stratum.index}" + (" (@next)" if stratum.inductive else "")
         out.append(f"  subgraph {_q(f'cluster_{stratum.index}')} {{")
         out.append(f"    label={_q(label)}; style=rounded;")
-        out += [f"    {_q(n + ('@next' if stratum.inductive else ''))} [label={_q(n)}];"
-                for n in stratum.relations]
+        out += [
+            f"    {_q(n + ('@next' if stratum.inductive else ''))} [label={_q(n)}];"
+            for n in stratum.relations
+        ]
         out.append("  }")
     seen: set[tuple[str, str, str]] = set()
     for e in precedence_edges(program.corpus):
@@ -87,8 +89,9 @@ def dot_report(program: Program) -> str:
         key = (e.body, e.head, style)
         if key not in seen:
             seen.add(key)
-            label = ', label="not"' if e.literal.negated else (
-                ', label="agg"' if e.negative else "")
+            label = (
+                ', label="not"' if e.literal.negated else (', label="agg"' if e.negative else "")
+            )
             out.append(f"  {_q(e.body)} -> {_q(e.head)} [style={style}{label}];")
     for rule in program.corpus.rules:
         if rule.is_inductive:
@@ -101,7 +104,7 @@ def dot_report(program: Program) -> str:
     for rel in program.catalog:
         for handler in rel.handlers:
             node = f"~{handler}"
-            out.append(f"  {_q(node)} [shape=cds, style=filled, fillcolor=\"#fde8e8\"];")
+            out.append(f'  {_q(node)} [shape=cds, style=filled, fillcolor="#fde8e8"];')
             out.append(f"  {_q(rel.name)} -> {_q(node)};")
     out.append("}")
     return "\n".join(out) + "\n"

@@ -15,6 +15,7 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.lang.errors import Diagnostic
 
+AGGREGATE_NAMES = frozenset(ast.AGGREGATES)
 # Which constant kinds each declared column type accepts.
 ACCEPTS: dict[str, frozenset[str]] = {
     "int": frozenset({"int", "duration"}),
@@ -23,8 +24,13 @@ ACCEPTS: dict[str, frozenset[str]] = {
     "bool": frozenset({"bool"}),
     "time": frozenset({"int", "duration"}),
 }
-KIND_NAMES = {"int": "an integer", "float": "a float", "str": "a string", "bool": "a boolean",
-              "duration": "a duration"}
+KIND_NAMES = {
+    "int": "an integer",
+    "float": "a float",
+    "str": "a string",
+    "bool": "a boolean",
+    "duration": "a duration",
+}
 
 
 @dataclass(frozen=True)
@@ -40,11 +46,16 @@ class Relation:
     derived: bool  # some rule with a body derives it
     inductive: bool  # some `@next` rule derives it
     handlers: tuple[str, ...]  # action handlers subscribed to its events
+    aggregates: tuple[ast.Annotation, ...] = ()  # as written in the head of its one rule
 
     @property
     def is_input(self) -> bool:
         """Events of this relation arrive from outside (landing files, facts)."""
-        return not self.derived and self.name != CLOCK
+        return not self.derived and not self.inductive and self.name != CLOCK
+
+    @property
+    def aggregate_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.aggregates)
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,8 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
             elif (decl := decls.get(atom.relation)) is not None:
                 found += _check_constant_types(atom, decl)
 
+    aggregates, agg_problems = _aggregates(corpus)
+    found += agg_problems
     derived = {r.head.relation for r in corpus.rules if r.body and not r.is_inductive}
     inductive = {r.head.relation for r in corpus.rules if r.is_inductive}
     handlers: dict[str, list[str]] = {}
@@ -118,8 +131,62 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
             derived=name in derived,
             inductive=name in inductive,
             handlers=tuple(handlers.get(name, ())),
+            aggregates=aggregates.get(name, ()),
         )
     return Catalog(relations), found
+
+
+def _aggregates(
+    corpus: ast.Corpus,
+) -> tuple[dict[str, tuple[ast.Annotation, ...]], list[Diagnostic]]:
+    """Which aggregates each relation carries; body references must name one of them."""
+    found: list[Diagnostic] = []
+    owner: dict[str, ast.Rule] = {}
+    for rule in corpus.rules:
+        head = rule.head.relation
+        if rule.aggregates or (head in owner and owner[head].aggregates):
+            first = owner.get(head)
+            if first is not None and first is not rule and rule.body:
+                found.append(
+                    Diagnostic(
+                        f"`{head}` aggregates, so it must be derived by exactly one rule, "
+                        f"but line {first.span.line} derives it too",
+                        rule.head.name_span,
+                        "derive the union into a helper relation, then aggregate that in one rule",
+                    )
+                )
+                continue
+            seen: set[str] = set()
+            for agg in rule.aggregates:
+                if agg.name in seen:
+                    found.append(
+                        Diagnostic(
+                            f"`{head}` has `@{agg.name}` twice",
+                            agg.span,
+                            "a relation carries at most one aggregate of each kind; "
+                            "derive a second relation for the other",
+                        )
+                    )
+                seen.add(agg.name)
+        if rule.body:
+            owner.setdefault(head, rule)
+    carried = {name: rule.aggregates for name, rule in owner.items() if rule.aggregates}
+    for rule in corpus.rules:
+        for lit in rule.body:
+            have = {a.name for a in carried.get(lit.atom.relation, ())}
+            for ann in lit.atom.annotations:
+                if ann.name in AGGREGATE_NAMES and ann.name not in have:
+                    listed = ", ".join(f"@{n}" for n in sorted(have))
+                    found.append(
+                        Diagnostic(
+                            f"`{lit.atom.relation}` carries no `@{ann.name}`",
+                            ann.span,
+                            f"it carries {listed}"
+                            if have
+                            else "only relations derived by an aggregating rule carry aggregates",
+                        )
+                    )
+    return carried, found
 
 
 def _check_decl(decl: ast.Decl, earlier: ast.Decl | None) -> Iterator[Diagnostic]:
@@ -139,7 +206,8 @@ def _check_decl(decl: ast.Decl, earlier: ast.Decl | None) -> Iterator[Diagnostic
     for col in decl.columns:
         if col.name in seen:
             yield Diagnostic(
-                f"column `{col.name}` appears twice in `{decl.relation}`", col.span,
+                f"column `{col.name}` appears twice in `{decl.relation}`",
+                col.span,
                 "give each column its own name",
             )
         seen.add(col.name)

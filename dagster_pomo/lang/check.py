@@ -17,10 +17,13 @@ from dagster_pomo.lang.functions import FUNCTIONS, arity_text
 
 CLOCK = "clock"
 ANNOTATION_ARITY = {"time": 1, "next": 0, "count": 0, "sum": 1, "min": 1, "max": 1, "average": 1}
+# In a body every annotation but @next takes one argument: the value it binds or matches
+# (the event's time, or the aggregate the event carries).
+BODY_ARITY = {name: 1 for name in ANNOTATION_ARITY if name != "next"}
 
 
 def _suggest(name: str, choices: Iterable[str]) -> str | None:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.75)
     return f"did you mean `{close[0]}`?" if close else None
 
 
@@ -41,21 +44,14 @@ def check_rules(corpus: ast.Corpus) -> list[Diagnostic]:
 def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
     head = rule.head
     for lit in rule.body:
-        yield from _check_annotation_names(lit.atom)
-        for ann in lit.atom.annotations:
-            if ann.name != "time" and ann.name in ANNOTATION_ARITY:
-                yield Diagnostic(
-                    f"`@{ann.name}` belongs in a rule head, not in its body",
-                    ann.span,
-                    "a body atom may only carry `@time(...)`",
-                )
+        yield from _check_annotation_names(lit.atom, BODY_ARITY)
         for handler in lit.atom.handlers:
             yield Diagnostic(
                 f"`~ {handler.name}` can only follow a rule head or a subscription pattern",
                 handler.span,
                 f"write `{lit.atom.relation}(...) ~ {handler.name};` as its own statement",
             )
-    yield from _check_annotation_names(head)
+    yield from _check_annotation_names(head, ANNOTATION_ARITY)
     if head.relation == CLOCK and not rule.is_subscription:
         yield Diagnostic(
             "`clock` is built in: rules cannot derive it",
@@ -95,9 +91,16 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
             )
 
 
-def _check_annotation_names(atom: ast.Atom) -> Iterator[Diagnostic]:
+def _check_annotation_names(atom: ast.Atom, arity: dict[str, int]) -> Iterator[Diagnostic]:
     seen: set[str] = set()
     for ann in atom.annotations:
+        if ann.name == "next" and "next" not in arity:
+            yield Diagnostic(
+                "`@next` belongs in a rule head, not in its body",
+                ann.span,
+                "`@next` makes the rule's head an event of the next epoch",
+            )
+            continue
         if ann.name not in ANNOTATION_ARITY:
             known = ", ".join(f"@{n}" for n in ANNOTATION_ARITY)
             yield Diagnostic(
@@ -106,9 +109,11 @@ def _check_annotation_names(atom: ast.Atom) -> Iterator[Diagnostic]:
                 _suggest(ann.name, ANNOTATION_ARITY) or f"known annotations: {known}",
             )
             continue
-        want = ANNOTATION_ARITY[ann.name]
+        want = arity[ann.name]
         if len(ann.args) != want:
             form = f"@{ann.name}" if want == 0 else f"@{ann.name}(...)"
+            if arity is BODY_ARITY:
+                form += " to bind or match the value"
             yield Diagnostic(
                 f"`@{ann.name}` takes {want} argument{'s' if want != 1 else ''}, "
                 f"not {len(ann.args)}",
@@ -185,7 +190,7 @@ def check_functions(rule: ast.Rule) -> Iterator[Diagnostic]:
 class Bindings:
     """Which variables a rule binds, and how."""
 
-    by_atoms: frozenset[str]  # bare variables in positive atoms (and their @time)
+    by_atoms: frozenset[str]  # bare variables in positive atoms and their annotations
     by_defs: frozenset[str]  # `where` definitions whose right-hand sides are bound
     constant_defs: frozenset[str]  # `where` definitions that do not depend on the body
 
@@ -200,8 +205,7 @@ def binding_of(rule: ast.Rule) -> Bindings:
     for atom in rule.positive:
         # A clock's arguments configure it; only its @time binds anything.
         args = () if atom.relation == CLOCK else atom.args
-        for arg in (*args, *(a for ann in atom.annotations if ann.name == "time"
-                             for a in ann.args)):
+        for arg in (*args, *(a for ann in atom.annotations for a in ann.args)):
             if isinstance(arg, ast.Var):
                 by_atoms.add(arg.name)
     by_defs: set[str] = set()
@@ -231,8 +235,9 @@ def _unbound(expr: ast.Expr, bound: frozenset[str]) -> Iterator[ast.Var]:
 
 def check_bindings(rule: ast.Rule) -> Iterator[Diagnostic]:
     b = binding_of(rule)
-    bound = b.all
     yield from _check_defs(rule, b)
+    # A defined variable whose definition failed is reported once, at the definition.
+    bound = b.all | {d.var.name for d in rule.defs}
     if rule.is_subscription:
         yield from _check_pattern(rule.head)
         return
@@ -279,7 +284,7 @@ def check_bindings(rule: ast.Rule) -> Iterator[Diagnostic]:
                     f"variable `{var.name}` of a negated atom is not bound",
                     var.span,
                     f"bind `{var.name}` in a positive atom or a `where` definition, "
-                    "or write `_` to mean \"any value\"",
+                    'or write `_` to mean "any value"',
                 )
     for guard in rule.guards:
         for var in _unbound(guard, bound):
@@ -381,10 +386,14 @@ def _check_aggregates(rule: ast.Rule) -> Iterator[Diagnostic]:
 def _singletons(rule: ast.Rule) -> Iterator[Diagnostic]:
     counts: dict[str, int] = {}
     first: dict[str, ast.Var] = {}
-    every = [*rule.head.args, *(a for ann in rule.head.annotations for a in ann.args),
-             *(a for lit in rule.body for a in lit.atom.args),
-             *(a for lit in rule.body for ann in lit.atom.annotations for a in ann.args),
-             *rule.guards, *(d.expr for d in rule.defs)]
+    every = [
+        *rule.head.args,
+        *(a for ann in rule.head.annotations for a in ann.args),
+        *(a for lit in rule.body for a in lit.atom.args),
+        *(a for lit in rule.body for ann in lit.atom.annotations for a in ann.args),
+        *rule.guards,
+        *(d.expr for d in rule.defs),
+    ]
     for expr in every:
         for var in ast.expr_vars(expr):
             counts[var.name] = counts.get(var.name, 0) + 1

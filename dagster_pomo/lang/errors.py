@@ -67,4 +67,3 @@ class PomoSyntaxError(CorpusError):
 
 class StratificationError(CorpusError):
     """Negation or aggregation sits on a recursive cycle."""
-

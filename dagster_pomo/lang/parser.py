@@ -166,8 +166,11 @@ def _end_of_code_before(text: str, pos: int) -> int:
     line_start = text.rfind("\n", 0, pos) + 1
     while True:
         line = text[line_start:pos]
-        code = re.sub(r'"(?:[^"\\\n]|\\.)*"|#.*|//.*', lambda m: m.group()
-                      if m.group().startswith('"') else " " * len(m.group()), line)
+        code = re.sub(
+            r'"(?:[^"\\\n]|\\.)*"|#.*|//.*',
+            lambda m: m.group() if m.group().startswith('"') else " " * len(m.group()),
+            line,
+        )
         stripped = code.rstrip()
         if stripped or line_start == 0:
             return line_start + len(stripped)
@@ -202,9 +205,11 @@ def _syntax_diagnostic(source: Source, base: int, chunk: str, exc: UnexpectedInp
     pos = base + token.start_pos
     span = source.span(pos, base + token.end_pos)
     value = str(token)
-    if "SEMICOLON" in expected and source.span(pos, pos).line > source.span(
-        base + _end_of_code_before(chunk, token.start_pos), pos
-    ).line:
+    if (
+        "SEMICOLON" in expected
+        and source.span(pos, pos).line
+        > source.span(base + _end_of_code_before(chunk, token.start_pos), pos).line
+    ):
         end = base + _end_of_code_before(chunk, token.start_pos)
         return Diagnostic(
             f"missing `;` before `{value}`",
@@ -325,7 +330,9 @@ class _ToAst(Transformer[Token, Any]):
         args = tuple(c for c in rest if not isinstance(c, ast.Annotation | ast.Handler))
         anns = tuple(c for c in rest if isinstance(c, ast.Annotation))
         handlers = tuple(c for c in rest if isinstance(c, ast.Handler))
-        return ast.Atom(self._name(name), args, anns, handlers, self._span(meta), self._tok_span(name))
+        return ast.Atom(
+            self._name(name), args, anns, handlers, self._span(meta), self._tok_span(name)
+        )
 
     def annotation(self, meta: Any, children: list[Any]) -> ast.Annotation:
         return ast.Annotation(str(children[0]), tuple(children[1:]), self._span(meta))

@@ -37,8 +37,9 @@ class Program:
         return self.corpus.source.slice(rule.span).strip()
 
 
-def compile_corpus(text: str | bytes, name: str = "<corpus>", corpus_name: str | None = None
-                   ) -> Program:
+def compile_corpus(
+    text: str | bytes, name: str = "<corpus>", corpus_name: str | None = None
+) -> Program:
     """Check ``text`` completely; raise :class:`CorpusError` listing every error."""
     corpus = parse(text, name)
     found = list(check_rules(corpus))

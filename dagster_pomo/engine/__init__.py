@@ -1,0 +1,1 @@
+"""Evaluation of checked programs: on Spark, and by a small pure-Python reference."""

@@ -1,0 +1,35 @@
+"""Shared test fixtures.
+
+Set ``POMO_UPDATE_GOLDENS=1`` to rewrite golden files from the current output
+(then read the diff before committing it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "rules"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+class Golden:
+    """Compares text with a checked-in file, or rewrites it when asked to."""
+
+    update = os.environ.get("POMO_UPDATE_GOLDENS") == "1"
+
+    def check(self, path: Path, actual: str) -> None:
+        if self.update or not path.exists():
+            if not self.update:
+                pytest.fail(f"missing golden file {path}; run with POMO_UPDATE_GOLDENS=1")
+            path.write_text(actual)
+            return
+        assert actual == path.read_text(), f"output differs from {path.name}"
+
+
+@pytest.fixture
+def golden() -> Golden:
+    return Golden()

@@ -1,0 +1,104 @@
+"""Hypothesis strategies for rule corpora: syntax trees and dependency programs."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.parser import KEYWORDS
+
+_INT64 = 2**63 - 1
+
+names = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True).filter(lambda n: n not in KEYWORDS)
+
+
+def consts() -> st.SearchStrategy[ast.Const]:
+    return st.one_of(
+        st.integers(-_INT64, _INT64).map(lambda v: ast.Const(v, "int")),
+        st.floats(allow_nan=False, allow_infinity=False).map(lambda v: ast.Const(v, "float")),
+        st.integers(-(10**12), 10**12).map(lambda v: ast.Const(v, "duration")),
+        st.text(max_size=8).map(lambda v: ast.Const(v, "str")),
+        st.booleans().map(lambda v: ast.Const(v, "bool")),
+    )
+
+
+def _compound(children: st.SearchStrategy[ast.Expr]) -> st.SearchStrategy[ast.Expr]:
+    return st.one_of(
+        st.builds(ast.BinOp, st.sampled_from(ast.BINARY_OPS), children, children),
+        # Unary minus of a numeric literal is folded into the literal by the parser.
+        children.filter(lambda e: not isinstance(e, ast.Const)).map(ast.Neg),
+        st.builds(ast.Call, names, st.lists(children, max_size=3).map(tuple)),
+    )
+
+
+def exprs() -> st.SearchStrategy[ast.Expr]:
+    leaves = st.one_of(consts(), names.map(ast.Var))
+    return st.recursive(leaves, _compound, max_leaves=8)
+
+
+def args() -> st.SearchStrategy[tuple[ast.Expr, ...]]:
+    return st.lists(st.one_of(exprs(), st.just(ast.Wildcard())), max_size=4).map(tuple)
+
+
+annotations = st.builds(ast.Annotation, names, st.lists(exprs(), max_size=2).map(tuple))
+handlers = st.builds(ast.Handler, names)
+atoms = st.builds(
+    ast.Atom,
+    names,
+    args(),
+    st.lists(annotations, max_size=2).map(tuple),
+    st.lists(handlers, max_size=1).map(tuple),
+)
+literals = st.builds(ast.BodyLiteral, atoms, st.booleans())
+definitions = st.builds(ast.Definition, names.map(ast.Var), exprs())
+
+
+@st.composite
+def rules(draw: st.DrawFn) -> ast.Rule:
+    body = tuple(draw(st.lists(literals, max_size=3)))
+    guards = tuple(draw(st.lists(exprs(), max_size=2))) if body else ()
+    defs = tuple(draw(st.lists(definitions, max_size=2)))
+    return ast.Rule(draw(atoms), body, guards, defs)
+
+
+decls = st.builds(
+    ast.Decl,
+    names,
+    st.lists(st.builds(ast.Column, names, st.sampled_from(ast.COLUMN_TYPES)), max_size=4).map(
+        tuple
+    ),
+    st.one_of(st.none(), st.integers(1, 10**12)),
+)
+
+corpora = st.lists(st.one_of(rules(), decls), max_size=6).map(
+    lambda statements: ast.Corpus(tuple(statements))
+)
+
+
+@st.composite
+def dependency_programs(draw: st.DrawFn) -> str:
+    """Programs over relations r0..r5 with random positive, negated and aggregating bodies.
+
+    Every rule is range-restricted, so whether it compiles depends only on its
+    dependency graph: some are stratifiable, some are not.
+    """
+    n_rel = draw(st.integers(2, 6))
+    heads = [f"r{i}" for i in range(n_rel)]
+    rels = list(heads)  # aggregating relations join the bodies' choices, never the heads'
+    lines = []
+    for _ in range(draw(st.integers(1, 8))):
+        head = draw(st.sampled_from(heads))
+        positives = draw(st.lists(st.sampled_from(rels), min_size=1, max_size=3))
+        negatives = draw(st.lists(st.sampled_from(rels), max_size=2))
+        body = [f"{r}(x)" for r in positives] + [f"!{r}(x)" for r in negatives]
+        aggregate = draw(st.booleans()) and draw(st.booleans())
+        next_ = not aggregate and draw(st.integers(0, 5)) == 0
+        if aggregate:
+            # An aggregating relation has its own name: one rule derives it.
+            head = f"a{len(lines)}"
+            lines.append(f"{head}(x) @count := {' ^ '.join(body)};")
+            rels.append(head)
+        else:
+            suffix = " @next" if next_ else ""
+            lines.append(f"{head}(x){suffix} := {' ^ '.join(body)};")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,98 @@
+"""What the parser makes of the constructs users write."""
+
+from __future__ import annotations
+
+import pytest
+
+from dagster_pomo.lang import PomoSyntaxError, ast, parse
+
+
+def rule(text: str) -> ast.Rule:
+    (statement,) = parse(text).statements
+    assert isinstance(statement, ast.Rule)
+    return statement
+
+
+def test_durations_are_milliseconds() -> None:
+    head = rule("p(250ms, 5s, 10m, 1h, 1d);").head
+    assert [a.value for a in head.args] == [250, 5_000, 600_000, 3_600_000, 86_400_000]
+    assert {a.kind for a in head.args} == {"duration"}
+
+
+def test_arithmetic_precedence_and_associativity() -> None:
+    (guard,) = rule("p(x) := q(x) if x - 1 - 2 * 3 < 4;").guards
+    # ((x - 1) - (2 * 3)) < 4
+    assert guard == ast.BinOp(
+        "<",
+        ast.BinOp(
+            "-",
+            ast.BinOp("-", ast.Var("x"), ast.Const(1, "int")),
+            ast.BinOp("*", ast.Const(2, "int"), ast.Const(3, "int")),
+        ),
+        ast.Const(4, "int"),
+    )
+
+
+def test_negative_literals_fold_but_negated_variables_do_not() -> None:
+    head = rule("p(-3, -2.5, -x, - 1h);").head
+    assert head.args == (
+        ast.Const(-3, "int"),
+        ast.Const(-2.5, "float"),
+        ast.Neg(ast.Var("x")),
+        ast.Const(-3_600_000, "duration"),
+    )
+
+
+def test_string_escapes_follow_json() -> None:
+    (arg,) = rule(r'p("a\"b\\c\n\u00e9");').head.args
+    assert arg == ast.Const('a"b\\c\né', "str")
+
+
+def test_comments_in_both_styles_are_ignored() -> None:
+    corpus = parse("# one\np(1); // two\n// three\nq(2); # four")
+    assert [s.head.relation for s in corpus.rules] == ["p", "q"]
+
+
+def test_semicolons_inside_strings_and_comments_do_not_end_statements() -> None:
+    corpus = parse('p("a;b"); # c;d\nq(1);')
+    assert [s.head.args for s in corpus.rules] == [
+        (ast.Const("a;b", "str"),),
+        (ast.Const(1, "int"),),
+    ]
+
+
+def test_seed_annotation_spacing_is_accepted() -> None:
+    atom = rule("p(x) := water_level(t, x) @ time(y);").body[0].atom
+    assert atom.time == ast.Var("y")
+
+
+def test_rule_parts() -> None:
+    r = rule(
+        "alert(t, l) ~ page ~ log := level(t, l) @time(s) ^ !calm(t) if l > 3 ^ s > 0 where k = 2;"
+    )
+    assert [h.name for h in r.head.handlers] == ["page", "log"]
+    assert [lit.negated for lit in r.body] == [False, True]
+    assert len(r.guards) == 2 and r.defs[0].var.name == "k"
+
+
+def test_decl_with_lifetime_and_a_column_named_lifetime() -> None:
+    (decl,) = parse(".decl session(user: str, lifetime: int) lifetime 30m;").decls
+    assert decl.columns[1].name == "lifetime" and decl.lifetime == 1_800_000
+
+
+def test_spans_point_at_the_source() -> None:
+    corpus = parse("\n  p(x) := q(x);", "f.pomo")
+    r = corpus.rules[0]
+    assert (r.span.line, r.span.column) == (2, 3)
+    assert corpus.source.slice(r.body[0].span) == "q(x)"
+
+
+def test_int_overflow_is_a_syntax_error() -> None:
+    with pytest.raises(PomoSyntaxError, match="64 bits"):
+        parse("p(9223372036854775808);")
+
+
+def test_every_bad_statement_is_reported() -> None:
+    with pytest.raises(PomoSyntaxError) as info:
+        parse("p(x) := ;\nok(1);\nq(x) :- r(x);\n")
+    assert [d.span.line for d in info.value.diagnostics] == [1, 3]
