@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dagster_pomo import __version__
+from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import CorpusError, Program, load_program
 
 EXIT_OK, EXIT_CORPUS, EXIT_USAGE = 0, 1, 2
@@ -75,6 +76,60 @@ def cmd_strata(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from dagster_pomo.engine.reference import EvaluationError
+    from dagster_pomo.engine.run import format_tables, run, write_outputs
+    from dagster_pomo.engine.timeline import parse_duration, parse_time
+
+    (path,) = _corpus_files([args.file])
+    try:
+        size = parse_duration(args.epoch)
+        start = _time_option("--start", args.start, parse_time)
+        until = _time_option("--until", args.until, parse_time)
+    except UsageError as exc:
+        raise _Usage(str(exc)) from None
+    if not Path(args.events).exists():
+        print(f"pomo: error: {args.events}: no such file or folder of events", file=sys.stderr)
+        return EXIT_CORPUS
+    program = _load(path)
+    if program is None:
+        return EXIT_CORPUS
+    try:
+        result = run(program, args.events, size, start, until, engine=args.engine)
+    except EvaluationError as exc:
+        print(f"{path}: {exc}", file=sys.stderr)
+        return EXIT_CORPUS
+    ingested = result.ingested
+    plan = result.plan
+    print(
+        f"{path}: {len(plan.epochs)} epoch{'s' if len(plan.epochs) != 1 else ''} "
+        f"[{plan.start}, {plan.until}) of {size} ms; {ingested.lines_read} lines read, "
+        f"{ingested.lines_read - len(ingested.quarantined)} accepted, "
+        f"{len(ingested.quarantined)} quarantined",
+        file=sys.stderr,
+    )
+    for q in ingested.quarantined[:10]:
+        print(f"{q.file}:{q.line}: quarantined: {q.reason}", file=sys.stderr)
+    if len(ingested.quarantined) > 10:
+        print(f"... and {len(ingested.quarantined) - 10} more", file=sys.stderr)
+    if args.out:
+        counts = write_outputs(result, Path(args.out))
+        for name, n in counts.items():
+            print(f"{Path(args.out) / (name + '.jsonl')}: {n} events")
+    else:
+        sys.stdout.write(format_tables(result, limit=50))
+    return EXIT_OK
+
+
+def _time_option(flag: str, value: str | None, parse) -> int | None:  # noqa: ANN001
+    if value is None:
+        return None
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise _Usage(f"{flag}: {exc}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pomo",
@@ -99,6 +154,35 @@ def build_parser() -> argparse.ArgumentParser:
     strata.add_argument("file", metavar="FILE")
     strata.add_argument("--dot", action="store_true", help="print Graphviz DOT instead of text")
     strata.set_defaults(func=cmd_strata)
+
+    from dagster_pomo.engine.run import ENGINES
+
+    run = sub.add_parser(
+        "run",
+        help="evaluate a corpus over events, epoch by epoch, without Dagster",
+        description="Evaluate a corpus over JSON Lines events. Output: one table per derived "
+        "relation, or DIR/<relation>.jsonl and DIR/_quarantine.jsonl with --out.",
+    )
+    run.add_argument("file", metavar="FILE")
+    run.add_argument(
+        "--events", required=True, metavar="PATH", help="a JSON Lines file or a folder of them"
+    )
+    run.add_argument("--epoch", default="1h", metavar="DUR", help="epoch size (default 1h)")
+    run.add_argument(
+        "--start",
+        metavar="TIME",
+        help="start of the first epoch (ms or ISO-8601); default: the first event's "
+        "epoch, aligned to multiples of the epoch size",
+    )
+    run.add_argument(
+        "--until",
+        metavar="TIME",
+        help="produce exactly the events known before TIME; default: the end of "
+        "the epoch holding the last event",
+    )
+    run.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
+    run.add_argument("--out", metavar="DIR", help="write JSON Lines files here")
+    run.set_defaults(func=cmd_run)
     return parser
 
 

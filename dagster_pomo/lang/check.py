@@ -193,6 +193,7 @@ class Bindings:
     by_atoms: frozenset[str]  # bare variables in positive atoms and their annotations
     by_defs: frozenset[str]  # `where` definitions whose right-hand sides are bound
     constant_defs: frozenset[str]  # `where` definitions that do not depend on the body
+    def_order: tuple[ast.Definition, ...] = ()  # resolvable definitions, each after its inputs
 
     @property
     def all(self) -> frozenset[str]:
@@ -210,6 +211,7 @@ def binding_of(rule: ast.Rule) -> Bindings:
                 by_atoms.add(arg.name)
     by_defs: set[str] = set()
     constant: set[str] = set()
+    order: list[ast.Definition] = []
     pending = [d for d in rule.defs if d.var.name not in by_atoms]
     progress = True
     while pending and progress:
@@ -218,11 +220,12 @@ def binding_of(rule: ast.Rule) -> Bindings:
             used = {v.name for v in ast.expr_vars(d.expr)}
             if used <= by_atoms | by_defs:
                 by_defs.add(d.var.name)
+                order.append(d)
                 if used <= constant:
                     constant.add(d.var.name)
                 pending.remove(d)
                 progress = True
-    return Bindings(frozenset(by_atoms), frozenset(by_defs), frozenset(constant))
+    return Bindings(frozenset(by_atoms), frozenset(by_defs), frozenset(constant), tuple(order))
 
 
 def _unbound(expr: ast.Expr, bound: frozenset[str]) -> Iterator[ast.Var]:

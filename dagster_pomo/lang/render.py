@@ -56,6 +56,13 @@ def render_expr(expr: ast.Expr, context: int = 0) -> str:
     return f"({text})" if prec < context else text
 
 
+def aggregate_key(ann: ast.Annotation) -> str:
+    """How an aggregate is named in outputs: as written, without ``@`` and spaces."""
+    if not ann.args:
+        return ann.name
+    return f"{ann.name}({','.join(render_expr(a) for a in ann.args)})".replace(" ", "")
+
+
 def render_atom(atom: ast.Atom) -> str:
     text = f"{atom.relation}({', '.join(render_expr(a) for a in atom.args)})"
     for ann in atom.annotations:

@@ -1,0 +1,255 @@
+"""Input events: JSON Lines landing files and the facts written in the corpus.
+
+Each line is one event, ``{"relation": ..., "t": ..., "args": {...} | [...]}``.
+A line that cannot be an event of an input relation is quarantined with its
+file, line number and reason, never dropped: ``accepted + quarantined`` is
+always the number of non-blank lines read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.timeline import NEVER, parse_time
+from dagster_pomo.engine.values import Undefined, Value, evaluate
+from dagster_pomo.errors import UsageError
+from dagster_pomo.lang import Program, ast
+from dagster_pomo.lang.catalog import Relation
+from dagster_pomo.lang.check import binding_of
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    file: str
+    line: int
+    reason: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "reason": self.reason, "text": self.text}
+
+
+@dataclass
+class Ingested:
+    """Accepted events by relation, and what was quarantined."""
+
+    events: dict[str, list[Row]] = field(default_factory=dict)
+    quarantined: list[Quarantined] = field(default_factory=list)
+    lines_read: int = 0
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        return sum(len(rows) for rows in self.events.values())
+
+    @property
+    def times(self) -> list[int]:
+        return [r.t for rows in self.events.values() for r in rows]
+
+
+def landing_files(path: str | Path) -> list[Path]:
+    """A JSON Lines file, or every ``*.jsonl``/``*.json`` file in a folder (sorted by name)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json") and p.is_file())
+    raise UsageError(f"{path}: no such file or folder of events")
+
+
+def expiry(t: int, lifetime: int | None) -> int:
+    return NEVER if lifetime is None else min(NEVER, t + lifetime)
+
+
+# --------------------------------------------------------------------------- typing values
+
+
+def _kind(v: Any) -> str | None:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    return None
+
+
+def coerce(value: Any, typ: str) -> Value:
+    """``value`` as a value of column type ``typ``, or ``ValueError`` saying why not."""
+    kind = _kind(value)
+    if typ == "time":
+        return parse_time(value)
+    if typ == "float" and kind in ("int", "float"):
+        return float(value)
+    if typ == kind:
+        return value
+    shown = json.dumps(value)
+    raise ValueError(f"expected {typ}, got {shown}")
+
+
+def _column_types(
+    program: Program, rel: Relation, observed: Iterable[tuple[Any, ...]]
+) -> tuple[str, ...]:
+    """Declared types, or for undeclared columns the corpus's constants, else the data's
+    most common kind (ints widen to float when floats appear)."""
+    if all(t is not None for t in rel.types):
+        return tuple(t for t in rel.types if t is not None)
+    from_corpus: dict[int, str] = {}
+    for rule in program.corpus.rules:
+        for atom in (rule.head, *(lit.atom for lit in rule.body)):
+            if atom.relation == rel.name:
+                for i, arg in enumerate(atom.args):
+                    if isinstance(arg, ast.Const):
+                        kind = "int" if arg.kind == "duration" else arg.kind
+                        from_corpus.setdefault(i, kind)
+    counts: list[Counter[str]] = [Counter() for _ in range(rel.arity)]
+    for args in observed:
+        for i, v in enumerate(args):
+            if (k := _kind(v)) is not None:
+                counts[i]["number" if k in ("int", "float") else k] += 1
+                if k == "float":
+                    counts[i]["float"] += 1
+    types: list[str] = []
+    for i, declared in enumerate(rel.types):
+        if declared is not None:
+            types.append(declared)
+        elif i in from_corpus:
+            types.append(
+                "float" if from_corpus[i] == "int" and counts[i]["float"] else from_corpus[i]
+            )
+        elif counts[i]:
+            best = max(("number", "str", "bool"), key=lambda k: counts[i][k])
+            types.append(("float" if counts[i]["float"] else "int") if best == "number" else best)
+        else:
+            types.append("str")
+    return tuple(types)
+
+
+# --------------------------------------------------------------------------- landing files
+
+
+def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...], int]:
+    """Relation, raw args and time of one line, or ``ValueError`` with the reason."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("an event must be a JSON object")
+    name = obj.get("relation")
+    if not isinstance(name, str):
+        raise ValueError('missing "relation"')
+    if name not in program.catalog or name == "clock":
+        raise ValueError(f"unknown relation `{name}`")
+    rel = program.catalog[name]
+    if not rel.is_input:
+        raise ValueError(f"`{name}` is derived by rules; it does not take input events")
+    if "t" not in obj or obj["t"] is None:
+        raise ValueError('missing time "t"')
+    try:
+        t = parse_time(obj["t"])
+    except ValueError as exc:
+        raise ValueError(f"invalid time: {exc}") from None
+    raw = obj.get("args", [])
+    if isinstance(raw, dict):
+        missing = [c for c in rel.columns if c not in raw]
+        extra = [k for k in raw if k not in rel.columns]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append("missing " + ", ".join(f"`{c}`" for c in missing))
+            if extra:
+                parts.append("unknown " + ", ".join(f"`{c}`" for c in extra))
+            raise ValueError(f"`{name}` has columns {', '.join(rel.columns)}: {'; '.join(parts)}")
+        args = tuple(raw[c] for c in rel.columns)
+    elif isinstance(raw, list):
+        if len(raw) != rel.arity:
+            raise ValueError(f"`{name}` takes {rel.arity} arguments, this has {len(raw)}")
+        args = tuple(raw)
+    else:
+        raise ValueError('"args" must be an object or a list')
+    for col, v in zip(rel.columns, args, strict=True):
+        if _kind(v) is None:
+            raise ValueError(
+                f"column `{col}` of `{name}` must be a number, string or boolean, "
+                f"got {json.dumps(v)}"
+            )
+    return rel, args, t
+
+
+def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
+    """Read, validate and type every line of ``paths``."""
+    out = Ingested()
+    parsed: list[tuple[str, int, str, Relation, tuple[Any, ...], int]] = []
+    for path in paths:
+        out.files.append(str(path))
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, start=1):
+                text = line.rstrip("\n")
+                if not text.strip():
+                    continue
+                out.lines_read += 1
+                try:
+                    rel, args, t = _parse_line(program, text)
+                except ValueError as exc:
+                    out.quarantined.append(Quarantined(str(path), number, str(exc), text))
+                    continue
+                parsed.append((str(path), number, text, rel, args, t))
+    by_rel: dict[str, list[tuple[Any, ...]]] = {}
+    for *_, rel, args, _t in parsed:
+        by_rel.setdefault(rel.name, []).append(args)
+    types = {
+        name: _column_types(program, program.catalog[name], rows) for name, rows in by_rel.items()
+    }
+    for file, number, text, rel, args, t in parsed:
+        try:
+            values = tuple(
+                _coerce_column(rel, col, v, typ)
+                for col, v, typ in zip(rel.columns, args, types[rel.name], strict=True)
+            )
+        except ValueError as exc:
+            out.quarantined.append(Quarantined(file, number, str(exc), text))
+            continue
+        out.events.setdefault(rel.name, []).append(Row(t, values, t, expiry(t, rel.lifetime)))
+    out.quarantined.sort(key=lambda q: (q.file, q.line))
+    return out
+
+
+def _coerce_column(rel: Relation, col: str, value: Any, typ: str) -> Value:
+    try:
+        return coerce(value, typ)
+    except ValueError as exc:
+        inferred = "" if rel.decl else " (inferred from the data)"
+        raise ValueError(f"column `{col}` of `{rel.name}` is {typ}{inferred}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- corpus facts
+
+
+def corpus_facts(program: Program) -> dict[str, list[Row]]:
+    """The corpus's facts as events: at time 0 or ``@time(c)``, typed like their columns."""
+    out: dict[str, list[Row]] = {}
+    for rule in program.corpus.rules:
+        if not rule.is_fact:
+            continue
+        rel = program.catalog[rule.head.relation]
+        env: dict[str, Value] = {}
+        try:
+            for d in binding_of(rule).def_order:
+                env[d.var.name] = evaluate(d.expr, env)
+            args = tuple(evaluate(a, env) for a in rule.head.args)
+            time = rule.head.time
+            t = int(evaluate(time, env)) if time is not None else 0
+        except Undefined as exc:
+            raise UsageError(f"fact at line {rule.span.line} has no value: {exc}") from None
+        args = tuple(coerce(v, typ) if typ else v for v, typ in zip(args, rel.types, strict=True))
+        out.setdefault(rel.name, []).append(Row(t, args, t, expiry(t, rel.lifetime)))
+    return out

@@ -1,0 +1,359 @@
+"""The reference evaluator: naive, whole-history, obviously correct, slow.
+
+It is the oracle the Spark engine is tested against, so it favours being easy
+to check against DESIGN §3 over speed. For every epoch ``[a, b)`` it starts
+again from scratch: all input versions known before ``b``, every stratum run to
+a fixpoint by re-evaluating every rule on everything, keeping the derived
+versions with ``kt < b``. ``@next`` rules run on the state of the previous
+epoch and are stamped at its end. Nothing here is incremental.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from dagster_pomo.engine.ingest import expiry
+from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.timeline import Epoch, iter_ticks
+from dagster_pomo.engine.values import Undefined, Value, evaluate, holds
+from dagster_pomo.errors import PomoError
+from dagster_pomo.lang import Program, ast
+from dagster_pomo.lang.check import CLOCK, binding_of
+
+Env = dict[str, Value]
+Db = dict[str, dict[tuple[int, tuple[Value, ...], int], Row]]
+
+
+class EvaluationError(PomoError):
+    """A rule produced a value its head relation cannot hold."""
+
+
+def same(a: Value, b: Value) -> bool:
+    """Equality that keeps booleans, numbers and strings apart (``true != 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    return a == b
+
+
+@dataclass(frozen=True)
+class _Match:
+    env: Env
+    rows: tuple[Row, ...]
+    keys: tuple[tuple[object, ...], ...]  # matched events (relation, t, args, aggs)
+
+
+class ReferenceEvaluator:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.catalog = program.catalog
+
+    # ------------------------------------------------------------------ driver
+
+    def run(
+        self, inputs: Mapping[str, list[Row]], epochs: list[Epoch], clock_start: int
+    ) -> dict[str, list[Row]]:
+        """Every derived version with ``kt`` below the end of the last epoch."""
+        derived = {r.name for r in self.catalog if r.derived or r.inductive}
+        out: dict[str, list[Row]] = {name: [] for name in derived}
+        carried: dict[str, list[Row]] = {}  # versions made by @next rules
+        previous_db: Db | None = None
+        for epoch in epochs:
+            if previous_db is not None and epoch.previous is not None:
+                for name, rows in self._next(previous_db, epoch.previous).items():
+                    carried.setdefault(name, []).extend(rows)
+            db = self._base(inputs, carried, clock_start, epoch.end)
+            for stratum in self.program.strata:
+                if not stratum.inductive:
+                    self._fixpoint(stratum.rules, db, epoch.end)
+            for name in derived:
+                out[name].extend(
+                    r for r in db.get(name, {}).values() if epoch.start <= r.kt < epoch.end
+                )
+            previous_db = db
+        return out
+
+    def _base(
+        self,
+        inputs: Mapping[str, list[Row]],
+        carried: Mapping[str, list[Row]],
+        clock_start: int,
+        end: int,
+    ) -> Db:
+        db: Db = {}
+        for source in (inputs, carried):
+            for name, rows in source.items():
+                for row in rows:
+                    if row.kt < end:
+                        _add(db, name, row, aggregating=False)
+        for offset, period in self._clocks():
+            for t in iter_ticks(offset, period, clock_start, end):
+                _add(db, CLOCK, Row(t, (offset, period), t, t + period), aggregating=False)
+        return db
+
+    def _clocks(self) -> set[tuple[int, int]]:
+        found: set[tuple[int, int]] = set()
+        for rule in self.program.corpus.rules:
+            env = self._constants(rule)
+            for atom in rule.positive:
+                if atom.relation == CLOCK:
+                    offset, period = (int(evaluate(a, env)) for a in atom.args)  # type: ignore[arg-type]
+                    if period > 0:
+                        found.add((offset, period))
+        return found
+
+    def _constants(self, rule: ast.Rule) -> Env:
+        b = binding_of(rule)
+        env: Env = {}
+        for d in b.def_order:
+            if d.var.name in b.constant_defs:
+                env[d.var.name] = evaluate(d.expr, env)
+        return env
+
+    def _fixpoint(self, rules: tuple[ast.Rule, ...], db: Db, end: int) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for rule in rules:
+                if not rule.body:
+                    continue  # facts are already among the inputs
+                name = rule.head.relation
+                aggregating = bool(rule.aggregates)
+                for row in self._derive(rule, db):
+                    if row.kt < end:
+                        changed |= _add(db, name, row, aggregating)
+
+    # ------------------------------------------------------------------ matching
+
+    def _matches(
+        self, rule: ast.Rule, db: Db, alive: tuple[int, int] | None = None
+    ) -> Iterator[_Match]:
+        """Combinations of versions for the positive atoms, with ``where`` and guards applied.
+
+        ``alive=(start, end)`` keeps only versions alive at some instant of that window
+        (``@next`` rules); otherwise liveness is checked per match at its time.
+        """
+        atoms = rule.positive
+        order = binding_of(rule).def_order
+
+        def walk(i: int, env: Env, rows: tuple[Row, ...]) -> Iterator[_Match]:
+            if i == len(atoms):
+                full = dict(env)
+                try:
+                    for d in order:
+                        full[d.var.name] = evaluate(d.expr, full)
+                    for atom, row in zip(atoms, rows, strict=True):
+                        if not self._unify(atom, row, full, final=True):
+                            return
+                except Undefined:
+                    return
+                if all(holds(g, full) for g in rule.guards):
+                    keys = tuple(
+                        (a.relation, r.t, r.args, r.aggs) for a, r in zip(atoms, rows, strict=True)
+                    )
+                    yield _Match(full, rows, keys)
+                return
+            atom = atoms[i]
+            for row in db.get(atom.relation, {}).values():
+                if alive is not None and not (row.kt < alive[1] and row.exp > alive[0]):
+                    continue
+                env2 = dict(env)
+                if self._unify(atom, row, env2, final=False):
+                    yield from walk(i + 1, env2, (*rows, row))
+
+        yield from walk(0, self._constants(rule), ())
+
+    def _unify(self, atom: ast.Atom, row: Row, env: Env, final: bool) -> bool:
+        """Bind or compare ``atom``'s arguments with ``row``. Expression arguments are only
+        compared when ``final`` (once every variable and definition is known)."""
+        pairs: list[tuple[ast.Expr, Value]] = list(zip(atom.args, row.args, strict=True))
+        rel = self.catalog[atom.relation]
+        for ann in atom.annotations:
+            if ann.name == "time":
+                pairs.append((ann.args[0], row.t))
+            else:
+                pairs.append((ann.args[0], row.aggs[rel.aggregate_names.index(ann.name)]))
+        for expr, value in pairs:
+            if isinstance(expr, ast.Wildcard):
+                continue
+            if isinstance(expr, ast.Var):
+                if expr.name in env:
+                    if not same(env[expr.name], value):
+                        return False
+                else:
+                    env[expr.name] = value
+            elif isinstance(expr, ast.Const) or final:
+                try:
+                    if not same(evaluate(expr, env), value):
+                        return False
+                except KeyError:
+                    if final:
+                        raise Undefined("unbound variable") from None
+        return True
+
+    def _negation_holds(self, atom: ast.Atom, env: Env, db: Db, alive: tuple[int, int]) -> bool:
+        """No version of ``atom`` agreeing with ``env`` is alive in ``[alive[0], alive[1])``
+        (a single instant ``tau`` is ``(tau, tau + 1)``)."""
+        for row in db.get(atom.relation, {}).values():
+            if row.kt < alive[1] and row.exp > alive[0]:
+                try:
+                    if self._unify(atom, row, dict(env), final=True):
+                        return False
+                except Undefined:
+                    continue
+        return True
+
+    # ------------------------------------------------------------------ deriving
+
+    def _derive(self, rule: ast.Rule, db: Db) -> list[Row]:
+        if rule.aggregates:
+            return self._aggregate(rule, db)
+        out = []
+        for match, tau, exp in self._valid(rule, db):
+            row = self._head(rule, match.env, tau, exp)
+            if row is not None:
+                out.append(row)
+        return out
+
+    def _valid(self, rule: ast.Rule, db: Db) -> Iterator[tuple[_Match, int, int]]:
+        """Matches whose versions are all alive at the match time ``tau`` (the latest ``kt``)
+        and whose negated atoms hold at ``tau``; with the match's expiry."""
+        for match in self._matches(rule, db):
+            tau = max(r.kt for r in match.rows)
+            if not all(r.alive_at(tau) for r in match.rows):
+                continue
+            if all(self._negation_holds(a, match.env, db, (tau, tau + 1)) for a in rule.negative):
+                yield match, tau, min(r.exp for r in match.rows)
+
+    def _head_values(self, rule: ast.Rule, env: Env, tau: int) -> tuple[tuple[Value, ...], int]:
+        rel = self.catalog[rule.head.relation]
+        args = tuple(evaluate(a, env) for a in rule.head.args)
+        args = tuple(_fit(v, typ, rule) for v, typ in zip(args, rel.types, strict=True))
+        time = rule.head.time
+        if time is None:
+            return args, tau
+        t = evaluate(time, env)
+        if isinstance(t, float) and t.is_integer():
+            t = int(t)
+        if not isinstance(t, int) or isinstance(t, bool):
+            raise Undefined("a time must be an integer")
+        return args, t
+
+    def _head(self, rule: ast.Rule, env: Env, tau: int, exp: int) -> Row | None:
+        try:
+            args, t = self._head_values(rule, env, tau)
+        except Undefined:
+            return None
+        lifetime = self.catalog[rule.head.relation].lifetime
+        return Row(t, args, max(tau, t), min(exp, expiry(t, lifetime)), (), tau)
+
+    def _aggregate(self, rule: ast.Rule, db: Db) -> list[Row]:
+        """Per group and per distinct match time ``tau``: the matches made by ``tau`` that are
+        still alive at ``tau``, each distinct combination of events counted once."""
+        groups: dict[tuple[tuple[Value, ...], int | None], list[tuple[int, tuple, tuple, int]]] = {}
+        for match, tau, exp in self._valid(rule, db):
+            try:
+                args, t = self._head_values(rule, match.env, tau)
+                values = tuple(
+                    evaluate(a.args[0], match.env) if a.args else 1 for a in rule.aggregates
+                )
+            except Undefined:
+                continue
+            explicit = t if rule.head.time is not None else None
+            groups.setdefault((args, explicit), []).append((tau, match.keys, values, exp))
+        lifetime = self.catalog[rule.head.relation].lifetime
+        out = []
+        for (args, explicit), items in groups.items():
+            for tau in sorted({item[0] for item in items}):
+                covered: dict[tuple, tuple[tuple, int]] = {}
+                for tau2, keys, values, exp in items:
+                    if tau2 <= tau < exp:
+                        old = covered.get(keys)
+                        covered[keys] = (values, max(exp, old[1]) if old else exp)
+                try:
+                    aggs = tuple(
+                        _aggregate(a.name, [v[i] for v, _ in covered.values()])
+                        for i, a in enumerate(rule.aggregates)
+                    )
+                except Undefined:
+                    continue
+                t = tau if explicit is None else explicit
+                exp = min(e for _, e in covered.values())
+                out.append(Row(t, args, max(tau, t), min(exp, expiry(t, lifetime)), aggs, tau))
+        return out
+
+    def _next(self, db: Db, epoch: Epoch) -> dict[str, list[Row]]:
+        """``@next`` rules over the versions alive at some instant of ``epoch``; stamped at its
+        end and alive for one more epoch of the same length."""
+        out: dict[str, list[Row]] = {}
+        b, length = epoch.end, epoch.end - epoch.start
+        window = (epoch.start, epoch.end)
+        for stratum in self.program.strata:
+            if not stratum.inductive:
+                continue
+            for rule in stratum.rules:
+                lifetime = self.catalog[rule.head.relation].lifetime
+                for match in self._matches(rule, db, alive=window):
+                    if not all(
+                        self._negation_holds(a, match.env, db, window) for a in rule.negative
+                    ):
+                        continue
+                    try:
+                        args, _ = self._head_values(rule, match.env, b)
+                    except Undefined:
+                        continue
+                    exp = min(b + length, expiry(b, lifetime))
+                    out.setdefault(rule.head.relation, []).append(Row(b, args, b, exp, (), b))
+        return out
+
+
+def _fit(value: Value, typ: str | None, rule: ast.Rule) -> Value:
+    """A head value as its declared column type (integers widen to floats)."""
+    if typ is None:
+        return value
+    if typ == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    ok = {"int": int, "time": int, "float": float, "str": str, "bool": bool}[typ]
+    if isinstance(value, ok) and (typ == "bool" or not isinstance(value, bool)):
+        return value
+    raise EvaluationError(
+        f"line {rule.span.line}: `{rule.head.relation}` has a {typ} column, "
+        f"but the rule derives {value!r}"
+    )
+
+
+def _aggregate(name: str, values: list[Value]) -> Value:
+    if name == "count":
+        return len(values)
+    if any(isinstance(v, bool) for v in values):
+        raise Undefined("cannot aggregate booleans")
+    if name == "min":
+        return min(values)  # type: ignore[type-var]
+    if name == "max":
+        return max(values)  # type: ignore[type-var]
+    if any(isinstance(v, str) for v in values):
+        raise Undefined("cannot sum strings")
+    total = sum(values)  # type: ignore[arg-type]
+    return total if name == "sum" else total / len(values)
+
+
+def _add(db: Db, name: str, row: Row, aggregating: bool) -> bool:
+    """Add a version; one per ``(t, args, kt)``: the largest ``exp`` (or, for an aggregate,
+    the latest ``tau``). True if the database changed."""
+    table = db.setdefault(name, {})
+    key = (row.t, row.args, row.kt)
+    seen = table.get(key)
+    if seen is None:
+        table[key] = row
+        return True
+    if aggregating:
+        if row.tau > seen.tau or (row.tau == seen.tau and row != seen):
+            table[key] = row
+            return row != seen
+        return False
+    if row.exp > seen.exp:
+        table[key] = Row(row.t, row.args, row.kt, row.exp, (), min(row.tau, seen.tau))
+        return True
+    return False

@@ -1,0 +1,55 @@
+"""Events as the engine stores them.
+
+A derived event may be derived more than once; each derivation is a *version*
+``(args, t, kt, exp, aggregates)`` that never changes once made. Matching works
+on versions (a version is alive on ``[kt, exp)``), which is what keeps results
+independent of how time is cut into epochs. Outputs merge the versions of one
+event (same relation, args and ``t``): see :func:`merge_versions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from dagster_pomo.engine.values import Value
+
+
+@dataclass(frozen=True, order=True)
+class Row:
+    t: int
+    args: tuple[Value, ...]
+    kt: int
+    exp: int
+    aggs: tuple[Value, ...] = ()
+    tau: int = 0  # the match time that made it; orders versions of aggregates
+
+    def alive_at(self, tau: int) -> bool:
+        return self.kt <= tau < self.exp
+
+    @property
+    def identity(self) -> tuple[int, tuple[Value, ...]]:
+        return (self.t, self.args)
+
+
+def merge_versions(rows: Iterable[Row], aggregating: bool) -> list[Row]:
+    """One row per event: the latest version of an aggregate (largest ``kt``, then ``tau``);
+    otherwise the smallest ``kt`` and the largest ``exp`` over its versions."""
+    merged: dict[tuple[int, tuple[Value, ...]], Row] = {}
+    for row in rows:
+        seen = merged.get(row.identity)
+        if seen is None:
+            merged[row.identity] = row
+        elif aggregating:
+            if (row.kt, row.tau) > (seen.kt, seen.tau):
+                merged[row.identity] = row
+        else:
+            merged[row.identity] = Row(
+                row.t,
+                row.args,
+                min(seen.kt, row.kt),
+                max(seen.exp, row.exp),
+                (),
+                min(seen.tau, row.tau),
+            )
+    return list(merged.values())

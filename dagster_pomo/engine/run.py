@@ -1,0 +1,158 @@
+"""One evaluation without Dagster: inputs, epochs, an evaluator, outputs.
+
+This is what ``pomo run`` does, and the shape the Dagster layer follows per
+partition: plan the epochs, evaluate them in order, merge each event's versions
+for output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
+from dagster_pomo.engine.rows import Row, merge_versions
+from dagster_pomo.engine.timeline import NEVER, Epoch, align_down, epochs
+from dagster_pomo.engine.values import Value
+from dagster_pomo.lang import Program
+from dagster_pomo.lang.render import aggregate_key
+
+ENGINES = ("reference",)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    start: int
+    until: int
+    size: int
+    epochs: list[Epoch]
+
+
+def plan_epochs(
+    times: list[int], size: int, start: int | None = None, until: int | None = None
+) -> EpochPlan:
+    """Epochs of ``size`` from the first event (aligned to multiples of ``size`` from time 0,
+    or from ``start``) to ``until`` (default: the end of the epoch holding the last event)."""
+    if not times and (start is None or until is None):
+        return EpochPlan(start or 0, until or 0, size, [])
+    first = start if start is not None else align_down(min(times), size)
+    if until is None:
+        last = max(times)
+        until = first + ((last - first) // size + 1) * size if last >= first else first
+    return EpochPlan(first, until, size, epochs(first, until, size))
+
+
+@dataclass
+class RunResult:
+    program: Program
+    plan: EpochPlan
+    ingested: Ingested
+    versions: dict[str, list[Row]] = field(default_factory=dict)
+
+    def events(self, relation: str) -> list[Row]:
+        """The relation's events, one per identity, sorted by time then arguments."""
+        rel = self.program.catalog[relation]
+        merged = merge_versions(self.versions.get(relation, []), bool(rel.aggregates))
+        return sorted(merged, key=lambda r: (r.t, tuple(_sort_key(v) for v in r.args)))
+
+    @property
+    def outputs(self) -> list[str]:
+        """Relations with at least one rule with a body, in catalogue order."""
+        return [r.name for r in self.program.catalog if r.derived or r.inductive]
+
+
+def _sort_key(v: Value) -> tuple[int, Any]:
+    if isinstance(v, bool):
+        return (0, v)
+    if isinstance(v, int | float):
+        return (1, v)
+    return (2, v)
+
+
+def load_inputs(program: Program, events: str | Path | None) -> Ingested:
+    """Landing files (if any) plus the corpus's facts."""
+    ingested = ingest_files(program, landing_files(events)) if events else Ingested()
+    for name, rows in corpus_facts(program).items():
+        ingested.events.setdefault(name, []).extend(rows)
+    return ingested
+
+
+def run(
+    program: Program,
+    events: str | Path | None,
+    size: int,
+    start: int | None = None,
+    until: int | None = None,
+    engine: str = "reference",
+) -> RunResult:
+    from dagster_pomo.engine.reference import ReferenceEvaluator
+
+    ingested = load_inputs(program, events)
+    plan = plan_epochs(ingested.times, size, start, until)
+    result = RunResult(program, plan, ingested)
+    if plan.epochs:
+        result.versions = ReferenceEvaluator(program).run(ingested.events, plan.epochs, plan.start)
+    return result
+
+
+def event_json(program: Program, relation: str, row: Row) -> dict[str, Any]:
+    rel = program.catalog[relation]
+    return {
+        "args": list(row.args),
+        "t": row.t,
+        "exp": None if row.exp >= NEVER else row.exp,
+        "aggregates": {aggregate_key(a): v for a, v in zip(rel.aggregates, row.aggs, strict=True)},
+    }
+
+
+def write_outputs(result: RunResult, out: Path) -> dict[str, int]:
+    """``out/<relation>.jsonl`` per output relation and ``out/_quarantine.jsonl``."""
+    out.mkdir(parents=True, exist_ok=True)
+    counts: dict[str, int] = {}
+    for name in result.outputs:
+        rows = result.events(name)
+        counts[name] = len(rows)
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(event_json(result.program, name, row)) + "\n")
+    with open(out / "_quarantine.jsonl", "w", encoding="utf-8") as handle:
+        for q in result.ingested.quarantined:
+            handle.write(json.dumps(q.to_json()) + "\n")
+    return counts
+
+
+def format_tables(result: RunResult, limit: int | None = None) -> str:
+    """A readable table per output relation."""
+    lines: list[str] = []
+    for name in result.outputs:
+        rel = result.program.catalog[name]
+        rows = result.events(name)
+        lines.append(f"{name} ({len(rows)} event{'s' if len(rows) != 1 else ''})")
+        header = ["t", *rel.columns, *(aggregate_key(a) for a in rel.aggregates), "exp"]
+        body = [
+            [
+                str(r.t),
+                *(json.dumps(v) for v in r.args),
+                *(_fmt(v) for v in r.aggs),
+                "never" if r.exp >= NEVER else str(r.exp),
+            ]
+            for r in (rows if limit is None else rows[:limit])
+        ]
+        widths = [max(len(c) for c in col) for col in zip(header, *body, strict=True)]
+        for cells in (header, *body):
+            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
+        if limit is not None and len(rows) > limit:
+            lines.append(f"  ... {len(rows) - limit} more")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _fmt(v: Value) -> str:
+    return json.dumps(v)
+
+
+def summary(result: RunResult) -> Mapping[str, int]:
+    return {name: len(result.events(name)) for name in result.outputs}

@@ -1,0 +1,93 @@
+"""Times, durations and epochs: the arithmetic every evaluator shares.
+
+Times are integer milliseconds since the Unix epoch. ``NEVER`` stands for "does
+not expire" inside the engine, so that expiry is always an integer and ``min``
+and ``max`` need no special cases; outputs show it as ``null``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from dagster_pomo.errors import UsageError
+
+NEVER = 2**63 - 1
+_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """The half-open window ``[start, end)``; ``previous`` is the epoch before it, if any."""
+
+    start: int
+    end: int
+    previous: Epoch | None = None
+
+    def __repr__(self) -> str:
+        return f"Epoch[{self.start}, {self.end})"
+
+
+def parse_duration(text: str) -> int:
+    """``"1h"`` -> 3600000; a bare number is milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", text)
+    if not match:
+        raise UsageError(f"`{text}` is not a duration; write e.g. 250ms, 30s, 10m, 1h or 1d")
+    value = int(match.group(1)) * _UNITS[match.group(2) or "ms"]
+    if value <= 0:
+        raise UsageError("a duration must be positive")
+    return value
+
+
+def parse_time(value: object) -> int:
+    """Milliseconds from an integer or an ISO-8601 string (UTC unless it says otherwise)."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a time")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"-?\d+", text):
+            return int(text)
+        try:
+            stamp = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"`{value}` is not an ISO-8601 time or milliseconds") from None
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=UTC)
+        delta = stamp - datetime(1970, 1, 1, tzinfo=UTC)
+        return (delta.days * 86_400 + delta.seconds) * 1_000 + delta.microseconds // 1_000
+    raise ValueError(f"{value!r} is not a time")
+
+
+def align_down(t: int, size: int) -> int:
+    return (t // size) * size
+
+
+def epochs(start: int, until: int, size: int) -> list[Epoch]:
+    """Epochs ``[start, start+size), ...`` up to ``until``; the last may be shorter."""
+    out: list[Epoch] = []
+    previous: Epoch | None = None
+    a = start
+    while a < until:
+        epoch = Epoch(a, min(a + size, until), previous)
+        out.append(epoch)
+        previous = epoch
+        a += size
+    return out
+
+
+def iter_ticks(offset: int, period: int, start: int, end: int) -> Iterator[int]:
+    """Times of the clock ticks alive at some instant of ``[start, end)``.
+
+    A tick at ``t`` lives for one period, ``[t, t + period)``; the first tick is at ``offset``.
+    """
+    k = max(0, (start - offset) // period)
+    t = offset + k * period
+    while t < end:
+        yield t
+        t += period
