@@ -33,3 +33,14 @@ class Golden:
 @pytest.fixture
 def golden() -> Golden:
     return Golden()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_spark_session_per_run():
+    """Every Spark test shares one local session; it is stopped when the run ends."""
+    yield
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()

@@ -15,73 +15,104 @@ from dagster_pomo.lang import compile_corpus
 EPOCHS = (1, 7, 10, 1000)
 
 
-def evaluate(tmp_path: Path, corpus: str, events: list[tuple[str, int, list[Any]]],
-             epoch: int, engine: str, until: int | None = None) -> dict[str, list[dict]]:
+def evaluate(
+    tmp_path: Path,
+    corpus: str,
+    events: list[tuple[str, int, list[Any]]],
+    epoch: int,
+    engine: str,
+    until: int | None = None,
+) -> dict[str, list[dict]]:
     program = compile_corpus(corpus, "case.pomo")
     path = tmp_path / "events.jsonl"
-    path.write_text("".join(
-        json.dumps({"relation": r, "t": t, "args": a}) + "\n" for r, t, a in events
-    ))
+    path.write_text(
+        "".join(json.dumps({"relation": r, "t": t, "args": a}) + "\n" for r, t, a in events)
+    )
     result = run(program, path, epoch, start=0, until=until, engine=engine)
     assert not result.ingested.quarantined
-    return {name: [event_json(program, name, row) for row in result.events(name)]
-            for name in result.outputs}
+    return {
+        name: [event_json(program, name, row) for row in result.events(name)]
+        for name in result.outputs
+    }
 
 
 def ev(args: list[Any], t: int, exp: int | None = None, **aggs: Any) -> dict[str, Any]:
     return {"args": args, "t": t, "exp": exp, "aggregates": aggs}
 
 
-@pytest.fixture(params=ENGINES)
-def engine(request: pytest.FixtureRequest) -> str:
-    return request.param
+# Spark pays a fixed cost per epoch, so it runs the cases at the sizes that cut them into
+# a handful of epochs (and one batch); the reference runs every size.
+SPARK_EPOCHS = (7, 1000)
 
 
-@pytest.fixture(params=EPOCHS, ids=[f"epoch{e}ms" for e in EPOCHS])
-def epoch(request: pytest.FixtureRequest) -> int:
-    return request.param
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "engine" not in metafunc.fixturenames:
+        return
+    if "epoch" in metafunc.fixturenames:
+        cases = [(e, s) for e in ENGINES for s in (SPARK_EPOCHS if e == "spark" else EPOCHS)]
+        metafunc.parametrize(("engine", "epoch"), cases, ids=[f"{e}-{s}ms" for e, s in cases])
+    else:
+        metafunc.parametrize("engine", ENGINES)
 
 
 def test_pomologic_diagonal(tmp_path, engine, epoch) -> None:
     points = [("point", 0, [x, y]) for x in range(3) for y in range(3)]
     out = evaluate(tmp_path, "diagonal(x, y) := point(x, y) if x <= y;", points, epoch, engine)
-    assert out["diagonal"] == [ev([x, y], 0) for x, y in
-                               [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]]
+    assert out["diagonal"] == [
+        ev([x, y], 0) for x, y in [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+    ]
 
 
 def test_pomologic_meals_with_negation(tmp_path, engine, epoch) -> None:
     corpus = """suggested_meal(a, b, food) :=
         person(a) ^ person(b) ^ likes(a, food) ^ !dislikes(b, food) if a != b;"""
-    events = [("person", 0, ["Quinn"]), ("person", 0, ["Brooke"]),
-              ("likes", 0, ["Quinn", "Ramen"]), ("likes", 0, ["Brooke", "Vegan"]),
-              ("likes", 0, ["Brooke", "Schnitzel"]), ("dislikes", 0, ["Quinn", "Vegan"]),
-              ("dislikes", 0, ["Brooke", "Mushrooms"])]
+    events = [
+        ("person", 0, ["Quinn"]),
+        ("person", 0, ["Brooke"]),
+        ("likes", 0, ["Quinn", "Ramen"]),
+        ("likes", 0, ["Brooke", "Vegan"]),
+        ("likes", 0, ["Brooke", "Schnitzel"]),
+        ("dislikes", 0, ["Quinn", "Vegan"]),
+        ("dislikes", 0, ["Brooke", "Mushrooms"]),
+    ]
     out = evaluate(tmp_path, corpus, events, epoch, engine)
-    assert out["suggested_meal"] == [ev(["Brooke", "Quinn", "Schnitzel"], 0),
-                                     ev(["Quinn", "Brooke", "Ramen"], 0)]
+    assert out["suggested_meal"] == [
+        ev(["Brooke", "Quinn", "Schnitzel"], 0),
+        ev(["Quinn", "Brooke", "Ramen"], 0),
+    ]
 
 
 def test_pomologic_total_stock_is_a_running_sum_per_category(tmp_path, engine, epoch) -> None:
     corpus = "total_stock(category) @sum(quantity) := product(name, category, quantity);"
-    events = [("product", 0, ["apple", "fruit", 3]), ("product", 5, ["pear", "fruit", 4]),
-              ("product", 7, ["leek", "veg", 1])]
+    events = [
+        ("product", 0, ["apple", "fruit", 3]),
+        ("product", 5, ["pear", "fruit", 4]),
+        ("product", 7, ["leek", "veg", 1]),
+    ]
     out = evaluate(tmp_path, corpus, events, epoch, engine)
-    assert out["total_stock"] == [ev(["fruit"], 0, **{"sum(quantity)": 3}),
-                                  ev(["fruit"], 5, **{"sum(quantity)": 7}),
-                                  ev(["veg"], 7, **{"sum(quantity)": 1})]
+    assert out["total_stock"] == [
+        ev(["fruit"], 0, **{"sum(quantity)": 3}),
+        ev(["fruit"], 5, **{"sum(quantity)": 7}),
+        ev(["veg"], 7, **{"sum(quantity)": 1}),
+    ]
 
 
 def test_negation_is_judged_at_the_match_time(tmp_path, engine, epoch) -> None:
     corpus = ".decl storm(region: str) lifetime 5;\ncalm(n) := reading(n) ^ !storm(_);"
-    events = [("reading", 10, [1]), ("storm", 20, ["north"]), ("reading", 22, [2]),
-              ("reading", 30, [3])]
+    events = [
+        ("reading", 10, [1]),
+        ("storm", 20, ["north"]),
+        ("reading", 22, [2]),
+        ("reading", 30, [3]),
+    ]
     out = evaluate(tmp_path, corpus, events, epoch, engine)
     # The storm arrives after reading 1 (no retraction) and is over by reading 3.
     assert out["calm"] == [ev([1], 10), ev([3], 30)]
 
 
-def test_a_match_needs_every_event_alive_and_expires_with_the_first(tmp_path, engine,
-                                                                     epoch) -> None:
+def test_a_match_needs_every_event_alive_and_expires_with_the_first(
+    tmp_path, engine, epoch
+) -> None:
     corpus = """.decl a(x: int) lifetime 10;
     .decl b(x: int) lifetime 100;
     c(x) := a(x) ^ b(x);"""
@@ -108,20 +139,31 @@ def test_seed_smoothing_with_a_clock(tmp_path, engine, epoch) -> None:
         water_level(tank, x) @time(te) ^ clock(offset, period) @time(tc)
         if te < tc ^ te >= tc - period
         where offset = 0, period = 10;"""
-    events = [("water_level", 1, ["a", 2.0]), ("water_level", 4, ["a", 4.0]),
-              ("water_level", 12, ["a", 6.0])]
+    events = [
+        ("water_level", 1, ["a", 2.0]),
+        ("water_level", 4, ["a", 4.0]),
+        ("water_level", 12, ["a", 6.0]),
+    ]
     out = evaluate(tmp_path, corpus, events, epoch, engine, until=30)
     # Ticks at 10 and 20 each average the minute before; a tick lives one period.
-    assert out["smoothed"] == [ev(["a"], 5, 20, **{"average(x)": 3.0}),
-                               ev(["a"], 15, 30, **{"average(x)": 6.0})]
+    assert out["smoothed"] == [
+        ev(["a"], 5, 20, **{"average(x)": 3.0}),
+        ev(["a"], 15, 30, **{"average(x)": 6.0}),
+    ]
 
 
 def test_recursion_reaches_a_fixpoint_at_each_time(tmp_path, engine, epoch) -> None:
     corpus = "reach(x, y) := edge(x, y);\nreach(x, z) := reach(x, y) ^ edge(y, z);"
     events = [("edge", 0, [1, 2]), ("edge", 5, [2, 3]), ("edge", 7, [3, 4])]
     out = evaluate(tmp_path, corpus, events, epoch, engine)
-    assert out["reach"] == [ev([1, 2], 0), ev([1, 3], 5), ev([2, 3], 5), ev([1, 4], 7),
-                            ev([2, 4], 7), ev([3, 4], 7)]
+    assert out["reach"] == [
+        ev([1, 2], 0),
+        ev([1, 3], 5),
+        ev([2, 3], 5),
+        ev([1, 4], 7),
+        ev([2, 4], 7),
+        ev([3, 4], 7),
+    ]
 
 
 def test_explicit_future_time_and_negation_make_timeouts(tmp_path, engine, epoch) -> None:
@@ -148,8 +190,12 @@ def test_dedalus_counter_with_next(tmp_path, engine) -> None:
     seq(a, x) @next := seq(a, x) ^ !event(a);"""
     events = [("event", 3, ["c"]), ("event", 25, ["c"])]
     out = evaluate(tmp_path, corpus, events, 10, engine, until=40)
-    assert out["seq"] == [ev(["c", 0], 0, 10), ev(["c", 1], 10, 20), ev(["c", 1], 20, 30),
-                          ev(["c", 2], 30, 40)]
+    assert out["seq"] == [
+        ev(["c", 0], 0, 10),
+        ev(["c", 1], 10, 20),
+        ev(["c", 1], 20, 30),
+        ev(["c", 2], 30, 40),
+    ]
 
 
 def test_next_depends_on_the_epoch_size(tmp_path, engine) -> None:

@@ -43,6 +43,7 @@ class Ingested:
     quarantined: list[Quarantined] = field(default_factory=list)
     lines_read: int = 0
     files: list[str] = field(default_factory=list)
+    types: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input column types
 
     @property
     def accepted(self) -> int:
@@ -207,8 +208,10 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
     for *_, rel, args, _t in parsed:
         by_rel.setdefault(rel.name, []).append(args)
     types = {
-        name: _column_types(program, program.catalog[name], rows) for name, rows in by_rel.items()
+        rel.name: _column_types(program, rel, by_rel.get(rel.name, []))
+        for rel in program.catalog.inputs
     }
+    out.types = {name: tuple("int" if t == "time" else t for t in ts) for name, ts in types.items()}
     for file, number, text, rel, args, t in parsed:
         try:
             values = tuple(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from dagster_pomo.engine.ingest import expiry
 from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.timeline import Epoch, iter_ticks
 from dagster_pomo.engine.values import Undefined, Value, evaluate, holds
 from dagster_pomo.errors import PomoError
@@ -46,9 +47,10 @@ class _Match:
 
 
 class ReferenceEvaluator:
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, schemas: Mapping[str, Schema]) -> None:
         self.program = program
         self.catalog = program.catalog
+        self.schemas = schemas
 
     # ------------------------------------------------------------------ driver
 
@@ -228,9 +230,9 @@ class ReferenceEvaluator:
                 yield match, tau, min(r.exp for r in match.rows)
 
     def _head_values(self, rule: ast.Rule, env: Env, tau: int) -> tuple[tuple[Value, ...], int]:
-        rel = self.catalog[rule.head.relation]
+        schema = self.schemas[rule.head.relation]
         args = tuple(evaluate(a, env) for a in rule.head.args)
-        args = tuple(_fit(v, typ, rule) for v, typ in zip(args, rel.types, strict=True))
+        args = tuple(_fit(v, typ, rule) for v, typ in zip(args, schema.types, strict=True))
         time = rule.head.time
         if time is None:
             return args, tau
@@ -309,10 +311,8 @@ class ReferenceEvaluator:
         return out
 
 
-def _fit(value: Value, typ: str | None, rule: ast.Rule) -> Value:
-    """A head value as its declared column type (integers widen to floats)."""
-    if typ is None:
-        return value
+def _fit(value: Value, typ: str, rule: ast.Rule) -> Value:
+    """A head value as its column's type (integers widen to floats)."""
     if typ == "float" and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     ok = {"int": int, "time": int, "float": float, "str": str, "bool": bool}[typ]

@@ -15,12 +15,13 @@ from typing import Any
 
 from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
 from dagster_pomo.engine.rows import Row, merge_versions
+from dagster_pomo.engine.schema import infer_schemas
 from dagster_pomo.engine.timeline import NEVER, Epoch, align_down, epochs
 from dagster_pomo.engine.values import Value
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.render import aggregate_key
 
-ENGINES = ("reference",)
+ENGINES = ("spark", "reference")  # the first is the default
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def _sort_key(v: Value) -> tuple[int, Any]:
 
 def load_inputs(program: Program, events: str | Path | None) -> Ingested:
     """Landing files (if any) plus the corpus's facts."""
-    ingested = ingest_files(program, landing_files(events)) if events else Ingested()
+    ingested = ingest_files(program, landing_files(events) if events else [])
     for name, rows in corpus_facts(program).items():
         ingested.events.setdefault(name, []).extend(rows)
     return ingested
@@ -91,10 +92,18 @@ def run(
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
     ingested = load_inputs(program, events)
+    schemas = infer_schemas(program, ingested.types)
     plan = plan_epochs(ingested.times, size, start, until)
     result = RunResult(program, plan, ingested)
-    if plan.epochs:
-        result.versions = ReferenceEvaluator(program).run(ingested.events, plan.epochs, plan.start)
+    if not plan.epochs:
+        return result
+    if engine == "spark":
+        from dagster_pomo.engine.spark.evaluator import run_spark
+
+        result.versions = run_spark(program, schemas, ingested, plan)
+    else:
+        evaluator = ReferenceEvaluator(program, schemas)
+        result.versions = evaluator.run(ingested.events, plan.epochs, plan.start)
     return result
 
 

@@ -1,0 +1,199 @@
+"""Column types of every relation, worked out before evaluation.
+
+Spark needs a schema for every relation (also an empty one), and both
+evaluators must give a value the same type (an integer derived into a float
+column is a float). Types: ``int``, ``float``, ``str``, ``bool``. Declared
+columns keep their type (``time`` is ``int``); input columns come from the
+data; derived columns from the expressions that compute them, to a fixpoint
+for recursive relations. Integers and floats meeting in one column give float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dagster_pomo.errors import PomoError
+from dagster_pomo.lang import Program, ast
+from dagster_pomo.lang.check import CLOCK, binding_of
+from dagster_pomo.lang.render import aggregate_key
+
+
+class SchemaError(PomoError):
+    """A column would have to hold values of incompatible types."""
+
+
+@dataclass(frozen=True)
+class Schema:
+    name: str
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    aggregates: tuple[tuple[str, str, str], ...] = ()  # (function, output key, type)
+
+    @property
+    def aggregate_columns(self) -> tuple[str, ...]:
+        return tuple(f"_agg_{fn}" for fn, _, _ in self.aggregates)
+
+
+def _widen(a: str | None, b: str | None) -> str | None:
+    if a is None or a == b:
+        return b
+    if b is None:
+        return a
+    if {a, b} == {"int", "float"}:
+        return "float"
+    raise ValueError(f"{a} and {b}")
+
+
+def expr_type(expr: ast.Expr, env: Mapping[str, str]) -> str | None:
+    """The type of ``expr``, or None if unknown yet (or undefined, e.g. text arithmetic)."""
+    if isinstance(expr, ast.Const):
+        return {"duration": "int"}.get(expr.kind, expr.kind)
+    if isinstance(expr, ast.Var):
+        return env.get(expr.name)
+    if isinstance(expr, ast.Neg):
+        return expr_type(expr.operand, env)
+    if isinstance(expr, ast.BinOp):
+        if expr.op in ast.COMPARISONS:
+            return "bool"
+        left, right = expr_type(expr.left, env), expr_type(expr.right, env)
+        if left == right == "int":
+            return "int"
+        return "float" if {left, right} <= {"int", "float"} else None
+    if isinstance(expr, ast.Call):
+        args = [expr_type(a, env) for a in expr.args]
+        if expr.func in ("floor", "ceil", "round", "length", "int"):
+            return "int"
+        if expr.func in ("lower", "upper", "concat", "str"):
+            return "str"
+        if expr.func == "float":
+            return "float"
+        try:
+            found: str | None = None
+            for a in args:
+                found = _widen(found, a)
+            return found
+        except ValueError:
+            return None
+    return None
+
+
+def rule_env(rule: ast.Rule, schemas: Mapping[str, Schema]) -> dict[str, str]:
+    """Types of the variables a rule binds, as far as they are known."""
+    env: dict[str, str] = {}
+    for atom in rule.positive:
+        schema = schemas.get(atom.relation)
+        if schema is None:
+            continue
+        if atom.relation != CLOCK:
+            for arg, typ in zip(atom.args, schema.types, strict=True):
+                if isinstance(arg, ast.Var):
+                    env.setdefault(arg.name, typ)
+        aggs = {fn: typ for fn, _, typ in schema.aggregates}
+        for ann in atom.annotations:
+            if isinstance(ann.args[0], ast.Var):
+                typ = "int" if ann.name == "time" else aggs.get(ann.name)
+                if typ is not None:
+                    env.setdefault(ann.args[0].name, typ)
+    for d in binding_of(rule).def_order:
+        typ = expr_type(d.expr, env)
+        if typ is not None:
+            env[d.var.name] = typ
+    return env
+
+
+def _aggregate_type(fn: str, arg: str | None) -> str | None:
+    if fn == "count":
+        return "int"
+    if fn == "average":
+        return "float"
+    return arg
+
+
+def infer_schemas(
+    program: Program, input_types: Mapping[str, tuple[str, ...]]
+) -> dict[str, Schema]:
+    """A schema for every relation of ``program``; raises :class:`SchemaError` on a conflict."""
+    cat = program.catalog
+    types: dict[str, list[str | None]] = {}
+    aggs: dict[str, list[str | None]] = {}
+    for rel in cat:
+        declared = [None if t is None else ("int" if t == "time" else t) for t in rel.types]
+        if rel.is_input and rel.name in input_types:
+            declared = [d or i for d, i in zip(declared, input_types[rel.name], strict=True)]
+        types[rel.name] = declared
+        aggs[rel.name] = [None] * len(rel.aggregates)
+    if CLOCK in cat:
+        types[CLOCK] = ["int", "int"]
+
+    def snapshot() -> dict[str, Schema]:
+        return {
+            name: Schema(
+                name,
+                cat[name].columns,
+                tuple(t or "str" for t in ts),
+                tuple(
+                    (a.name, aggregate_key(a), aggs[name][i] or "int")
+                    for i, a in enumerate(cat[name].aggregates)
+                ),
+            )
+            for name, ts in types.items()
+            if all(t is not None for t in ts)
+        } | {
+            name: Schema(name, cat[name].columns, tuple(t or "str" for t in ts))
+            for name, ts in types.items()
+            if cat[name].is_input
+        }
+
+    changed = True
+    while changed:
+        changed = False
+        known = snapshot()
+        for rule in program.corpus.rules:
+            if not rule.body:
+                continue
+            env = rule_env(rule, known)
+            name = rule.head.relation
+            declared = cat[name].types
+            for i, arg in enumerate(rule.head.args):
+                if declared[i] is not None:
+                    continue
+                new = _merge(types[name][i], expr_type(arg, env), rule, i)
+                if new != types[name][i]:
+                    types[name][i], changed = new, True
+            for i, ann in enumerate(rule.aggregates):
+                arg = expr_type(ann.args[0], env) if ann.args else None
+                new = _aggregate_type(ann.name, arg)
+                if ann.name == "sum" and new not in (None, "int", "float"):
+                    raise SchemaError(f"line {rule.span.line}: `@sum` needs numbers")
+                if new is not None and new != aggs[name][i]:
+                    aggs[name][i], changed = _merge(aggs[name][i], new, rule, i), True
+    # Facts of derived relations, and anything left unknown (no data, no constants): str.
+    for rule in program.corpus.rules:
+        if rule.is_fact and not cat[rule.head.relation].is_input:
+            name = rule.head.relation
+            for i, arg in enumerate(rule.head.args):
+                if cat[name].types[i] is None:
+                    types[name][i] = _merge(types[name][i], expr_type(arg, {}), rule, i)
+    return snapshot() | {
+        name: Schema(
+            name,
+            cat[name].columns,
+            tuple(t or "str" for t in ts),
+            tuple(
+                (a.name, aggregate_key(a), aggs[name][i] or "int")
+                for i, a in enumerate(cat[name].aggregates)
+            ),
+        )
+        for name, ts in types.items()
+    }
+
+
+def _merge(old: str | None, new: str | None, rule: ast.Rule, i: int) -> str | None:
+    try:
+        return _widen(old, new)
+    except ValueError as exc:
+        raise SchemaError(
+            f"line {rule.span.line}: column {i} of `{rule.head.relation}` would hold {exc}; "
+            "declare the relation with `.decl` or make the rules agree"
+        ) from None

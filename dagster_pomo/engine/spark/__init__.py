@@ -1,0 +1,1 @@
+"""Evaluation on Apache Spark: one DataFrame plan per rule, one Parquet partition per epoch."""

@@ -1,0 +1,443 @@
+"""Epoch-by-epoch evaluation on Spark, reading only the history that can still matter.
+
+For epoch ``[a, b)`` a relation's state is its versions from earlier epochs that
+are still alive after ``a`` (only the epochs its lifetime can reach are read)
+plus the versions this epoch made so far. Each stratum's new versions (those
+with ``tau`` in ``[a, b)``) are written to the epoch's partition and read back,
+so plans stay short. Recursive strata run semi-naive: after one full round,
+each round joins only the previous round's new versions. ``@next`` rules run at
+the start of an epoch on the state of the one before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from dagster_pomo.engine.ingest import Ingested
+from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.schema import Schema
+from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.timeline import NEVER, Epoch, iter_ticks
+from dagster_pomo.lang import Program, Stratum, ast
+from dagster_pomo.lang.check import CLOCK
+
+_SPARK = {"int": LongType(), "float": DoubleType(), "str": StringType(), "bool": BooleanType()}
+
+
+def struct_of(schema: Schema) -> StructType:
+    fields = [StructField(c, _SPARK[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
+    fields += [StructField(f"_agg_{fn}", _SPARK[t]) for fn, _, t in schema.aggregates]
+    fields += [StructField(m, LongType()) for m in R.META]
+    return StructType(fields)
+
+
+def epoch_key(epoch: Epoch) -> str:
+    return str(epoch.start)
+
+
+@dataclass
+class StratumStats:
+    index: int
+    relations: tuple[str, ...]
+    rounds: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass
+class EpochStats:
+    epoch: Epoch
+    strata: list[StratumStats] = field(default_factory=list)
+    spark_jobs: int = 0
+    seconds: float = 0.0
+
+
+class SparkEvaluator:
+    """Evaluates one corpus epoch by epoch into a warehouse."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        program: Program,
+        schemas: Mapping[str, Schema],
+        warehouse: Warehouse,
+        epochs: list[Epoch],
+        clock_start: int,
+        facts: Mapping[str, list[Row]] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.program = program
+        self.catalog = program.catalog
+        self.schemas = schemas
+        self.wh = warehouse
+        self.epochs = epochs
+        self.clock_start = clock_start
+        self.facts = {k: v for k, v in (facts or {}).items() if not self.catalog[k].is_input}
+        self.structs = {name: struct_of(s) for name, s in schemas.items()}
+        self.life = self._max_lifetimes()
+        self.defers = {
+            r.head.relation for r in program.corpus.rules if r.body and r.head.time is not None
+        }
+        self._current: dict[str, DataFrame] = {}
+
+    # ------------------------------------------------------------------ set-up
+
+    def _max_lifetimes(self) -> dict[str, int]:
+        """An upper bound of ``exp - kt`` per relation, to know how far back to read."""
+        size = max((e.end - e.start for e in self.epochs), default=1)
+        life: dict[str, int] = {}
+        for rel in self.catalog:
+            life[rel.name] = rel.lifetime if rel.lifetime is not None else NEVER
+        if CLOCK in self.catalog:
+            life[CLOCK] = max((p for _, p in self._clocks()), default=1)
+        for rel in self.catalog:
+            if rel.inductive:
+                life[rel.name] = min(life[rel.name], size)
+        changed = True
+        while changed:  # derived: at most the longest-living body of its rules
+            changed = False
+            for rel in self.catalog:
+                if not rel.derived or rel.lifetime is not None:
+                    continue
+                bound = 0
+                for rule in self.program.corpus.rules:
+                    if rule.head.relation == rel.name and rule.body and not rule.is_inductive:
+                        bound = max(bound, min(life[a.relation] for a in rule.positive))
+                    elif rule.head.relation == rel.name and (rule.is_inductive or not rule.body):
+                        bound = NEVER
+                if bound < life[rel.name]:
+                    life[rel.name], changed = bound, True
+        return life
+
+    def _clocks(self) -> set[tuple[int, int]]:
+        found = set()
+        for rule in self.program.corpus.rules:
+            consts = R.constants_of(rule)
+            for atom in rule.positive:
+                if atom.relation == CLOCK:
+                    values = []
+                    for arg in atom.args:
+                        values.append(arg.value if isinstance(arg, ast.Const) else consts[arg.name])  # type: ignore[union-attr]
+                    if int(values[1]) > 0:
+                        found.add((int(values[0]), int(values[1])))
+        return found
+
+    def _rows_frame(self, name: str, rows: list[Row]) -> DataFrame:
+        data = [(*r.args, *r.aggs, r.t, r.kt, r.exp, r.tau) for r in rows]
+        return self.spark.createDataFrame(data, self.structs[name])
+
+    def _key_for(self, t: int) -> str | None:
+        """The epoch holding time ``t`` (earlier times go to the first epoch)."""
+        if not self.epochs or t >= self.epochs[-1].end:
+            return None
+        for e in self.epochs:
+            if t < e.end:
+                return epoch_key(e)
+        return None
+
+    def write_inputs(self, events: Mapping[str, list[Row]]) -> None:
+        """Store each input relation's events in the partitions of their epochs."""
+        for rel in self.catalog.inputs:
+            rows = [(r, k) for r in events.get(rel.name, []) if (k := self._key_for(r.kt))]
+            data = [(*r.args, *r.aggs, r.t, r.kt, r.exp, r.tau, k) for r, k in rows]
+            struct = StructType(
+                [*self.structs[rel.name].fields, StructField("epoch", StringType())]
+            )
+            if data:
+                self.wh.write_partitioned(rel.name, self.spark.createDataFrame(data, struct))
+
+    # ------------------------------------------------------------------ state
+
+    def _history(self, name: str, epoch: Epoch, after: int) -> DataFrame:
+        """Versions from epochs before ``epoch`` still alive after ``after``."""
+        if name == CLOCK:
+            return self._ticks(after, epoch.start)
+        reach = self.life.get(name, NEVER)
+        keys = [
+            epoch_key(e)
+            for e in self.epochs
+            if e.start < epoch.start and (reach >= NEVER or e.end + reach > after)
+        ]
+        return self.wh.read(name, self.structs[name], keys).filter(F.col("exp") > after)
+
+    def _ticks(self, start: int, end: int) -> DataFrame:
+        """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start)."""
+        begin = max(start, self.clock_start)
+        rows = [
+            Row(t, (o, p), t, t + p, (), t)
+            for o, p in self._clocks()
+            for t in iter_ticks(o, p, begin, end)
+        ]
+        return self._rows_frame(CLOCK, rows)
+
+    def _state(self, name: str, epoch: Epoch) -> DataFrame:
+        """All versions of ``name`` that can take part in a match with ``tau`` in the epoch."""
+        if name == CLOCK:
+            return self._ticks(epoch.start, epoch.end)
+        history = self._history(name, epoch, epoch.start)
+        current = self._current.get(name)
+        if current is None:
+            current = self.wh.read(name, self.structs[name], [epoch_key(epoch)])
+            self._current[name] = current
+        return history.unionByName(current)
+
+    # ------------------------------------------------------------------ one epoch
+
+    def evaluate_epoch(self, epoch: Epoch) -> EpochStats:
+        stats = EpochStats(epoch)
+        tracker = self.spark.sparkContext.statusTracker()
+        group = f"pomo-{self.program.name}-{epoch_key(epoch)}"
+        self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
+        started = time.perf_counter()
+        self._current = {}
+        carried = self._next(epoch) if epoch.previous is not None else {}
+        key = epoch_key(epoch)
+        for rel in self.catalog:  # relations only @next derives: written before the strata
+            if rel.inductive and not rel.derived:
+                rows = carried.get(rel.name)
+                facts = self._seeds(rel.name, epoch, {})
+                rows = facts if rows is None else facts.unionByName(rows)
+                self.wh.write(rel.name, key, self._dedupe(rel.name, rows))
+                self._current[rel.name] = self.wh.read(rel.name, self.structs[rel.name], [key])
+        for stratum in self.program.strata:
+            if not stratum.inductive:
+                stats.strata.append(self._stratum(stratum, epoch, carried))
+        stats.seconds = time.perf_counter() - started
+        stats.spark_jobs = len(tracker.getJobIdsForGroup(group))
+        self.spark.sparkContext.setJobGroup("pomo", "idle")
+        return stats
+
+    def _seeds(self, name: str, epoch: Epoch, carried: Mapping[str, DataFrame]) -> DataFrame:
+        """Versions of a derived relation that this epoch gets without deriving them: facts,
+        events deferred to it by earlier epochs, and ``@next`` results."""
+        first = epoch is self.epochs[0]
+        facts = [
+            r
+            for r in self.facts.get(name, [])
+            if (r.kt < epoch.end) and (first or r.kt >= epoch.start)
+        ]
+        parts = [self._rows_frame(name, facts)] if facts else []
+        if name in self.defers:
+            keys = [epoch_key(e) for e in self.epochs if e.start < epoch.start]
+            deferred = self.wh.read(name, self.structs[name], keys, deferred=True)
+            parts.append(deferred.filter((F.col("kt") >= epoch.start) & (F.col("kt") < epoch.end)))
+        if name in carried:
+            parts.append(carried[name])
+        if not parts:
+            return self.spark.createDataFrame([], self.structs[name])
+        return reduce(DataFrame.unionByName, parts)
+
+    def _derive(
+        self, rule: ast.Rule, epoch: Epoch, source: dict[int, DataFrame] | None = None
+    ) -> DataFrame:
+        source = source or {}
+        positives = [
+            source[i] if i in source else self._state(a.relation, epoch)
+            for i, a in enumerate(rule.positive)
+        ]
+        negatives = [self._state(a.relation, epoch) for a in rule.negative]
+        lifetime = self.catalog[rule.head.relation].lifetime
+        fn = R.aggregate if rule.aggregates else R.derive
+        return fn(rule, positives, negatives, self.schemas, lifetime, epoch.start, epoch.end)
+
+    def _dedupe(self, name: str, df: DataFrame) -> DataFrame:
+        """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
+        schema = self.schemas[name]
+        key = [*schema.columns, "t", "kt"]
+        if schema.aggregates:
+            rest = [*schema.aggregate_columns, "exp", "_tau"]
+            best = F.max_by(F.struct(*rest), F.col("_tau")).alias("__best")
+            return (
+                df.groupBy(*key)
+                .agg(best)
+                .select(*key, *[f"__best.{c}" for c in rest])
+                .select(*R.row_columns(schema))
+            )
+        return (
+            df.groupBy(*key)
+            .agg(F.max("exp").alias("exp"), F.min("_tau").alias("_tau"))
+            .select(*R.row_columns(schema))
+        )
+
+    def _stratum(
+        self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame]
+    ) -> StratumStats:
+        stats = StratumStats(stratum.index, stratum.relations)
+        started = time.perf_counter()
+        names = list(stratum.relations)
+        current = {n: self._seeds(n, epoch, carried) for n in names}
+        rules = [r for r in stratum.rules if r.body]
+        if stratum.recursive:
+            for n in names:
+                self._current[n] = current[n]
+            delta = self._round(rules, epoch, names, current, None)
+            stats.rounds = 1
+            while delta is not None:
+                stats.rounds += 1
+                delta = self._round(rules, epoch, names, current, delta)
+        else:
+            for rule in rules:
+                made = self._derive(rule, epoch)
+                current[rule.head.relation] = current[rule.head.relation].unionByName(made)
+            stats.rounds = 1
+        key = epoch_key(epoch)
+        for n in names:
+            rows = self._dedupe(n, current[n])
+            if n in self.defers:
+                self.wh.write(n, key, rows.filter(F.col("kt") >= epoch.end), deferred=True)
+                rows = rows.filter(F.col("kt") < epoch.end)
+            self.wh.write(n, key, rows)
+            self._current[n] = self.wh.read(n, self.structs[n], [key])
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def _round(
+        self,
+        rules: list[ast.Rule],
+        epoch: Epoch,
+        names: list[str],
+        current: dict[str, DataFrame],
+        delta: dict[str, DataFrame] | None,
+    ) -> dict[str, DataFrame] | None:
+        """One semi-naive round; updates ``current`` and returns the new versions, or None."""
+        made: dict[str, list[DataFrame]] = {n: [] for n in names}
+        for rule in rules:
+            if delta is None:
+                made[rule.head.relation].append(self._derive(rule, epoch))
+                continue
+            for i, atom in enumerate(rule.positive):
+                if atom.relation in delta:
+                    made[rule.head.relation].append(
+                        self._derive(rule, epoch, {i: delta[atom.relation]})
+                    )
+        new: dict[str, DataFrame] = {}
+        any_new = False
+        for n in names:
+            if not made[n]:
+                continue
+            fresh = self._dedupe(n, reduce(DataFrame.unionByName, made[n]))
+            schema = self.schemas[n]
+            key = [*schema.columns, "t", "kt"]
+            known = current[n].select(*key, F.col("exp").alias("__known_exp"))
+            fresh = (
+                fresh.join(known, on=key, how="left")
+                .filter(F.col("__known_exp").isNull() | (F.col("exp") > F.col("__known_exp")))
+                .drop("__known_exp")
+                .localCheckpoint(eager=True)
+            )
+            if not fresh.isEmpty():
+                any_new = True
+                new[n] = fresh
+                current[n] = self._dedupe(n, current[n].unionByName(fresh)).localCheckpoint(
+                    eager=True
+                )
+                self._current[n] = current[n]
+        return new if any_new else None
+
+    def _next(self, epoch: Epoch) -> dict[str, DataFrame]:
+        """``@next`` rules over the previous epoch; stamped at its end, alive one more epoch."""
+        prev = epoch.previous
+        assert prev is not None
+        b, length = prev.end, prev.end - prev.start
+        out: dict[str, list[DataFrame]] = {}
+
+        def state(name: str) -> DataFrame:
+            if name == CLOCK:
+                return self._ticks(prev.start, prev.end)
+            return self._history(name, epoch, prev.start).filter(F.col("kt") < b)
+
+        for stratum in self.program.strata:
+            if not stratum.inductive:
+                continue
+            for rule in stratum.rules:
+                m = R.matches(rule, [state(a.relation) for a in rule.positive], self.schemas)
+                df = m.df
+                for k, atom in enumerate(rule.negative):
+                    df = R.anti_join(
+                        df,
+                        atom,
+                        state(atom.relation),
+                        self.schemas[atom.relation],
+                        m.env,
+                        k,
+                        F.col("__n_kt") < b,
+                        F.col("__n_exp") > prev.start,
+                    )
+                lifetime = self.catalog[rule.head.relation].lifetime
+                exp = F.lit(b + length if lifetime is None else min(b + length, b + lifetime))
+                rows = R.head_rows(
+                    rule,
+                    df,
+                    m.env,
+                    self.schemas[rule.head.relation],
+                    None,
+                    F.lit(b).cast("long"),
+                    exp.cast("long"),
+                )
+                out.setdefault(rule.head.relation, []).append(rows)
+        return {n: self._dedupe(n, reduce(DataFrame.unionByName, dfs)) for n, dfs in out.items()}
+
+    # ------------------------------------------------------------------ results
+
+    def versions(self, name: str) -> list[Row]:
+        schema = self.schemas[name]
+        df = self.wh.read(name, self.structs[name], [epoch_key(e) for e in self.epochs])
+        n, k = len(schema.columns), len(schema.aggregates)
+        out = []
+        for rec in df.collect():
+            values = tuple(rec)
+            out.append(
+                Row(
+                    values[n + k],
+                    values[:n],
+                    values[n + k + 1],
+                    values[n + k + 2],
+                    values[n : n + k],
+                    values[n + k + 3],
+                )
+            )
+        return out
+
+
+def run_spark(
+    program: Program,
+    schemas: Mapping[str, Schema],
+    ingested: Ingested,
+    plan,
+    warehouse: str | None = None,
+    spark: SparkSession | None = None,
+    stats: list[EpochStats] | None = None,
+) -> dict[str, list[Row]]:
+    """Evaluate every epoch of ``plan`` on Spark; a temporary warehouse unless one is given."""
+    import tempfile
+
+    from dagster_pomo.engine.spark.session import spark_session
+
+    spark = spark or spark_session()
+    with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
+        wh = Warehouse(spark, warehouse or tmp, program.name)
+        evaluator = SparkEvaluator(
+            spark, program, schemas, wh, plan.epochs, plan.start, ingested.events
+        )
+        evaluator.write_inputs(ingested.events)
+        for epoch in plan.epochs:
+            epoch_stats = evaluator.evaluate_epoch(epoch)
+            if stats is not None:
+                stats.append(epoch_stats)
+        derived = [r.name for r in program.catalog if r.derived or r.inductive]
+        return {name: evaluator.versions(name) for name in derived}

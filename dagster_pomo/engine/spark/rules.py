@@ -1,0 +1,353 @@
+"""One rule as a Spark DataFrame plan, for one epoch ``[a, b)``.
+
+Every relation arrives as a DataFrame of versions with its columns plus ``t``,
+``kt``, ``exp``, ``_tau`` and one ``_agg_<fn>`` column per aggregate. A
+positive atom becomes a filtered, renamed projection; atoms join on shared
+variables; ``where`` adds columns; guards and expression arguments filter;
+``tau`` is the largest ``kt``; negations are anti-joins on versions alive at
+``tau``. The head computes ``t``, ``kt`` and ``exp`` as DESIGN §3.1 says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from dagster_pomo.engine.schema import Schema, rule_env
+from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, literal, truthy
+from dagster_pomo.engine.timeline import NEVER
+from dagster_pomo.engine.values import evaluate
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.check import CLOCK, binding_of
+
+META = ("t", "kt", "exp", "_tau")
+
+
+def row_columns(schema: Schema) -> list[str]:
+    """The stored columns of a relation, in order."""
+    return [*schema.columns, *schema.aggregate_columns, *META]
+
+
+def _var(name: str) -> str:
+    return f"v_{name}"
+
+
+@dataclass
+class Matches:
+    """A DataFrame of matches: variable columns, and ``__kt<i>``/``__exp<i>``/``__key<i>``."""
+
+    df: DataFrame
+    env: dict[str, tuple[str, str]]  # variable -> (column, type)
+    atoms: int
+
+
+def _atom_frame(
+    i: int,
+    atom: ast.Atom,
+    df: DataFrame,
+    schema: Schema,
+    constants: Mapping[str, object],
+    types: Mapping[str, str],
+    want_key: bool,
+) -> tuple[DataFrame, dict[str, tuple[str, str]], list]:
+    """Select and rename one positive atom's columns; return deferred expression checks."""
+    env: dict[str, tuple[str, str]] = {}
+    cols: list[Column] = []
+    filters: list[Column] = []
+    checks: list[tuple[ast.Expr, str, str]] = []
+    pairs: list[tuple[ast.Expr, str, str]] = [
+        (arg, col, typ)
+        for arg, col, typ in zip(atom.args, schema.columns, schema.types, strict=True)
+    ]
+    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
+    for ann in atom.annotations:
+        pairs.append(
+            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
+        )
+    for j, (arg, col, typ) in enumerate(pairs):
+        if atom.relation == CLOCK and isinstance(arg, ast.Var) and arg.name in constants:
+            arg = ast.Const(constants[arg.name], "int")  # noqa: PLW2901
+        if isinstance(arg, ast.Wildcard):
+            continue
+        if isinstance(arg, ast.Var):
+            if arg.name in env:  # the same variable twice in one atom: equal values
+                filters.append(F.col(col) == F.col(env[arg.name][0]))
+            else:
+                env[arg.name] = (col, typ)
+        elif isinstance(arg, ast.Const):
+            value, vtype = compile_expr(arg, {})
+            if _compatible(vtype, typ):
+                filters.append(F.col(col) == value)
+            else:
+                filters.append(F.lit(False))
+        else:
+            checks.append((arg, f"__x{i}_{j}", typ))
+            cols.append(F.col(col).alias(f"__x{i}_{j}"))
+    for f in filters:
+        df = df.filter(f)
+    selected = [F.col(col).alias(_var(name)) for name, (col, _) in env.items()]
+    selected += cols
+    selected += [F.col("kt").alias(f"__kt{i}"), F.col("exp").alias(f"__exp{i}")]
+    if want_key:
+        key_cols = [*schema.columns, *schema.aggregate_columns, "t"]
+        selected.append(F.struct(*[F.col(c) for c in key_cols]).alias(f"__key{i}"))
+    out = df.select(*selected)
+    return out, {name: (_var(name), typ) for name, (_, typ) in env.items()}, checks
+
+
+def _compatible(a: str | None, b: str) -> bool:
+    fam = {"int": "number", "float": "number"}
+    return a is not None and fam.get(a, a) == fam.get(b, b)
+
+
+def constants_of(rule: ast.Rule) -> dict[str, object]:
+    b = binding_of(rule)
+    env: dict[str, object] = {}
+    for d in b.def_order:
+        if d.var.name in b.constant_defs:
+            env[d.var.name] = evaluate(d.expr, env)  # type: ignore[arg-type]
+    return env
+
+
+def matches(
+    rule: ast.Rule,
+    sources: Sequence[DataFrame],
+    schemas: Mapping[str, Schema],
+    want_keys: bool = False,
+) -> Matches:
+    """Join the positive atoms, add ``where`` definitions, apply expression checks and guards."""
+    constants = constants_of(rule)
+    types = rule_env(rule, schemas)
+    joined: DataFrame | None = None
+    env: dict[str, tuple[str, str]] = {}
+    checks: list[tuple[ast.Expr, str, str]] = []
+    for i, (atom, df) in enumerate(zip(rule.positive, sources, strict=True)):
+        frame, frame_env, frame_checks = _atom_frame(
+            i, atom, df, schemas[atom.relation], constants, types, want_keys
+        )
+        checks += frame_checks
+        shared = [_var(v) for v in frame_env if v in env]
+        if joined is None:
+            joined = frame
+        elif shared:
+            joined = joined.join(frame, on=shared, how="inner")
+        else:
+            joined = joined.crossJoin(frame)
+        for name, value in frame_env.items():
+            env.setdefault(name, value)
+    assert joined is not None
+    for d in binding_of(rule).def_order:
+        col, typ = compile_expr(d.expr, env)
+        joined = joined.withColumn(_var(d.var.name), col)
+        env[d.var.name] = (_var(d.var.name), typ or types.get(d.var.name, "str"))
+    for expr, column, typ in checks:
+        value, vtype = compile_expr(expr, env)
+        joined = joined.filter(
+            truthy(value == F.col(column)) if _compatible(vtype, typ) else F.lit(False)
+        )
+    for guard in rule.guards:
+        col, _ = compile_expr(guard, env)
+        joined = joined.filter(truthy(col))
+    return Matches(joined, env, len(rule.positive))
+
+
+def _tau(m: Matches) -> Column:
+    kts = [F.col(f"__kt{i}") for i in range(m.atoms)]
+    return kts[0] if len(kts) == 1 else F.greatest(*kts)
+
+
+def _min_exp(m: Matches) -> Column:
+    exps = [F.col(f"__exp{i}") for i in range(m.atoms)]
+    return exps[0] if len(exps) == 1 else F.least(*exps)
+
+
+def valid(
+    m: Matches, rule: ast.Rule, negated: Sequence[DataFrame], schemas: Mapping[str, Schema]
+) -> DataFrame:
+    """Matches whose versions are all alive at ``__tau`` and whose negations hold there."""
+    df = m.df.withColumn("__tau", _tau(m)).withColumn("__mexp", _min_exp(m))
+    df = df.filter(F.col("__mexp") > F.col("__tau"))
+    for k, (atom, source) in enumerate(zip(rule.negative, negated, strict=True)):
+        df = anti_join(
+            df,
+            atom,
+            source,
+            schemas[atom.relation],
+            m.env,
+            k,
+            F.col("__n_kt") <= F.col("__tau"),
+            F.col("__n_exp") > F.col("__tau"),
+        )
+    return df
+
+
+def anti_join(
+    df: DataFrame,
+    atom: ast.Atom,
+    source: DataFrame,
+    schema: Schema,
+    env: Mapping[str, tuple[str, str]],
+    k: int,
+    *alive: Column,
+) -> DataFrame:
+    """Drop the rows of ``df`` for which some version of ``atom`` agreeing with them is alive
+    (``alive`` conditions over ``__n_kt``/``__n_exp``)."""
+    pairs: list[tuple[ast.Expr, str, str]] = list(
+        zip(atom.args, schema.columns, schema.types, strict=True)
+    )
+    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
+    for ann in atom.annotations:
+        pairs.append(
+            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
+        )
+    right = source.select(
+        *[F.col(col).alias(f"__n{k}_{j}") for j, (_, col, _) in enumerate(pairs)],
+        F.col("kt").alias("__n_kt"),
+        F.col("exp").alias("__n_exp"),
+    )
+    condition: Column = F.lit(True)
+    for j, (arg, _, typ) in enumerate(pairs):
+        if isinstance(arg, ast.Wildcard):
+            continue
+        value, vtype = compile_expr(arg, env)
+        condition = condition & (
+            (F.col(f"__n{k}_{j}") == value) if _compatible(vtype, typ) else F.lit(False)
+        )
+    for cond in alive:
+        condition = condition & cond
+    return df.join(right, on=condition, how="left_anti")
+
+
+def time_column(expr: ast.Expr, env: Mapping[str, tuple[str, str]]) -> Column:
+    """An explicit head time: an integer, or a float with an integral value; else undefined."""
+    value, vtype = compile_expr(expr, env)
+    if vtype == "float":
+        return F.when(value == F.floor(value), value.cast("long"))
+    return value.cast("long") if vtype == "int" else F.lit(None).cast("long")
+
+
+def head_rows(
+    rule: ast.Rule,
+    df: DataFrame,
+    env: Mapping[str, tuple[str, str]],
+    schema: Schema,
+    lifetime: int | None,
+    tau: Column,
+    exp: Column,
+    aggregates: Sequence[Column] = (),
+) -> DataFrame:
+    """The derived versions: head arguments, ``t``, ``kt`` and ``exp``; rows with an undefined
+    value are dropped."""
+    cols = []
+    for arg, name, typ in zip(rule.head.args, schema.columns, schema.types, strict=True):
+        value, _ = compile_expr(arg, env)
+        cols.append(value.cast(SPARK_TYPES[typ]).alias(name))
+    t = tau if rule.head.time is None else time_column(rule.head.time, env)
+    cap = (
+        F.lit(NEVER).cast("long")
+        if lifetime is None
+        else F.when(t > F.lit(NEVER - lifetime), F.lit(NEVER)).otherwise(t + F.lit(lifetime))
+    )
+    out = df.select(
+        *cols,
+        *aggregates,
+        t.alias("t"),
+        F.greatest(tau, t).alias("kt"),
+        F.least(exp, cap).alias("exp"),
+        tau.alias("_tau"),
+    )
+    names = [*schema.columns, "t"]
+    return out.dropna(subset=names)
+
+
+def derive(
+    rule: ast.Rule,
+    sources: Sequence[DataFrame],
+    negated: Sequence[DataFrame],
+    schemas: Mapping[str, Schema],
+    lifetime: int | None,
+    a: int,
+    b: int,
+) -> DataFrame:
+    """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``."""
+    m = matches(rule, sources, schemas)
+    df = valid(m, rule, negated, schemas)
+    df = df.filter((F.col("__tau") >= a) & (F.col("__tau") < b))
+    schema = schemas[rule.head.relation]
+    return head_rows(rule, df, m.env, schema, lifetime, F.col("__tau"), F.col("__mexp"))
+
+
+def aggregate(
+    rule: ast.Rule,
+    sources: Sequence[DataFrame],
+    negated: Sequence[DataFrame],
+    schemas: Mapping[str, Schema],
+    lifetime: int | None,
+    a: int,
+    b: int,
+) -> DataFrame:
+    """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau`` and
+    still alive at ``tau``, each distinct combination of events once."""
+    m = matches(rule, sources, schemas, want_keys=True)
+    df = valid(m, rule, negated, schemas)
+    df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
+    schema = schemas[rule.head.relation]
+    group: list[str] = []
+    for j, arg in enumerate(rule.head.args):
+        value, _ = compile_expr(arg, m.env)
+        df = df.withColumn(f"__g{j}", value.cast(SPARK_TYPES[schema.types[j]]))
+        group.append(f"__g{j}")
+    if rule.head.time is not None:
+        df = df.withColumn("__gt", time_column(rule.head.time, m.env))
+        group.append("__gt")
+    values = []
+    for i, ann in enumerate(rule.aggregates):
+        if ann.args:
+            value, _ = compile_expr(ann.args[0], m.env)
+        else:
+            value = F.lit(1)
+        df = df.withColumn(f"__val{i}", value)
+        values.append(f"__val{i}")
+    df = df.dropna(subset=group + values)
+    key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)]).alias("__key")
+    made = df.select(*group, "__tau", "__mexp", *values, key)
+    taus = made.filter(F.col("__tau") >= a).select(*group, F.col("__tau").alias("__at"))
+    taus = taus.distinct()
+    joined = made.join(taus, on=group, how="inner") if group else made.crossJoin(taus)
+    pairs = joined.filter((F.col("__tau") <= F.col("__at")) & (F.col("__at") < F.col("__mexp")))
+    covered = pairs.groupBy(*group, "__at", "__key").agg(
+        *[F.first(v).alias(v) for v in values], F.max("__mexp").alias("__mexp")
+    )
+    aggs = []
+    for i, ann in enumerate(rule.aggregates):
+        typ = SPARK_TYPES[schema.aggregates[i][2]]
+        col = F.col(values[i])
+        fn = {
+            "count": F.count(F.lit(1)),
+            "sum": F.sum(col),
+            "min": F.min(col),
+            "max": F.max(col),
+            "average": F.avg(col.cast("double")),
+        }[ann.name]
+        aggs.append(fn.cast(typ).alias(f"_agg_{ann.name}"))
+    grouped = covered.groupBy(*group, "__at").agg(*aggs, F.min("__mexp").alias("__mexp"))
+    # The head over the grouped columns: argument j is column __g<j>, the time __gt.
+    n = len(rule.head.args)
+    head_env = {f"__head{j}": (f"__g{j}", schema.types[j]) for j in range(n)}
+    time: tuple[ast.Annotation, ...] = ()
+    if rule.head.time is not None:
+        head_env["__headt"] = ("__gt", "int")
+        time = (ast.Annotation("time", (ast.Var("__headt"),)),)
+    head = ast.Rule(
+        ast.Atom(rule.head.relation, tuple(ast.Var(f"__head{j}") for j in range(n)), time)
+    )
+    agg_cols = [F.col(f"_agg_{a.name}") for a in rule.aggregates]
+    return head_rows(
+        head, grouped, head_env, schema, lifetime, F.col("__at"), F.col("__mexp"), agg_cols
+    )
+
+
+__all__ = ["aggregate", "anti_join", "derive", "head_rows", "literal", "matches", "row_columns"]
