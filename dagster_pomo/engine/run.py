@@ -15,7 +15,7 @@ from typing import Any
 
 from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
 from dagster_pomo.engine.rows import Row, merge_versions
-from dagster_pomo.engine.schema import infer_schemas
+from dagster_pomo.engine.schema import Schema, infer_schemas
 from dagster_pomo.engine.timeline import NEVER, Epoch, align_down, epochs
 from dagster_pomo.engine.values import Value
 from dagster_pomo.lang import Program
@@ -81,29 +81,52 @@ def load_inputs(program: Program, events: str | Path | None) -> Ingested:
     return ingested
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """Everything an evaluator needs before the first epoch."""
+
+    ingested: Ingested
+    schemas: dict[str, Schema]
+    plan: EpochPlan
+
+
+def prepare(
+    program: Program,
+    events: str | Path | None,
+    size: int,
+    start: int | None = None,
+    until: int | None = None,
+) -> Prepared:
+    ingested = load_inputs(program, events)
+    schemas = infer_schemas(program, ingested.types)
+    return Prepared(ingested, schemas, plan_epochs(ingested.times, size, start, until))
+
+
 def run(
     program: Program,
     events: str | Path | None,
     size: int,
     start: int | None = None,
     until: int | None = None,
-    engine: str = "reference",
+    engine: str = "spark",
+    warehouse: str | None = None,
+    stats: list | None = None,
 ) -> RunResult:
+    """Evaluate every epoch; versions of every derived relation in the result."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
-    ingested = load_inputs(program, events)
-    schemas = infer_schemas(program, ingested.types)
-    plan = plan_epochs(ingested.times, size, start, until)
-    result = RunResult(program, plan, ingested)
+    prepared = prepare(program, events, size, start, until)
+    plan = prepared.plan
+    result = RunResult(program, plan, prepared.ingested)
     if not plan.epochs:
         return result
     if engine == "spark":
         from dagster_pomo.engine.spark.evaluator import run_spark
 
-        result.versions = run_spark(program, schemas, ingested, plan)
+        result.versions = run_spark(program, prepared, warehouse=warehouse, stats=stats)
     else:
-        evaluator = ReferenceEvaluator(program, schemas)
-        result.versions = evaluator.run(ingested.events, plan.epochs, plan.start)
+        evaluator = ReferenceEvaluator(program, prepared.schemas)
+        result.versions = evaluator.run(prepared.ingested.events, plan.epochs, plan.start)
     return result
 
 

@@ -27,8 +27,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dagster_pomo.engine.ingest import Ingested
 from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -151,15 +151,28 @@ class SparkEvaluator:
         return None
 
     def write_inputs(self, events: Mapping[str, list[Row]]) -> None:
-        """Store each input relation's events in the partitions of their epochs."""
+        """Store each input relation's events in the partitions of their epochs (one Spark job
+        per relation; the rows travel to the JVM as Arrow columns, not Python objects)."""
+        import pandas as pd
+
         for rel in self.catalog.inputs:
             rows = [(r, k) for r in events.get(rel.name, []) if (k := self._key_for(r.kt))]
-            data = [(*r.args, *r.aggs, r.t, r.kt, r.exp, r.tau, k) for r, k in rows]
+            if not rows:
+                continue
+            schema = self.schemas[rel.name]
+            columns: dict[str, list] = {c: [] for c in R.row_columns(schema)}
+            names = list(columns)
+            for row, _ in rows:
+                for c, v in zip(
+                    names, (*row.args, *row.aggs, row.t, row.kt, row.exp, row.tau), strict=True
+                ):
+                    columns[c].append(v)
+            frame = pd.DataFrame(columns)
+            frame["epoch"] = [k for _, k in rows]
             struct = StructType(
                 [*self.structs[rel.name].fields, StructField("epoch", StringType())]
             )
-            if data:
-                self.wh.write_partitioned(rel.name, self.spark.createDataFrame(data, struct))
+            self.wh.write_partitioned(rel.name, self.spark.createDataFrame(frame, struct))
 
     # ------------------------------------------------------------------ state
 
@@ -414,28 +427,34 @@ class SparkEvaluator:
         return out
 
 
-def run_spark(
-    program: Program,
-    schemas: Mapping[str, Schema],
-    ingested: Ingested,
-    plan,
-    warehouse: str | None = None,
-    spark: SparkSession | None = None,
-    stats: list[EpochStats] | None = None,
-) -> dict[str, list[Row]]:
-    """Evaluate every epoch of ``plan`` on Spark; a temporary warehouse unless one is given."""
-    import tempfile
-
+def evaluator_for(
+    program: Program, prepared: Prepared, warehouse: str, spark: SparkSession | None = None
+) -> SparkEvaluator:
+    """An evaluator over ``warehouse`` with the inputs of ``prepared`` already stored."""
     from dagster_pomo.engine.spark.session import spark_session
 
     spark = spark or spark_session()
+    wh = Warehouse(spark, warehouse, program.name)
+    plan = prepared.plan
+    evaluator = SparkEvaluator(
+        spark, program, prepared.schemas, wh, plan.epochs, plan.start, prepared.ingested.events
+    )
+    evaluator.write_inputs(prepared.ingested.events)
+    return evaluator
+
+
+def run_spark(
+    program: Program,
+    prepared: Prepared,
+    warehouse: str | None = None,
+    stats: list[EpochStats] | None = None,
+) -> dict[str, list[Row]]:
+    """Evaluate every epoch on Spark; in a temporary warehouse unless one is given."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
-        wh = Warehouse(spark, warehouse or tmp, program.name)
-        evaluator = SparkEvaluator(
-            spark, program, schemas, wh, plan.epochs, plan.start, ingested.events
-        )
-        evaluator.write_inputs(ingested.events)
-        for epoch in plan.epochs:
+        evaluator = evaluator_for(program, prepared, warehouse or tmp)
+        for epoch in prepared.plan.epochs:
             epoch_stats = evaluator.evaluate_epoch(epoch)
             if stats is not None:
                 stats.append(epoch_stats)

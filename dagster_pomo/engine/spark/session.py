@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_CONF: dict[str, str] = {
-    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -27,8 +27,16 @@ DEFAULT_CONF: dict[str, str] = {
     # Undefined values (division by zero, bad casts) become null and drop the match,
     # as in the reference evaluator, instead of failing the job.
     "spark.sql.ansi.enabled": "false",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.driver.memory": "2g",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.driver.memory": "4g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Each epoch writes a few small partitions: keep the commit protocol cheap.
+    "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    "spark.sql.parquet.compression.codec": "snappy",
+    # Reading the history of a long-lived relation names one path per epoch; list them
+    # on the driver instead of starting a listing job.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
 }
 
 

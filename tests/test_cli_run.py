@@ -1,0 +1,92 @@
+"""`pomo run` as a user calls it: options, output files, quarantine, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+POMO = Path(sys.executable).with_name("pomo")
+CORPUS = """.decl r(k: str, x: float) lifetime 100;
+avg(k) @average(x) := r(k, x);
+"""
+
+
+def pomo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(POMO), *args], capture_output=True, text=True, cwd=ROOT, check=False)
+
+
+def setup(tmp_path: Path) -> tuple[Path, Path]:
+    corpus = tmp_path / "avg.pomo"
+    corpus.write_text(CORPUS)
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "1.jsonl").write_text(
+        '{"relation": "r", "t": 10, "args": ["a", 10.0]}\n'
+        '{"relation": "r", "t": 50, "args": ["a", 20.0]}\n'
+    )
+    (events / "2.jsonl").write_text('{"relation": "r", "t": 60, "args": ["a"]}\nnope\n')
+    return corpus, events
+
+
+def test_out_files_follow_the_documented_format(tmp_path: Path) -> None:
+    corpus, events = setup(tmp_path)
+    out = tmp_path / "out"
+    result = pomo(
+        "run",
+        str(corpus),
+        "--events",
+        str(events),
+        "--epoch",
+        "25ms",
+        "--engine",
+        "reference",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = (out / "avg.jsonl").read_text().splitlines()
+    assert lines == [
+        '{"args": ["a"], "t": 10, "exp": 110, "aggregates": {"average(x)": 10.0}}',
+        '{"args": ["a"], "t": 50, "exp": 110, "aggregates": {"average(x)": 15.0}}',
+    ]
+    quarantine = [json.loads(x) for x in (out / "_quarantine.jsonl").read_text().splitlines()]
+    assert [(Path(q["file"]).name, q["line"]) for q in quarantine] == [
+        ("2.jsonl", 1),
+        ("2.jsonl", 2),
+    ]
+    assert "4 lines read, 2 accepted, 2 quarantined" in result.stderr
+
+
+def test_spark_is_the_default_engine_and_agrees(tmp_path: Path) -> None:
+    corpus, events = setup(tmp_path)
+    for engine in ("spark", "reference"):
+        out = tmp_path / engine
+        args = ["run", str(corpus), "--events", str(events), "--out", str(out)]
+        result = pomo(*args) if engine == "spark" else pomo(*args, "--engine", engine)
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "spark" / "avg.jsonl").read_text() == (
+        tmp_path / "reference" / "avg.jsonl"
+    ).read_text()
+
+
+def test_until_cuts_exactly_at_known_time(tmp_path: Path) -> None:
+    corpus, events = setup(tmp_path)
+    result = pomo(
+        "run", str(corpus), "--events", str(events), "--until", "50", "--engine", "reference"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "avg (1 event)" in result.stdout
+
+
+def test_exit_codes(tmp_path: Path) -> None:
+    corpus, events = setup(tmp_path)
+    bad = tmp_path / "bad.pomo"
+    bad.write_text("p(x) := ;\n")
+    assert pomo("run", str(bad), "--events", str(events)).returncode == 1
+    assert pomo("run", str(corpus), "--events", str(tmp_path / "missing")).returncode == 1
+    assert pomo("run", str(corpus), "--events", str(events), "--epoch", "soon").returncode == 2
+    assert pomo("run", str(corpus)).returncode == 2

@@ -1,0 +1,79 @@
+"""Input events: every line is either accepted or quarantined with its reason, never lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster_pomo.engine.ingest import ingest_files
+from dagster_pomo.engine.timeline import parse_time
+from dagster_pomo.lang import compile_corpus
+
+CORPUS = """.decl water_level(tank: str, level: float) lifetime 10m;
+.decl maintenance(tank: str, since: time);
+high(tank, level) := water_level(tank, level) if level > 90.0;
+undeclared_use(x) := sensor(x, _);
+"""
+
+GOOD = [
+    '{"relation": "water_level", "t": 1000, "args": {"tank": "t1", "level": 95.5}}',
+    '{"relation": "water_level", "t": "2024-01-01T00:00:01Z", "args": ["t2", 91]}',
+    '{"relation": "maintenance", "t": 5, "args": ["t1", "1970-01-01T00:00:00.004Z"]}',
+    '{"relation": "sensor", "t": 7, "args": [1, "a"]}',
+]
+BAD = {
+    "not json at all": "invalid JSON",
+    '["relation", "water_level"]': "an event must be a JSON object",
+    '{"t": 3, "args": []}': 'missing "relation"',
+    '{"relation": "pressure", "t": 3, "args": []}': "unknown relation `pressure`",
+    '{"relation": "high", "t": 3, "args": ["t1", 99.0]}': "`high` is derived by rules",
+    '{"relation": "water_level", "args": ["t1", 1.0]}': 'missing time "t"',
+    '{"relation": "water_level", "t": "yesterday", "args": ["t1", 1.0]}': "invalid time",
+    '{"relation": "water_level", "t": 3, "args": ["t1"]}': "takes 2 arguments, this has 1",
+    '{"relation": "water_level", "t": 3, "args": {"tank": "t1"}}': "missing `level`",
+    '{"relation": "water_level", "t": 3, "args": ["t1", "high"]}': "is float",
+    '{"relation": "water_level", "t": 3, "args": [7, 1.0]}': "`tank` of `water_level` is str",
+    '{"relation": "water_level", "t": 3, "args": ["t1", null]}': "must be a number, string",
+    '{"relation": "water_level", "t": 3, "args": "t1"}': '"args" must be an object or a list',
+    '{"relation": "sensor", "t": 8, "args": ["x", "a"]}': "(inferred from the data)",
+}
+
+
+def test_every_line_is_accepted_or_quarantined_with_its_reason(tmp_path: Path) -> None:
+    program = compile_corpus(CORPUS, "tanks.pomo")
+    lines = []
+    for i, bad in enumerate(BAD):
+        lines.append(GOOD[i % len(GOOD)] if i < len(GOOD) else "")  # blank lines are skipped
+        lines.append(bad)
+    path = tmp_path / "landing.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    ingested = ingest_files(program, [path])
+
+    assert ingested.lines_read == len(GOOD) + len(BAD)
+    assert ingested.accepted + len(ingested.quarantined) == ingested.lines_read
+    assert ingested.accepted == len(GOOD)
+    by_text = {q.text: q for q in ingested.quarantined}
+    assert set(by_text) == set(BAD)
+    for text, reason in BAD.items():
+        q = by_text[text]
+        assert reason in q.reason, (text, q.reason)
+        assert lines[q.line - 1] == text and q.file == str(path)
+
+
+def test_values_are_typed_as_declared(tmp_path: Path) -> None:
+    program = compile_corpus(CORPUS, "tanks.pomo")
+    path = tmp_path / "landing.jsonl"
+    path.write_text("\n".join(GOOD) + "\n")
+    events = ingest_files(program, [path]).events
+    second = events["water_level"][1]
+    assert second.args == ("t2", 91.0) and isinstance(second.args[1], float)
+    assert second.t == parse_time("2024-01-01T00:00:01Z") == 1_704_067_201_000
+    assert second.exp == second.t + 600_000
+    assert events["maintenance"][0].args == ("t1", 4)
+    assert events["sensor"][0].args == (1, "a")
+
+
+def test_iso_times_with_offsets() -> None:
+    assert parse_time("1970-01-01T01:00:00+01:00") == 0
+    assert parse_time("1970-01-01 00:00:00.250") == 250
+    assert parse_time(1_700_000_000_000) == 1_700_000_000_000
