@@ -203,3 +203,19 @@ def test_next_depends_on_the_epoch_size(tmp_path, engine) -> None:
     events = [("ping", 3, [1])]
     assert evaluate(tmp_path, corpus, events, 10, engine, until=40)["seen"] == [ev([1], 10, 20)]
     assert evaluate(tmp_path, corpus, events, 5, engine, until=40)["seen"] == [ev([1], 5, 10)]
+
+
+def test_facts_do_not_drag_the_run_back_to_1970(tmp_path, engine) -> None:
+    corpus = """.decl capacity(tank: str, max: float);
+    capacity("north", 100.0);
+    known(tank) := capacity(tank, _);
+    high(tank, level) := level(tank, level) ^ capacity(tank, max) if level > 0.9 * max;"""
+    program = compile_corpus(corpus, "case.pomo")
+    path = tmp_path / "events.jsonl"
+    hour, t0 = 3_600_000, 1_700_000_000_000
+    path.write_text(json.dumps({"relation": "level", "t": t0, "args": ["north", 95.0]}) + "\n")
+    result = run(program, path, hour, engine=engine)
+    # The plan starts at the first landed event; the first epoch also takes what came before.
+    assert len(result.plan.epochs) == 1 and result.plan.start == t0 // hour * hour
+    assert [(r.args, r.t) for r in result.events("known")] == [(("north",), 0)]
+    assert [(r.args, r.t) for r in result.events("high")] == [(("north", 95.0), t0)]

@@ -72,7 +72,7 @@ class ReferenceEvaluator:
                     self._fixpoint(stratum.rules, db, epoch.end)
             for name in derived:
                 out[name].extend(
-                    r for r in db.get(name, {}).values() if epoch.start <= r.kt < epoch.end
+                    r for r in db.get(name, {}).values() if epoch.lower <= r.kt < epoch.end
                 )
             previous_db = db
         return out
@@ -291,7 +291,7 @@ class ReferenceEvaluator:
         end and alive for one more epoch of the same length."""
         out: dict[str, list[Row]] = {}
         b, length = epoch.end, epoch.end - epoch.start
-        window = (epoch.start, epoch.end)
+        window = (epoch.lower, epoch.end)
         for stratum in self.program.strata:
             if not stratum.inductive:
                 continue

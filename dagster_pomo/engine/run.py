@@ -42,7 +42,7 @@ def plan_epochs(
     first = start if start is not None else align_down(min(times), size)
     if until is None:
         last = max(times)
-        until = first + ((last - first) // size + 1) * size if last >= first else first
+        until = first + ((last - first) // size + 1) * size if last >= first else first + size
     return EpochPlan(first, until, size, epochs(first, until, size))
 
 
@@ -73,9 +73,8 @@ def _sort_key(v: Value) -> tuple[int, Any]:
     return (2, v)
 
 
-def load_inputs(program: Program, events: str | Path | None) -> Ingested:
-    """Landing files (if any) plus the corpus's facts."""
-    ingested = ingest_files(program, landing_files(events) if events else [])
+def load_inputs(program: Program, ingested: Ingested) -> Ingested:
+    """Landed events plus the corpus's facts."""
     for name, rows in corpus_facts(program).items():
         ingested.events.setdefault(name, []).extend(rows)
     return ingested
@@ -97,9 +96,11 @@ def prepare(
     start: int | None = None,
     until: int | None = None,
 ) -> Prepared:
-    ingested = load_inputs(program, events)
+    landed = ingest_files(program, landing_files(events) if events else [])
+    times = landed.times  # the run starts at the first landed event, or else the first fact
+    ingested = load_inputs(program, landed)
     schemas = infer_schemas(program, ingested.types)
-    return Prepared(ingested, schemas, plan_epochs(ingested.times, size, start, until))
+    return Prepared(ingested, schemas, plan_epochs(times or ingested.times, size, start, until))
 
 
 def run(

@@ -126,23 +126,19 @@ def infer_schemas(
     if CLOCK in cat:
         types[CLOCK] = ["int", "int"]
 
+    def schema(name: str) -> Schema:
+        aggregates = tuple(
+            (a.name, aggregate_key(a), aggs[name][i] or "int")
+            for i, a in enumerate(cat[name].aggregates)
+        )
+        return Schema(name, cat[name].columns, tuple(t or "str" for t in types[name]), aggregates)
+
     def snapshot() -> dict[str, Schema]:
+        """The relations whose types are all known so far (inputs always are)."""
         return {
-            name: Schema(
-                name,
-                cat[name].columns,
-                tuple(t or "str" for t in ts),
-                tuple(
-                    (a.name, aggregate_key(a), aggs[name][i] or "int")
-                    for i, a in enumerate(cat[name].aggregates)
-                ),
-            )
+            name: schema(name)
             for name, ts in types.items()
-            if all(t is not None for t in ts)
-        } | {
-            name: Schema(name, cat[name].columns, tuple(t or "str" for t in ts))
-            for name, ts in types.items()
-            if cat[name].is_input
+            if cat[name].is_input or all(t is not None for t in ts)
         }
 
     changed = True
@@ -175,18 +171,7 @@ def infer_schemas(
             for i, arg in enumerate(rule.head.args):
                 if cat[name].types[i] is None:
                     types[name][i] = _merge(types[name][i], expr_type(arg, {}), rule, i)
-    return snapshot() | {
-        name: Schema(
-            name,
-            cat[name].columns,
-            tuple(t or "str" for t in ts),
-            tuple(
-                (a.name, aggregate_key(a), aggs[name][i] or "int")
-                for i, a in enumerate(cat[name].aggregates)
-            ),
-        )
-        for name, ts in types.items()
-    }
+    return {name: schema(name) for name in types}
 
 
 def _merge(old: str | None, new: str | None, rule: ast.Rule, i: int) -> str | None:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from dagster_pomo.errors import UsageError
 
 NEVER = 2**63 - 1
+EARLIEST = -(2**63) + 1
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -28,6 +29,12 @@ class Epoch:
 
     def __repr__(self) -> str:
         return f"Epoch[{self.start}, {self.end})"
+
+    @property
+    def lower(self) -> int:
+        """Where the epoch's matches begin: the first epoch also takes everything known before
+        it (facts, events before the start), so a run produces every event before its end."""
+        return self.start if self.previous is not None else EARLIEST
 
 
 def parse_duration(text: str) -> int:

@@ -11,12 +11,13 @@ the start of an epoch on the state of the one before.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -94,6 +95,7 @@ class SparkEvaluator:
             r.head.relation for r in program.corpus.rules if r.body and r.head.time is not None
         }
         self._current: dict[str, DataFrame] = {}
+        self._ends = [e.end for e in epochs]
 
     # ------------------------------------------------------------------ set-up
 
@@ -145,10 +147,7 @@ class SparkEvaluator:
         """The epoch holding time ``t`` (earlier times go to the first epoch)."""
         if not self.epochs or t >= self.epochs[-1].end:
             return None
-        for e in self.epochs:
-            if t < e.end:
-                return epoch_key(e)
-        return None
+        return epoch_key(self.epochs[bisect.bisect_right(self._ends, t)])
 
     def write_inputs(self, events: Mapping[str, list[Row]]) -> None:
         """Store each input relation's events in the partitions of their epochs (one Spark job
@@ -212,28 +211,45 @@ class SparkEvaluator:
     # ------------------------------------------------------------------ one epoch
 
     def evaluate_epoch(self, epoch: Epoch) -> EpochStats:
+        """Every stratum of ``epoch``, in order (``@next`` results of the previous epoch first)."""
         stats = EpochStats(epoch)
         tracker = self.spark.sparkContext.statusTracker()
         group = f"pomo-{self.program.name}-{epoch_key(epoch)}"
         self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
         started = time.perf_counter()
         self._current = {}
+        carried = self.evaluate_next(epoch)
+        for stratum in self.program.strata:
+            if not stratum.inductive:
+                stats.strata.append(self.evaluate_stratum(stratum, epoch, carried))
+        stats.seconds = time.perf_counter() - started
+        stats.spark_jobs = len(tracker.getJobIdsForGroup(group))
+        self.spark.sparkContext.setJobGroup("pomo", "idle")
+        return stats
+
+    def evaluate_next(self, epoch: Epoch) -> dict[str, DataFrame]:
+        """The ``@next`` rules over the previous epoch. Relations that only ``@next`` rules derive
+        are written to this epoch's partition; all results are returned for the strata."""
         carried = self._next(epoch) if epoch.previous is not None else {}
         key = epoch_key(epoch)
-        for rel in self.catalog:  # relations only @next derives: written before the strata
+        for rel in self.catalog:
             if rel.inductive and not rel.derived:
                 rows = carried.get(rel.name)
                 facts = self._seeds(rel.name, epoch, {})
                 rows = facts if rows is None else facts.unionByName(rows)
                 self.wh.write(rel.name, key, self._dedupe(rel.name, rows))
                 self._current[rel.name] = self.wh.read(rel.name, self.structs[rel.name], [key])
-        for stratum in self.program.strata:
-            if not stratum.inductive:
-                stats.strata.append(self._stratum(stratum, epoch, carried))
-        stats.seconds = time.perf_counter() - started
-        stats.spark_jobs = len(tracker.getJobIdsForGroup(group))
-        self.spark.sparkContext.setJobGroup("pomo", "idle")
-        return stats
+        return carried
+
+    def evaluate_stratum(
+        self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
+    ) -> StratumStats:
+        """One deductive stratum of ``epoch``; earlier strata of the epoch must be stored.
+        ``carried`` are the ``@next`` results (worked out here when not given)."""
+        if carried is None:
+            needs_next = any(self.catalog[n].inductive for n in stratum.relations)
+            carried = self._next(epoch) if needs_next and epoch.previous is not None else {}
+        return self._stratum(stratum, epoch, carried)
 
     def _seeds(self, name: str, epoch: Epoch, carried: Mapping[str, DataFrame]) -> DataFrame:
         """Versions of a derived relation that this epoch gets without deriving them: facts,
@@ -266,7 +282,7 @@ class SparkEvaluator:
         negatives = [self._state(a.relation, epoch) for a in rule.negative]
         lifetime = self.catalog[rule.head.relation].lifetime
         fn = R.aggregate if rule.aggregates else R.derive
-        return fn(rule, positives, negatives, self.schemas, lifetime, epoch.start, epoch.end)
+        return fn(rule, positives, negatives, self.schemas, lifetime, epoch.lower, epoch.end)
 
     def _dedupe(self, name: str, df: DataFrame) -> DataFrame:
         """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
@@ -314,7 +330,9 @@ class SparkEvaluator:
             if n in self.defers:
                 self.wh.write(n, key, rows.filter(F.col("kt") >= epoch.end), deferred=True)
                 rows = rows.filter(F.col("kt") < epoch.end)
-            self.wh.write(n, key, rows)
+            counted = Observation(f"rows-{n}")  # counted by the write itself, no extra job
+            self.wh.write(n, key, rows.observe(counted, F.count(F.lit(1)).alias("rows")))
+            stats.rows[n] = int(counted.get.get("rows", 0))
             self._current[n] = self.wh.read(n, self.structs[n], [key])
         stats.seconds = time.perf_counter() - started
         return stats
@@ -372,7 +390,7 @@ class SparkEvaluator:
         def state(name: str) -> DataFrame:
             if name == CLOCK:
                 return self._ticks(prev.start, prev.end)
-            return self._history(name, epoch, prev.start).filter(F.col("kt") < b)
+            return self._history(name, epoch, prev.lower).filter(F.col("kt") < b)
 
         for stratum in self.program.strata:
             if not stratum.inductive:
@@ -389,7 +407,7 @@ class SparkEvaluator:
                         m.env,
                         k,
                         F.col("__n_kt") < b,
-                        F.col("__n_exp") > prev.start,
+                        F.col("__n_exp") > prev.lower,
                     )
                 lifetime = self.catalog[rule.head.relation].lifetime
                 exp = F.lit(b + length if lifetime is None else min(b + length, b + lifetime))
