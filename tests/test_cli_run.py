@@ -90,3 +90,23 @@ def test_exit_codes(tmp_path: Path) -> None:
     assert pomo("run", str(corpus), "--events", str(tmp_path / "missing")).returncode == 1
     assert pomo("run", str(corpus), "--events", str(events), "--epoch", "soon").returncode == 2
     assert pomo("run", str(corpus)).returncode == 2
+
+
+def test_generated_example_events_are_all_accepted(tmp_path: Path) -> None:
+    out = tmp_path / "landing" / "tanks.jsonl"
+    made = pomo("generate", "water-tanks", "--readings", "300", "--hours", "2", "--out", str(out))
+    assert made.returncode == 0, made.stderr
+    result = pomo(
+        "run",
+        "rules/water_tanks.pomo",
+        "--events",
+        str(out.parent),
+        "--engine",
+        "reference",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = out.read_text().splitlines()
+    assert len(lines) >= 300 and f"{len(lines)} lines read, {len(lines)} accepted" in result.stderr
+    assert len((tmp_path / "out" / "level_10m.jsonl").read_text().splitlines()) == 300

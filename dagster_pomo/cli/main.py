@@ -121,6 +121,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from dagster_pomo.examples import water_tank_events
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = water_tank_events(
+        out, args.readings, tanks=args.tanks, hours=args.hours, seed=args.seed
+    )
+    print(
+        f"{out}: {lines} events ({args.readings} readings of {args.tanks} tanks over "
+        f"{args.hours} h)"
+    )
+    return EXIT_OK
+
+
 def _time_option(flag: str, value: str | None, parse) -> int | None:  # noqa: ANN001
     if value is None:
         return None
@@ -183,6 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
     run.add_argument("--out", metavar="DIR", help="write JSON Lines files here")
     run.set_defaults(func=cmd_run)
+
+    generate = sub.add_parser(
+        "generate",
+        help="write synthetic example events for a corpus in rules/",
+        description="Write deterministic synthetic events as JSON Lines.",
+    )
+    generate.add_argument("example", choices=["water-tanks"])
+    generate.add_argument("--readings", type=int, default=100_000)
+    generate.add_argument("--tanks", type=int, default=3)
+    generate.add_argument("--hours", type=int, default=24)
+    generate.add_argument("--seed", type=int, default=1)
+    generate.add_argument("--out", required=True, metavar="FILE")
+    generate.set_defaults(func=cmd_generate)
     return parser
 
 
