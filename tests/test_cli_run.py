@@ -110,3 +110,22 @@ def test_generated_example_events_are_all_accepted(tmp_path: Path) -> None:
     lines = out.read_text().splitlines()
     assert len(lines) >= 300 and f"{len(lines)} lines read, {len(lines)} accepted" in result.stderr
     assert len((tmp_path / "out" / "level_10m.jsonl").read_text().splitlines()) == 300
+
+
+def test_spark_options_reach_the_session(tmp_path: Path) -> None:
+    corpus, events = setup(tmp_path)
+    ok = pomo(
+        "run",
+        str(corpus),
+        "--events",
+        str(events),
+        "--master",
+        "local[1]",
+        "--conf",
+        "spark.sql.shuffle.partitions=1",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "spark: local[1] (spark.sql.shuffle.partitions=1)" in ok.stderr
+    assert pomo("run", str(corpus), "--events", str(events), "--conf", "nonsense").returncode == 2

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dagster_pomo import __version__
-from dagster_pomo.errors import UsageError
+from dagster_pomo.errors import PomoError, UsageError
 from dagster_pomo.lang import CorpusError, Program, load_program
 
 EXIT_OK, EXIT_CORPUS, EXIT_USAGE = 0, 1, 2
@@ -91,12 +91,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not Path(args.events).exists():
         print(f"pomo: error: {args.events}: no such file or folder of events", file=sys.stderr)
         return EXIT_CORPUS
+    settings = _spark_settings(args)
     program = _load(path)
     if program is None:
         return EXIT_CORPUS
     try:
+        if args.engine == "spark":
+            from dagster_pomo.engine.spark.session import spark_session
+
+            spark = spark_session(settings)
+            where = settings.remote or spark.sparkContext.master
+            confs = ", ".join(f"{k}={spark.conf.get(k)}" for k in settings.conf)
+            print(f"spark: {where}" + (f" ({confs})" if confs else ""), file=sys.stderr)
         result = run(program, args.events, size, start, until, engine=args.engine)
-    except EvaluationError as exc:
+    except (EvaluationError, PomoError) as exc:
         print(f"{path}: {exc}", file=sys.stderr)
         return EXIT_CORPUS
     ingested = result.ingested
@@ -134,6 +142,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"{args.hours} h)"
     )
     return EXIT_OK
+
+
+def _spark_settings(args: argparse.Namespace):  # noqa: ANN202 - SparkSettings, imported lazily
+    from dagster_pomo.engine.spark.session import SparkSettings
+
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _Usage(f"--conf takes KEY=VALUE, not `{item}`")
+        conf[key.strip()] = value.strip()
+    env = SparkSettings.from_env()
+    return SparkSettings(
+        master=args.master or env.master, remote=args.remote or env.remote, conf=conf
+    )
 
 
 def _time_option(flag: str, value: str | None, parse) -> int | None:  # noqa: ANN001
@@ -197,6 +220,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
     run.add_argument("--out", metavar="DIR", help="write JSON Lines files here")
+    run.add_argument(
+        "--master", metavar="URL", help="Spark master (default local[*], or $POMO_SPARK_MASTER)"
+    )
+    run.add_argument(
+        "--remote",
+        metavar="URL",
+        help="Spark Connect URL, e.g. sc://host:15002 (or $POMO_SPARK_REMOTE)",
+    )
+    run.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark configuration (repeatable)",
+    )
     run.set_defaults(func=cmd_run)
 
     generate = sub.add_parser(
