@@ -94,7 +94,8 @@ class SparkEvaluator:
         self.defers = {
             r.head.relation for r in program.corpus.rules if r.body and r.head.time is not None
         }
-        self._current: dict[str, DataFrame] = {}
+        # This epoch's versions so far, by (epoch key, relation): read once, reused by rules.
+        self._current: dict[tuple[str, str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
 
     # ------------------------------------------------------------------ set-up
@@ -143,7 +144,7 @@ class SparkEvaluator:
         data = [(*r.args, *r.aggs, r.t, r.kt, r.exp, r.tau) for r in rows]
         return self.spark.createDataFrame(data, self.structs[name])
 
-    def _key_for(self, t: int) -> str | None:
+    def key_for(self, t: int) -> str | None:
         """The epoch holding time ``t`` (earlier times go to the first epoch)."""
         if not self.epochs or t >= self.epochs[-1].end:
             return None
@@ -155,7 +156,7 @@ class SparkEvaluator:
         import pandas as pd
 
         for rel in self.catalog.inputs:
-            rows = [(r, k) for r in events.get(rel.name, []) if (k := self._key_for(r.kt))]
+            rows = [(r, k) for r in events.get(rel.name, []) if (k := self.key_for(r.kt))]
             if not rows:
                 continue
             schema = self.schemas[rel.name]
@@ -202,10 +203,10 @@ class SparkEvaluator:
         if name == CLOCK:
             return self._ticks(epoch.start, epoch.end)
         history = self._history(name, epoch, epoch.start)
-        current = self._current.get(name)
+        current = self._current.get((epoch_key(epoch), name))
         if current is None:
             current = self.wh.read(name, self.structs[name], [epoch_key(epoch)])
-            self._current[name] = current
+            self._current[(epoch_key(epoch), name)] = current
         return history.unionByName(current)
 
     # ------------------------------------------------------------------ one epoch
@@ -217,7 +218,7 @@ class SparkEvaluator:
         group = f"pomo-{self.program.name}-{epoch_key(epoch)}"
         self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
         started = time.perf_counter()
-        self._current = {}
+        self._current = {}  # earlier epochs' entries are no longer needed
         carried = self.evaluate_next(epoch)
         for stratum in self.program.strata:
             if not stratum.inductive:
@@ -238,7 +239,9 @@ class SparkEvaluator:
                 facts = self._seeds(rel.name, epoch, {})
                 rows = facts if rows is None else facts.unionByName(rows)
                 self.wh.write(rel.name, key, self._dedupe(rel.name, rows))
-                self._current[rel.name] = self.wh.read(rel.name, self.structs[rel.name], [key])
+                self._current[(key, rel.name)] = self.wh.read(
+                    rel.name, self.structs[rel.name], [key]
+                )
         return carried
 
     def evaluate_stratum(
@@ -313,7 +316,7 @@ class SparkEvaluator:
         rules = [r for r in stratum.rules if r.body]
         if stratum.recursive:
             for n in names:
-                self._current[n] = current[n]
+                self._current[(epoch_key(epoch), n)] = current[n]
             delta = self._round(rules, epoch, names, current, None)
             stats.rounds = 1
             while delta is not None:
@@ -333,7 +336,7 @@ class SparkEvaluator:
             counted = Observation(f"rows-{n}")  # counted by the write itself, no extra job
             self.wh.write(n, key, rows.observe(counted, F.count(F.lit(1)).alias("rows")))
             stats.rows[n] = int(counted.get.get("rows", 0))
-            self._current[n] = self.wh.read(n, self.structs[n], [key])
+            self._current[(key, n)] = self.wh.read(n, self.structs[n], [key])
         stats.seconds = time.perf_counter() - started
         return stats
 
@@ -377,7 +380,7 @@ class SparkEvaluator:
                 current[n] = self._dedupe(n, current[n].unionByName(fresh)).localCheckpoint(
                     eager=True
                 )
-                self._current[n] = current[n]
+                self._current[(epoch_key(epoch), n)] = current[n]
         return new if any_new else None
 
     def _next(self, epoch: Epoch) -> dict[str, DataFrame]:

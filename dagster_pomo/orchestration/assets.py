@@ -1,0 +1,299 @@
+"""A corpus as Dagster assets: inputs, one multi-asset per stratum, on time-window partitions.
+
+(No ``from __future__ import annotations`` here: Dagster reads the asset functions'
+annotations at runtime.)
+
+Every analysis happens when the definitions load (parse, check, stratify); the
+asset bodies only evaluate epochs. Each partition is an epoch. Every asset
+depends on its own previous partition, so backfills run in time order, and the
+strata take a whole partition range in one run (single-run backfill policy),
+evaluating it epoch after epoch.
+"""
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from dagster import (
+    AssetDep,
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+    multi_asset,
+)
+
+from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
+from dagster_pomo.engine.schema import infer_schemas
+from dagster_pomo.engine.spark.evaluator import SparkEvaluator, epoch_key
+from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.timeline import Epoch
+from dagster_pomo.errors import UsageError
+from dagster_pomo.lang import Program, Stratum
+from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
+from dagster_pomo.orchestration.translator import PomoTranslator
+
+PREVIOUS = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def epochs_through(partitions_def: TimeWindowPartitionsDefinition, last_key: str) -> list[Epoch]:
+    """Every epoch from the first partition up to and including ``last_key``."""
+    from dagster import PartitionKeyRange
+
+    first = partitions_def.get_first_partition_key()
+    assert first is not None
+    keys = partitions_def.get_partition_keys_in_range(PartitionKeyRange(first, last_key))
+    out: list[Epoch] = []
+    previous: Epoch | None = None
+    for key in keys:
+        window = partitions_def.time_window_for_partition_key(key)
+        previous = Epoch(_ms(window.start), _ms(window.end), previous)
+        out.append(previous)
+    return out
+
+
+class CorpusAssets:
+    """What the assets of one corpus share: the checked program and how to name things."""
+
+    def __init__(
+        self,
+        program: Program,
+        partitions_def: TimeWindowPartitionsDefinition,
+        translator: PomoTranslator,
+    ) -> None:
+        self.program = program
+        self.partitions_def = partitions_def
+        self.translator = translator
+        undeclared = [r.name for r in program.catalog.inputs if r.decl is None]
+        if undeclared:
+            names = ", ".join(f"`{n}`" for n in undeclared)
+            raise UsageError(
+                f"{program.source.name}: declare the input relation(s) {names} with `.decl`: "
+                "a pipeline stores every epoch with the same column types"
+            )
+        self.schemas = infer_schemas(program, {})
+
+    def key(self, relation: str) -> AssetKey:
+        return self.translator.get_asset_key(self.program, relation)
+
+    def spec(self, relation: str, deps: Sequence[AssetDep], stratum: int | None) -> AssetSpec:
+        program = self.program
+        return AssetSpec(
+            key=self.key(relation),
+            deps=deps,
+            group_name=self.translator.get_group_name(program),
+            description=self.translator.get_description(program, relation),
+            metadata=self.translator.get_metadata(
+                program, relation, self.schemas[relation], stratum
+            ),
+            partitions_def=self.partitions_def,
+            kinds={"spark", "parquet"},
+        )
+
+    def ingest(self, storage: PomoStorage) -> Ingested:
+        ingested = ingest_files(self.program, landing_files(storage.landing))
+        for name, rows in corpus_facts(self.program).items():
+            ingested.events.setdefault(name, []).extend(rows)
+        return ingested
+
+    def evaluator(
+        self,
+        context: AssetExecutionContext,
+        spark: SparkResource,
+        storage: PomoStorage,
+        ingested: Ingested | None = None,
+    ) -> tuple[SparkEvaluator, list[Epoch]]:
+        """An evaluator over every epoch up to the end of the run's range, and the range's
+        epochs in time order."""
+        keys = context.partition_keys
+        epochs = epochs_through(self.partitions_def, keys[-1])
+        session = spark.get_session()
+        warehouse = Warehouse(session, storage.warehouse, self.program.name)
+        facts = corpus_facts(self.program) if ingested is None else ingested.events
+        evaluator = SparkEvaluator(
+            session, self.program, self.schemas, warehouse, epochs, epochs[0].start, facts
+        )
+        return evaluator, epochs[-len(keys) :]
+
+
+def build_assets(
+    program: Program,
+    partitions_def: TimeWindowPartitionsDefinition,
+    translator: PomoTranslator | None = None,
+) -> list:
+    """The input multi-asset and one multi-asset per stratum of ``program``."""
+    shared = CorpusAssets(program, partitions_def, translator or PomoTranslator())
+    assets = [_inputs_asset(shared)]
+    for stratum in program.strata:
+        if stratum.inductive:
+            only_next = [r for r in stratum.relations if not program.catalog[r].derived]
+            if only_next:
+                assets.append(_next_asset(shared, stratum, only_next))
+        else:
+            assets.append(_stratum_asset(shared, stratum))
+    return assets
+
+
+def _self_deps(shared: CorpusAssets, relation: str) -> list[AssetDep]:
+    return [AssetDep(shared.key(relation), partition_mapping=PREVIOUS)]
+
+
+def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
+    program = shared.program
+    names = [r.name for r in program.catalog.inputs]
+    specs = [shared.spec(n, _self_deps(shared, n), None) for n in names]
+
+    @multi_asset(
+        name=f"{program.name}__inputs",
+        specs=specs,
+        can_subset=False,
+        partitions_def=shared.partitions_def,
+        backfill_policy=BackfillPolicy.single_run(),
+    )
+    def inputs(
+        context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
+    ) -> Iterator[MaterializeResult]:
+        ingested = shared.ingest(storage)
+        evaluator, epochs = shared.evaluator(context, spark, storage, ingested)
+        chosen = {epoch_key(e) for e in epochs}
+        counts = {n: 0 for n in names}
+        selected = {}
+        for name in names:
+            rows = [r for r in ingested.events.get(name, []) if evaluator.key_for(r.kt) in chosen]
+            selected[name] = rows
+            counts[name] = len(rows)
+        evaluator.write_inputs(selected)
+        _write_quarantine(storage, program.name, ingested)
+        reasons = [f"{q.file}:{q.line}: {q.reason}" for q in ingested.quarantined[:20]]
+        for name in names:
+            yield MaterializeResult(
+                asset_key=shared.key(name),
+                metadata={
+                    "pomo/events_in_range": counts[name],
+                    "pomo/lines_read": ingested.lines_read,
+                    "pomo/quarantined": len(ingested.quarantined),
+                    "pomo/quarantine_sample": MetadataValue.md(
+                        "\n".join(f"- {r}" for r in reasons) or "none"
+                    ),
+                },
+            )
+
+    return inputs
+
+
+def _write_quarantine(storage: PomoStorage, corpus: str, ingested: Ingested) -> None:
+    """Every quarantined line of the landing files, with its reason (local warehouses)."""
+    if "://" in storage.warehouse and not storage.warehouse.startswith("file:"):
+        return
+    path = Path(storage.warehouse.removeprefix("file:")) / corpus / "_quarantine.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(q.to_json()) + "\n" for q in ingested.quarantined))
+
+
+def _stratum_asset(shared: CorpusAssets, stratum: Stratum):  # noqa: ANN202
+    program = shared.program
+    reads = {a.relation for r in stratum.rules for lit in r.body for a in [lit.atom]}
+    reads -= set(stratum.relations)
+    reads.discard("clock")
+    specs = []
+    for name in stratum.relations:
+        deps = [AssetDep(shared.key(r)) for r in sorted(reads)] + _self_deps(shared, name)
+        specs.append(shared.spec(name, deps, stratum.index))
+
+    @multi_asset(
+        name=f"{program.name}__stratum_{stratum.index}",
+        specs=specs,
+        can_subset=False,
+        partitions_def=shared.partitions_def,
+        backfill_policy=BackfillPolicy.single_run(),
+    )
+    def evaluate(
+        context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
+    ) -> Iterator[MaterializeResult]:
+        evaluator, epochs = shared.evaluator(context, spark, storage)
+        rows = {n: 0 for n in stratum.relations}
+        rounds, seconds = 0, 0.0
+        for epoch in epochs:
+            stats = evaluator.evaluate_stratum(stratum, epoch)
+            for name, n in stats.rows.items():
+                rows[name] += n
+            rounds, seconds = max(rounds, stats.rounds), seconds + stats.seconds
+            context.log.info(f"{epoch}: {stats.rows} in {stats.seconds:.1f}s")
+        for name in stratum.relations:
+            yield MaterializeResult(
+                asset_key=shared.key(name),
+                metadata={
+                    "pomo/new_rows": rows[name],
+                    "pomo/epochs": len(epochs),
+                    "pomo/fixpoint_rounds_max": rounds,
+                    "pomo/spark_seconds": round(seconds, 3),
+                },
+            )
+
+    return evaluate
+
+
+def _next_asset(shared: CorpusAssets, stratum: Stratum, relations: list[str]):  # noqa: ANN202
+    program = shared.program
+    reads = {lit.atom.relation for r in stratum.rules for lit in r.body} - {"clock"}
+    specs = []
+    for name in relations:
+        deps = [
+            AssetDep(shared.key(r), partition_mapping=PREVIOUS) for r in sorted(reads) if r != name
+        ] + _self_deps(shared, name)
+        specs.append(shared.spec(name, deps, stratum.index))
+
+    @multi_asset(
+        name=f"{program.name}__next",
+        specs=specs,
+        can_subset=False,
+        partitions_def=shared.partitions_def,
+        backfill_policy=BackfillPolicy.single_run(),
+    )
+    def carry(
+        context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
+    ) -> Iterator[MaterializeResult]:
+        evaluator, epochs = shared.evaluator(context, spark, storage)
+        for epoch in epochs:
+            evaluator.evaluate_next(epoch)
+        for name in relations:
+            yield MaterializeResult(
+                asset_key=shared.key(name), metadata={"pomo/epochs": len(epochs)}
+            )
+
+    return carry
+
+
+def pomo_definitions(
+    corpus: str | Path,
+    partitions_def: TimeWindowPartitionsDefinition,
+    warehouse: str,
+    landing: str,
+    spark: SparkResource | None = None,
+    translator: PomoTranslator | None = None,
+):  # noqa: ANN201 - Definitions
+    """Everything Dagster needs for one corpus file: assets and resources."""
+    from dagster import Definitions
+
+    from dagster_pomo.lang import load_program
+
+    program = load_program(corpus)
+    return Definitions(
+        assets=build_assets(program, partitions_def, translator),
+        resources={
+            "spark": spark or SparkResource(),
+            "storage": PomoStorage(warehouse=warehouse, landing=landing),
+        },
+    )
+
+
+__all__ = ["CorpusAssets", "build_assets", "epochs_through", "pomo_definitions"]

@@ -1,0 +1,50 @@
+"""How a corpus's relations are named and described in Dagster; subclass to customise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagster import AssetKey, MetadataValue, TableColumn, TableSchema
+
+from dagster_pomo.engine.schema import Schema
+from dagster_pomo.lang import Program
+
+
+class PomoTranslator:
+    """Asset keys ``[corpus, relation]``, one group per corpus, the rules as description."""
+
+    def get_asset_key(self, program: Program, relation: str) -> AssetKey:
+        return AssetKey([program.name, relation])
+
+    def get_group_name(self, program: Program) -> str:
+        return program.name
+
+    def get_description(self, program: Program, relation: str) -> str:
+        rules = [
+            program.rule_text(r)
+            for r in program.corpus.rules
+            if r.head.relation == relation and (r.body or r.is_fact)
+        ]
+        if not rules:
+            return f"Input events of `{relation}` from the landing files."
+        return "\n\n".join(rules)
+
+    def get_metadata(
+        self, program: Program, relation: str, schema: Schema, stratum: int | None
+    ) -> dict[str, Any]:
+        columns = [TableColumn(c, t) for c, t in zip(schema.columns, schema.types, strict=True)]
+        columns += [TableColumn(key, t, description=f"@{fn}") for fn, key, t in schema.aggregates]
+        columns += [
+            TableColumn("t", "int", description="event time (ms)"),
+            TableColumn("kt", "int", description="time it became known (ms)"),
+            TableColumn("exp", "int", description="expiry (ms, exclusive)"),
+        ]
+        meta: dict[str, Any] = {"dagster/column_schema": TableSchema(columns=columns)}
+        if stratum is not None:
+            meta["pomo/stratum"] = stratum
+        lifetime = program.catalog[relation].lifetime
+        if lifetime is not None:
+            meta["pomo/lifetime_ms"] = lifetime
+        rules = self.get_description(program, relation)
+        meta["pomo/rules"] = MetadataValue.md(f"```\n{rules}\n```")
+        return meta
