@@ -93,3 +93,56 @@ def test_pipelines_need_declared_inputs() -> None:
         from dagster_pomo.orchestration.translator import PomoTranslator
 
         CorpusAssets(compile_corpus(program_text, str(path)), PARTITIONS, PomoTranslator())
+
+
+def test_next_rules_carry_state_across_daily_partitions(tmp_path: Path) -> None:
+    from dagster import DailyPartitionsDefinition
+
+    day = 24 * HOUR
+    start = START // day * day
+    partitions = DailyPartitionsDefinition(start_date="2023-11-14")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    logins = [("ann", 0), ("bob", 0), ("ann", 1), ("ann", 2), ("bob", 2)]
+    (landing / "logins.jsonl").write_text(
+        "".join(
+            f'{{"relation": "login", "t": {start + d * day + 3_600_000}, "args": ["{u}"]}}\n'
+            for u, d in logins
+        )
+    )
+    warehouse = tmp_path / "warehouse"
+    defs = pomo_definitions(RULES / "login_streaks.pomo", partitions, str(warehouse), str(landing))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    instance = DagsterInstance.local_temp(str(home))
+    keys = ["2023-11-14", "2023-11-15", "2023-11-16"]
+    result = materialize(
+        list(defs.assets),
+        instance=instance,
+        resources=dict(defs.resources),
+        tags={
+            "dagster/asset_partition_range_start": keys[0],
+            "dagster/asset_partition_range_end": keys[-1],
+        },
+    )
+    assert result.success
+
+    program = load_program(RULES / "login_streaks.pomo")
+    spark = spark_session()
+    epochs = epochs_through(partitions, keys[-1])
+    evaluator = SparkEvaluator(
+        spark,
+        program,
+        infer_schemas(program, {}),
+        Warehouse(spark, str(warehouse), program.name),
+        epochs,
+        start,
+    )
+    expected = run(program, landing, day, start=start, until=start + 3 * day, engine="reference")
+    for name in ("streak", "login_days", "weekly_badge"):
+        rel = program.catalog[name]
+        got = _normal(merge_versions(evaluator.versions(name), bool(rel.aggregates)))
+        assert got == _normal(expected.events(name)), name
+    streaks = {(r.args, r.t) for r in expected.events("streak")}
+    assert (("ann", 2), start + 2 * day) in streaks  # ann logged in on days 0 and 1
+    assert (("bob", 1), start + day) in streaks and (("bob", 2), start + 2 * day) not in streaks
