@@ -146,3 +146,61 @@ def test_next_rules_carry_state_across_daily_partitions(tmp_path: Path) -> None:
     streaks = {(r.args, r.t) for r in expected.events("streak")}
     assert (("ann", 2), start + 2 * day) in streaks  # ann logged in on days 0 and 1
     assert (("bob", 1), start + day) in streaks and (("bob", 2), start + 2 * day) not in streaks
+
+
+def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: Path) -> None:
+    from dagster import build_sensor_context
+
+    from dagster_pomo.orchestration import PomoStorage
+
+    landing, warehouse, home = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "home"
+    for d in (landing, home):
+        d.mkdir()
+    defs = pomo_definitions(RULES / "water_tanks.pomo", PARTITIONS, str(warehouse), str(landing))
+    (watch,) = defs.sensors
+    instance = DagsterInstance.local_temp(str(home))
+    storage = PomoStorage(warehouse=str(warehouse), landing=str(landing))
+
+    def tick(cursor):
+        ctx = build_sensor_context(
+            instance=instance,
+            cursor=cursor,
+            resources={"storage": storage},
+            repository_def=defs.get_repository_def(),
+        )
+        return watch.evaluate_tick(ctx)
+
+    def reading(t: int) -> str:
+        return f'{{"relation": "water_level", "t": {t}, "args": ["north", 50.0]}}\n'
+
+    def ranges(result) -> list[tuple[str, str]]:
+        return [
+            (
+                r.tags["dagster/asset_partition_range_start"],
+                r.tags["dagster/asset_partition_range_end"],
+            )
+            for r in result.run_requests
+        ]
+
+    (landing / "a.jsonl").write_text(reading(START + 10) + reading(START + HOUR + 5) + "bad\n")
+    first = tick(None)
+    assert ranges(first) == [(KEYS[0], KEYS[1])], "one run, in time order"
+    assert tick(first.cursor).run_requests == [], "seen files start nothing"
+
+    inputs = [a for a in defs.assets if a.node_def.name.endswith("__inputs")]
+    assert materialize(
+        inputs,
+        instance=instance,
+        resources=dict(defs.resources),
+        tags={
+            "dagster/asset_partition_range_start": KEYS[0],
+            "dagster/asset_partition_range_end": KEYS[2],
+        },
+    ).success
+
+    (landing / "late.jsonl").write_text(reading(START + 20))
+    late = tick(first.cursor)
+    assert ranges(late) == [(KEYS[0], KEYS[2])], "late data replays every later epoch"
+    assert first.run_requests[0].run_key != late.run_requests[0].run_key
+    (landing / "future.jsonl").write_text(reading(4_000_000_000_000))
+    assert tick(late.cursor).run_requests == [], "epochs that do not exist yet are not requested"

@@ -132,7 +132,7 @@ def build_assets(
 ) -> list:
     """The input multi-asset and one multi-asset per stratum of ``program``."""
     shared = CorpusAssets(program, partitions_def, translator or PomoTranslator())
-    assets = [_inputs_asset(shared)]
+    assets = [_inputs_asset(shared)] if program.catalog.inputs else []
     for stratum in program.strata:
         if stratum.inductive:
             only_next = [r for r in stratum.relations if not program.catalog[r].derived]
@@ -278,17 +278,33 @@ def pomo_definitions(
     partitions_def: TimeWindowPartitionsDefinition,
     warehouse: str,
     landing: str,
+    skew: str | int = 0,
     spark: SparkResource | None = None,
     translator: PomoTranslator | None = None,
 ):  # noqa: ANN201 - Definitions
-    """Everything Dagster needs for one corpus file: assets and resources."""
-    from dagster import Definitions
+    """Everything Dagster needs for one corpus file: assets, the landing sensor, the epoch
+    schedule (each epoch ``skew`` after it ends; a duration such as ``"5m"``, or ms) and the
+    resources."""
+    from dagster import AssetSelection, Definitions
 
+    from dagster_pomo.engine.timeline import parse_duration
     from dagster_pomo.lang import load_program
+    from dagster_pomo.orchestration.schedules import epoch_schedule
+    from dagster_pomo.orchestration.sensors import landing_sensor
 
     program = load_program(corpus)
+    translator = translator or PomoTranslator()
+    skew_ms = skew if isinstance(skew, int) else parse_duration(skew)
+    assets = build_assets(program, partitions_def, translator)
+    selection = AssetSelection.assets(*[key for a in assets for key in a.keys])
+    sensors = []
+    if program.catalog.inputs:
+        first_input = translator.get_asset_key(program, program.catalog.inputs[0].name)
+        sensors.append(landing_sensor(program, partitions_def, selection, first_input))
     return Definitions(
-        assets=build_assets(program, partitions_def, translator),
+        assets=assets,
+        sensors=sensors,
+        schedules=[epoch_schedule(program, partitions_def, selection, skew_ms)],
         resources={
             "spark": spark or SparkResource(),
             "storage": PomoStorage(warehouse=warehouse, landing=landing),

@@ -1,0 +1,65 @@
+"""The epoch schedule: each epoch is materialized once it is complete, at its end plus the
+pipeline's maximum skew (DESIGN §3.7), when events up to its end can be assumed landed.
+
+(No ``from __future__ import annotations`` here: Dagster reads the schedule's annotations
+at runtime.)
+"""
+
+from datetime import timedelta
+
+from dagster import (
+    AssetSelection,
+    RunRequest,
+    ScheduleEvaluationContext,
+    SkipReason,
+    TimeWindowPartitionsDefinition,
+    schedule,
+)
+
+from dagster_pomo.lang import Program
+
+
+def complete_epoch(
+    partitions_def: TimeWindowPartitionsDefinition, now_ms: int, skew_ms: int
+) -> str | None:
+    """The latest partition whose end plus ``skew_ms`` is not after ``now_ms``."""
+    horizon = now_ms - skew_ms
+    key = partitions_def.get_partition_key_for_timestamp((horizon - 1) / 1000)
+    window = partitions_def.time_window_for_partition_key(key)
+    if window.end.timestamp() * 1000 > horizon:
+        key = partitions_def.get_partition_key_for_timestamp(window.start.timestamp() - 0.001)
+    return key if partitions_def.has_partition_key(key) else None
+
+
+def epoch_schedule(
+    program: Program,
+    partitions_def: TimeWindowPartitionsDefinition,
+    selection: AssetSelection,
+    skew_ms: int = 0,
+):
+    """Fires ``skew`` after each epoch ends and requests that epoch (once: the run key is the
+    partition key)."""
+    minutes = -(-skew_ms // 60_000)  # cron has minutes: round the skew up
+    # The cron only sets when ticks happen; `complete_epoch` decides what is complete.
+    if getattr(partitions_def.schedule_type, "name", None) == "HOURLY":
+        cron = partitions_def.get_cron_schedule(minute_of_hour=minutes % 60)
+    else:
+        cron = partitions_def.get_cron_schedule(
+            minute_of_hour=minutes % 60, hour_of_day=(minutes // 60) % 24
+        )
+
+    @schedule(
+        name=f"{program.name}__epochs",
+        cron_schedule=cron,
+        target=selection,
+        execution_timezone="UTC",
+        description=f"Each complete epoch of `{program.name}`, {minutes} min after it ends.",
+    )
+    def epochs(context: ScheduleEvaluationContext):
+        now = context.scheduled_execution_time + timedelta(seconds=1)
+        key = complete_epoch(partitions_def, int(now.timestamp() * 1000), skew_ms)
+        if key is None:
+            return SkipReason("no complete epoch yet")
+        return RunRequest(partition_key=key, run_key=key)
+
+    return epochs
