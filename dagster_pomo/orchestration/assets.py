@@ -99,6 +99,17 @@ class CorpusAssets:
             kinds={"spark", "parquet"},
         )
 
+    def multi_asset(self, name: str, specs: Sequence[AssetSpec]):  # noqa: ANN201
+        """The decorator every multi-asset of the corpus uses: partitioned, never subset,
+        a whole partition range in one run."""
+        return multi_asset(
+            name=f"{self.program.name}__{name}",
+            specs=specs,
+            can_subset=False,
+            partitions_def=self.partitions_def,
+            backfill_policy=BackfillPolicy.single_run(),
+        )
+
     def ingest(self, storage: PomoStorage) -> Ingested:
         ingested = ingest_files(self.program, landing_files(storage.landing))
         for name, rows in corpus_facts(self.program).items():
@@ -152,13 +163,7 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
     names = [r.name for r in program.catalog.inputs]
     specs = [shared.spec(n, _self_deps(shared, n), None) for n in names]
 
-    @multi_asset(
-        name=f"{program.name}__inputs",
-        specs=specs,
-        can_subset=False,
-        partitions_def=shared.partitions_def,
-        backfill_policy=BackfillPolicy.single_run(),
-    )
+    @shared.multi_asset("inputs", specs)
     def inputs(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult]:
@@ -200,22 +205,14 @@ def _write_quarantine(storage: PomoStorage, corpus: str, ingested: Ingested) -> 
 
 
 def _stratum_asset(shared: CorpusAssets, stratum: Stratum):  # noqa: ANN202
-    program = shared.program
-    reads = {a.relation for r in stratum.rules for lit in r.body for a in [lit.atom]}
-    reads -= set(stratum.relations)
-    reads.discard("clock")
+    reads = {lit.atom.relation for r in stratum.rules for lit in r.body}
+    reads -= {*stratum.relations, "clock"}
     specs = []
     for name in stratum.relations:
         deps = [AssetDep(shared.key(r)) for r in sorted(reads)] + _self_deps(shared, name)
         specs.append(shared.spec(name, deps, stratum.index))
 
-    @multi_asset(
-        name=f"{program.name}__stratum_{stratum.index}",
-        specs=specs,
-        can_subset=False,
-        partitions_def=shared.partitions_def,
-        backfill_policy=BackfillPolicy.single_run(),
-    )
+    @shared.multi_asset(f"stratum_{stratum.index}", specs)
     def evaluate(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult]:
@@ -243,7 +240,6 @@ def _stratum_asset(shared: CorpusAssets, stratum: Stratum):  # noqa: ANN202
 
 
 def _next_asset(shared: CorpusAssets, stratum: Stratum, relations: list[str]):  # noqa: ANN202
-    program = shared.program
     reads = {lit.atom.relation for r in stratum.rules for lit in r.body} - {"clock"}
     specs = []
     for name in relations:
@@ -252,13 +248,7 @@ def _next_asset(shared: CorpusAssets, stratum: Stratum, relations: list[str]):  
         ] + _self_deps(shared, name)
         specs.append(shared.spec(name, deps, stratum.index))
 
-    @multi_asset(
-        name=f"{program.name}__next",
-        specs=specs,
-        can_subset=False,
-        partitions_def=shared.partitions_def,
-        backfill_policy=BackfillPolicy.single_run(),
-    )
+    @shared.multi_asset("next", specs)
     def carry(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult]:
