@@ -8,7 +8,6 @@ for output.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,7 +168,7 @@ def format_tables(result: RunResult, limit: int | None = None) -> str:
             [
                 str(r.t),
                 *(json.dumps(v) for v in r.args),
-                *(_fmt(v) for v in r.aggs),
+                *(json.dumps(v) for v in r.aggs),
                 "never" if r.exp >= NEVER else str(r.exp),
             ]
             for r in (rows if limit is None else rows[:limit])
@@ -181,11 +180,3 @@ def format_tables(result: RunResult, limit: int | None = None) -> str:
             lines.append(f"  ... {len(rows) - limit} more")
         lines.append("")
     return "\n".join(lines)
-
-
-def _fmt(v: Value) -> str:
-    return json.dumps(v)
-
-
-def summary(result: RunResult) -> Mapping[str, int]:
-    return {name: len(result.events(name)) for name in result.outputs}

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.schema import Schema, rule_env
-from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, literal, truthy
+from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
 from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.engine.values import evaluate
 from dagster_pomo.lang import ast
@@ -350,4 +350,4 @@ def aggregate(
     )
 
 
-__all__ = ["aggregate", "anti_join", "derive", "head_rows", "literal", "matches", "row_columns"]
+__all__ = ["aggregate", "anti_join", "derive", "head_rows", "matches", "row_columns"]
