@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dagster_pomo.engine.constants import constant_values
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.timeline import NEVER, parse_time
 from dagster_pomo.engine.values import Undefined, Value, evaluate
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.catalog import Relation
-from dagster_pomo.lang.check import binding_of
 
 
 @dataclass(frozen=True)
@@ -244,10 +244,8 @@ def corpus_facts(program: Program) -> dict[str, list[Row]]:
         if not rule.is_fact:
             continue
         rel = program.catalog[rule.head.relation]
-        env: dict[str, Value] = {}
         try:
-            for d in binding_of(rule).def_order:
-                env[d.var.name] = evaluate(d.expr, env)
+            env = constant_values(rule)  # a fact's definitions are all constant
             args = tuple(evaluate(a, env) for a in rule.head.args)
             time = rule.head.time
             t = int(evaluate(time, env)) if time is not None else 0

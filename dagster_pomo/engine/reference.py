@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from dagster_pomo.engine.constants import clocks, constant_values
 from dagster_pomo.engine.ingest import expiry
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.schema import Schema
@@ -90,29 +91,10 @@ class ReferenceEvaluator:
                 for row in rows:
                     if row.kt < end:
                         _add(db, name, row, aggregating=False)
-        for offset, period in self._clocks():
+        for offset, period in clocks(self.program):
             for t in iter_ticks(offset, period, clock_start, end):
                 _add(db, CLOCK, Row(t, (offset, period), t, t + period), aggregating=False)
         return db
-
-    def _clocks(self) -> set[tuple[int, int]]:
-        found: set[tuple[int, int]] = set()
-        for rule in self.program.corpus.rules:
-            env = self._constants(rule)
-            for atom in rule.positive:
-                if atom.relation == CLOCK:
-                    offset, period = (int(evaluate(a, env)) for a in atom.args)  # type: ignore[arg-type]
-                    if period > 0:
-                        found.add((offset, period))
-        return found
-
-    def _constants(self, rule: ast.Rule) -> Env:
-        b = binding_of(rule)
-        env: Env = {}
-        for d in b.def_order:
-            if d.var.name in b.constant_defs:
-                env[d.var.name] = evaluate(d.expr, env)
-        return env
 
     def _fixpoint(self, rules: tuple[ast.Rule, ...], db: Db, end: int) -> None:
         changed = True
@@ -165,7 +147,7 @@ class ReferenceEvaluator:
                 if self._unify(atom, row, env2, final=False):
                     yield from walk(i + 1, env2, (*rows, row))
 
-        yield from walk(0, self._constants(rule), ())
+        yield from walk(0, constant_values(rule), ())
 
     def _unify(self, atom: ast.Atom, row: Row, env: Env, final: bool) -> bool:
         """Bind or compare ``atom``'s arguments with ``row``. Expression arguments are only

@@ -28,6 +28,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from dagster_pomo.engine.constants import clocks
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
@@ -107,7 +108,7 @@ class SparkEvaluator:
         for rel in self.catalog:
             life[rel.name] = rel.lifetime if rel.lifetime is not None else NEVER
         if CLOCK in self.catalog:
-            life[CLOCK] = max((p for _, p in self._clocks()), default=1)
+            life[CLOCK] = max((p for _, p in clocks(self.program)), default=1)
         for rel in self.catalog:
             if rel.inductive:
                 life[rel.name] = min(life[rel.name], size)
@@ -126,19 +127,6 @@ class SparkEvaluator:
                 if bound < life[rel.name]:
                     life[rel.name], changed = bound, True
         return life
-
-    def _clocks(self) -> set[tuple[int, int]]:
-        found = set()
-        for rule in self.program.corpus.rules:
-            consts = R.constants_of(rule)
-            for atom in rule.positive:
-                if atom.relation == CLOCK:
-                    values = []
-                    for arg in atom.args:
-                        values.append(arg.value if isinstance(arg, ast.Const) else consts[arg.name])  # type: ignore[union-attr]
-                    if int(values[1]) > 0:
-                        found.add((int(values[0]), int(values[1])))
-        return found
 
     def _rows_frame(self, name: str, rows: list[Row]) -> DataFrame:
         data = [(*r.args, *r.aggs, r.t, r.kt, r.exp, r.tau) for r in rows]
@@ -193,7 +181,7 @@ class SparkEvaluator:
         begin = max(start, self.clock_start)
         rows = [
             Row(t, (o, p), t, t + p, (), t)
-            for o, p in self._clocks()
+            for o, p in clocks(self.program)
             for t in iter_ticks(o, p, begin, end)
         ]
         return self._rows_frame(CLOCK, rows)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from dagster_pomo.engine.constants import constant_values
 from dagster_pomo.engine.schema import Schema, rule_env
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
 from dagster_pomo.engine.timeline import NEVER
-from dagster_pomo.engine.values import evaluate
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK, binding_of
 
@@ -44,13 +44,24 @@ class Matches:
     atoms: int
 
 
+def atom_columns(atom: ast.Atom, schema: Schema) -> list[tuple[ast.Expr, str, str]]:
+    """Each argument and annotation of ``atom`` with the stored column it reads and its type:
+    arguments in column order, ``@time`` reads ``t``, an aggregate its ``_agg_`` column."""
+    pairs = list(zip(atom.args, schema.columns, schema.types, strict=True))
+    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
+    for ann in atom.annotations:
+        pairs.append(
+            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
+        )
+    return pairs
+
+
 def _atom_frame(
     i: int,
     atom: ast.Atom,
     df: DataFrame,
     schema: Schema,
     constants: Mapping[str, object],
-    types: Mapping[str, str],
     want_key: bool,
 ) -> tuple[DataFrame, dict[str, tuple[str, str]], list]:
     """Select and rename one positive atom's columns; return deferred expression checks."""
@@ -58,16 +69,7 @@ def _atom_frame(
     cols: list[Column] = []
     filters: list[Column] = []
     checks: list[tuple[ast.Expr, str, str]] = []
-    pairs: list[tuple[ast.Expr, str, str]] = [
-        (arg, col, typ)
-        for arg, col, typ in zip(atom.args, schema.columns, schema.types, strict=True)
-    ]
-    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
-    for ann in atom.annotations:
-        pairs.append(
-            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
-        )
-    for j, (arg, col, typ) in enumerate(pairs):
+    for j, (arg, col, typ) in enumerate(atom_columns(atom, schema)):
         if atom.relation == CLOCK and isinstance(arg, ast.Var) and arg.name in constants:
             arg = ast.Const(constants[arg.name], "int")  # noqa: PLW2901
         if isinstance(arg, ast.Wildcard):
@@ -103,15 +105,6 @@ def _compatible(a: str | None, b: str) -> bool:
     return a is not None and fam.get(a, a) == fam.get(b, b)
 
 
-def constants_of(rule: ast.Rule) -> dict[str, object]:
-    b = binding_of(rule)
-    env: dict[str, object] = {}
-    for d in b.def_order:
-        if d.var.name in b.constant_defs:
-            env[d.var.name] = evaluate(d.expr, env)  # type: ignore[arg-type]
-    return env
-
-
 def matches(
     rule: ast.Rule,
     sources: Sequence[DataFrame],
@@ -119,14 +112,14 @@ def matches(
     want_keys: bool = False,
 ) -> Matches:
     """Join the positive atoms, add ``where`` definitions, apply expression checks and guards."""
-    constants = constants_of(rule)
+    constants = constant_values(rule)
     types = rule_env(rule, schemas)
     joined: DataFrame | None = None
     env: dict[str, tuple[str, str]] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
     for i, (atom, df) in enumerate(zip(rule.positive, sources, strict=True)):
         frame, frame_env, frame_checks = _atom_frame(
-            i, atom, df, schemas[atom.relation], constants, types, want_keys
+            i, atom, df, schemas[atom.relation], constants, want_keys
         )
         checks += frame_checks
         shared = [_var(v) for v in frame_env if v in env]
@@ -195,14 +188,7 @@ def anti_join(
 ) -> DataFrame:
     """Drop the rows of ``df`` for which some version of ``atom`` agreeing with them is alive
     (``alive`` conditions over ``__n_kt``/``__n_exp``)."""
-    pairs: list[tuple[ast.Expr, str, str]] = list(
-        zip(atom.args, schema.columns, schema.types, strict=True)
-    )
-    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
-    for ann in atom.annotations:
-        pairs.append(
-            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
-        )
+    pairs = atom_columns(atom, schema)
     right = source.select(
         *[F.col(col).alias(f"__n{k}_{j}") for j, (_, col, _) in enumerate(pairs)],
         F.col("kt").alias("__n_kt"),

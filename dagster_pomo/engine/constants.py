@@ -1,0 +1,34 @@
+"""What a corpus fixes before any event arrives: constant ``where`` values and its clocks.
+
+Both evaluators need these (clock arguments must be constants), so they are
+worked out once, here.
+"""
+
+from __future__ import annotations
+
+from dagster_pomo.engine.values import Value, evaluate
+from dagster_pomo.lang import Program, ast
+from dagster_pomo.lang.check import CLOCK, binding_of
+
+
+def constant_values(rule: ast.Rule) -> dict[str, Value]:
+    """The rule's ``where`` definitions that depend on no event, evaluated."""
+    b = binding_of(rule)
+    env: dict[str, Value] = {}
+    for d in b.def_order:
+        if d.var.name in b.constant_defs:
+            env[d.var.name] = evaluate(d.expr, env)
+    return env
+
+
+def clocks(program: Program) -> set[tuple[int, int]]:
+    """Every ``(offset, period)`` the corpus's rules read ``clock`` with (periods > 0)."""
+    found: set[tuple[int, int]] = set()
+    for rule in program.corpus.rules:
+        env = constant_values(rule)
+        for atom in rule.positive:
+            if atom.relation == CLOCK:
+                offset, period = (int(evaluate(a, env)) for a in atom.args)
+                if period > 0:
+                    found.add((offset, period))
+    return found
