@@ -1,4 +1,5 @@
-"""A corpus as Dagster assets: inputs, one multi-asset per stratum, on time-window partitions.
+"""A corpus as Dagster assets: inputs and one multi-asset per unit of strata (see
+:mod:`units`), on time-window partitions.
 
 (No ``from __future__ import annotations`` here: Dagster reads the asset functions'
 annotations at runtime.)
@@ -34,9 +35,10 @@ from dagster_pomo.engine.spark.evaluator import SparkEvaluator, epoch_key
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.timeline import Epoch
 from dagster_pomo.errors import UsageError
-from dagster_pomo.lang import Program, Stratum
+from dagster_pomo.lang import Program
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import PomoTranslator
+from dagster_pomo.orchestration.units import Unit, units
 
 PREVIOUS = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
 
@@ -144,13 +146,7 @@ def build_assets(
     """The input multi-asset and one multi-asset per stratum of ``program``."""
     shared = CorpusAssets(program, partitions_def, translator or PomoTranslator())
     assets = [_inputs_asset(shared)] if program.catalog.inputs else []
-    for stratum in program.strata:
-        if stratum.inductive:
-            only_next = [r for r in stratum.relations if not program.catalog[r].derived]
-            if only_next:
-                assets.append(_next_asset(shared, stratum, only_next))
-        else:
-            assets.append(_stratum_asset(shared, stratum))
+    assets += [_unit_asset(shared, unit) for unit in units(program)]
     return assets
 
 
@@ -204,28 +200,36 @@ def _write_quarantine(storage: PomoStorage, corpus: str, ingested: Ingested) -> 
     path.write_text("".join(json.dumps(q.to_json()) + "\n" for q in ingested.quarantined))
 
 
-def _stratum_asset(shared: CorpusAssets, stratum: Stratum):  # noqa: ANN202
-    reads = {lit.atom.relation for r in stratum.rules for lit in r.body}
-    reads -= {*stratum.relations, "clock"}
+def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
+    """One multi-asset for ``unit``: per epoch, the ``@next`` results, then each stratum."""
     specs = []
-    for name in stratum.relations:
-        deps = [AssetDep(shared.key(r)) for r in sorted(reads)] + _self_deps(shared, name)
-        specs.append(shared.spec(name, deps, stratum.index))
+    for name in unit.relations:
+        deps = [AssetDep(shared.key(r)) for r in sorted(unit.same_epoch)]
+        deps += [
+            AssetDep(shared.key(r), partition_mapping=PREVIOUS)
+            for r in sorted(unit.previous_epoch - unit.same_epoch)
+        ]
+        stratum = next((s.index for s in unit.strata if name in s.relations), None)
+        if stratum is None:
+            stratum = shared.program.strata[-1].index
+        specs.append(shared.spec(name, [*deps, *_self_deps(shared, name)], stratum))
 
-    @shared.multi_asset(f"stratum_{stratum.index}", specs)
+    @shared.multi_asset(unit.name, specs)
     def evaluate(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult]:
         evaluator, epochs = shared.evaluator(context, spark, storage)
-        rows = {n: 0 for n in stratum.relations}
+        rows = {n: 0 for n in unit.relations}
         rounds, seconds = 0, 0.0
         for epoch in epochs:
-            stats = evaluator.evaluate_stratum(stratum, epoch)
-            for name, n in stats.rows.items():
-                rows[name] += n
-            rounds, seconds = max(rounds, stats.rounds), seconds + stats.seconds
-            context.log.info(f"{epoch}: {stats.rows} in {stats.seconds:.1f}s")
-        for name in stratum.relations:
+            carried = evaluator.evaluate_next(epoch) if unit.carries else None
+            for stratum in unit.strata:
+                stats = evaluator.evaluate_stratum(stratum, epoch, carried)
+                for name, n in stats.rows.items():
+                    rows[name] += n
+                rounds, seconds = max(rounds, stats.rounds), seconds + stats.seconds
+                context.log.info(f"{epoch} stratum {stratum.index}: {stats.rows}")
+        for name in unit.relations:
             yield MaterializeResult(
                 asset_key=shared.key(name),
                 metadata={
@@ -237,30 +241,6 @@ def _stratum_asset(shared: CorpusAssets, stratum: Stratum):  # noqa: ANN202
             )
 
     return evaluate
-
-
-def _next_asset(shared: CorpusAssets, stratum: Stratum, relations: list[str]):  # noqa: ANN202
-    reads = {lit.atom.relation for r in stratum.rules for lit in r.body} - {"clock"}
-    specs = []
-    for name in relations:
-        deps = [
-            AssetDep(shared.key(r), partition_mapping=PREVIOUS) for r in sorted(reads) if r != name
-        ] + _self_deps(shared, name)
-        specs.append(shared.spec(name, deps, stratum.index))
-
-    @shared.multi_asset("next", specs)
-    def carry(
-        context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
-    ) -> Iterator[MaterializeResult]:
-        evaluator, epochs = shared.evaluator(context, spark, storage)
-        for epoch in epochs:
-            evaluator.evaluate_next(epoch)
-        for name in relations:
-            yield MaterializeResult(
-                asset_key=shared.key(name), metadata={"pomo/epochs": len(epochs)}
-            )
-
-    return carry
 
 
 def pomo_definitions(
