@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
+from contextlib import closing
 from pathlib import Path
+
+from dagster_pomo.engine.actions import ActionEvent
 
 HOUR = 3_600_000
 TANKS = ("north", "south", "east")
@@ -67,3 +71,41 @@ def water_tank_events(
                 )
                 lines += 1
     return lines
+
+
+class SqliteOutbox:
+    """An example action handler: records each event in a SQLite table ``effects``, keyed by
+    the idempotency key, so handing it the same event twice has one effect. (A real handler
+    passes the key to the system it calls, as an idempotency key or a message id.)"""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __call__(self, event: ActionEvent) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(sqlite3.connect(self.path, timeout=60)) as db, db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, handler TEXT, "
+                "relation TEXT, args TEXT, t INTEGER)"
+            )
+            db.execute(
+                "INSERT INTO effects VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                (event.key, event.handler, event.relation, json.dumps(dict(event.args)), event.t),
+            )
+
+    def effects(self) -> list[tuple[str, str, str, int]]:
+        """``(handler, relation, args JSON, t)`` of every recorded effect, in time order."""
+        if not self.path.exists():
+            return []
+        with closing(sqlite3.connect(self.path)) as db:
+            return db.execute(
+                "SELECT handler, relation, args, t FROM effects ORDER BY t, handler, args"
+            ).fetchall()
+
+
+def outbox_handlers(corpus: str | Path, outbox: str | Path) -> dict[str, SqliteOutbox]:
+    """A :class:`SqliteOutbox` at ``outbox`` for every handler the corpus file names."""
+    from dagster_pomo.engine.actions import subscriptions
+    from dagster_pomo.lang import load_program
+
+    return {name: SqliteOutbox(outbox) for name in subscriptions(load_program(corpus))}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dagster import Definitions, PartitionsDefinition
 
+from dagster_pomo.examples import outbox_handlers
 from dagster_pomo.orchestration import pomo_definitions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -14,8 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def example(corpus: str, partitions_def: PartitionsDefinition) -> Definitions:
     """``rules/<corpus>.pomo`` as assets; ``POMO_WAREHOUSE`` and ``POMO_LANDING`` (default
-    ``warehouse/`` and ``landing/<corpus>/`` in the repository) say where data lives."""
+    ``warehouse/`` and ``landing/<corpus>/`` in the repository) say where data lives. Every
+    action handler records its events in ``<warehouse>/<corpus>/outbox.sqlite``."""
     warehouse = os.environ.get("POMO_WAREHOUSE", str(ROOT / "warehouse"))
     landing = os.environ.get("POMO_LANDING", str(ROOT / "landing" / corpus))
     Path(landing).mkdir(parents=True, exist_ok=True)
-    return pomo_definitions(ROOT / "rules" / f"{corpus}.pomo", partitions_def, warehouse, landing)
+    path = ROOT / "rules" / f"{corpus}.pomo"
+    handlers = outbox_handlers(path, Path(warehouse) / corpus / "outbox.sqlite")
+    return pomo_definitions(path, partitions_def, warehouse, landing, handlers=handlers)

@@ -12,7 +12,7 @@ evaluating it epoch after epoch.
 """
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from dagster import (
     multi_asset,
 )
 
+from dagster_pomo.engine.actions import Handler, check_handlers
 from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
 from dagster_pomo.engine.schema import infer_schemas
 from dagster_pomo.engine.spark.evaluator import SparkEvaluator, epoch_key
@@ -127,26 +128,36 @@ class CorpusAssets:
     ) -> tuple[SparkEvaluator, list[Epoch]]:
         """An evaluator over every epoch up to the end of the run's range, and the range's
         epochs in time order."""
-        keys = context.partition_keys
-        epochs = epochs_through(self.partitions_def, keys[-1])
+        epochs = epochs_through(self.partitions_def, context.partition_keys[-1])
         session = spark.get_session()
         warehouse = Warehouse(session, storage.warehouse, self.program.name)
         facts = corpus_facts(self.program) if ingested is None else ingested.events
         evaluator = SparkEvaluator(
             session, self.program, self.schemas, warehouse, epochs, epochs[0].start, facts
         )
-        return evaluator, epochs[-len(keys) :]
+        return evaluator, epochs[-len(context.partition_keys) :]
+
+    def epochs_of(self, context: AssetExecutionContext) -> list[Epoch]:
+        """The epochs of the run's partition range, in time order."""
+        epochs = epochs_through(self.partitions_def, context.partition_keys[-1])
+        return epochs[-len(context.partition_keys) :]
 
 
 def build_assets(
     program: Program,
     partitions_def: TimeWindowPartitionsDefinition,
     translator: PomoTranslator | None = None,
+    handlers: Mapping[str, Handler] | None = None,
 ) -> list:
-    """The input multi-asset and one multi-asset per stratum of ``program``."""
+    """The input multi-asset, one multi-asset per unit of strata and one asset per action
+    handler in ``handlers``."""
+    from dagster_pomo.orchestration.actions import action_assets
+
     shared = CorpusAssets(program, partitions_def, translator or PomoTranslator())
     assets = [_inputs_asset(shared)] if program.catalog.inputs else []
     assets += [_unit_asset(shared, unit) for unit in units(program)]
+    if handlers:
+        assets += action_assets(shared, handlers)
     return assets
 
 
@@ -193,9 +204,10 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
 
 def _write_quarantine(storage: PomoStorage, corpus: str, ingested: Ingested) -> None:
     """Every quarantined line of the landing files, with its reason (local warehouses)."""
-    if "://" in storage.warehouse and not storage.warehouse.startswith("file:"):
+    folder = storage.local_folder(corpus)
+    if folder is None:
         return
-    path = Path(storage.warehouse.removeprefix("file:")) / corpus / "_quarantine.jsonl"
+    path = folder / "_quarantine.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(q.to_json()) + "\n" for q in ingested.quarantined))
 
@@ -249,12 +261,16 @@ def pomo_definitions(
     warehouse: str,
     landing: str,
     skew: str | int = 0,
+    handlers: Mapping[str, Handler] | None = None,
     spark: SparkResource | None = None,
     translator: PomoTranslator | None = None,
+    ledger: str | None = None,
 ):  # noqa: ANN201 - Definitions
-    """Everything Dagster needs for one corpus file: assets, the landing sensor, the epoch
-    schedule (each epoch ``skew`` after it ends; a duration such as ``"5m"``, or ms) and the
-    resources."""
+    """Everything Dagster needs for one corpus file: assets (with one per action handler;
+    ``handlers`` maps every handler name the corpus uses to a callable), the landing
+    sensor, the epoch schedule (each epoch ``skew`` after it ends; a duration such as
+    ``"5m"``, or ms) and the resources. ``ledger`` is the folder of the action ledger
+    (default: the warehouse, when local)."""
     from dagster import AssetSelection, Definitions
 
     from dagster_pomo.engine.timeline import parse_duration
@@ -263,9 +279,13 @@ def pomo_definitions(
     from dagster_pomo.orchestration.sensors import landing_sensor
 
     program = load_program(corpus)
+    handlers = dict(handlers or {})
+    problems = check_handlers(program, handlers)
+    if problems:
+        raise UsageError("\n".join(problems))
     translator = translator or PomoTranslator()
     skew_ms = skew if isinstance(skew, int) else parse_duration(skew)
-    assets = build_assets(program, partitions_def, translator)
+    assets = build_assets(program, partitions_def, translator, handlers)
     selection = AssetSelection.assets(*[key for a in assets for key in a.keys])
     sensors = []
     if program.catalog.inputs:
@@ -277,7 +297,7 @@ def pomo_definitions(
         schedules=[epoch_schedule(program, partitions_def, selection, skew_ms)],
         resources={
             "spark": spark or SparkResource(),
-            "storage": PomoStorage(warehouse=warehouse, landing=landing),
+            "storage": PomoStorage(warehouse=warehouse, landing=landing, ledger=ledger),
         },
     )
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 from pydantic import Field
 
 from dagster_pomo.engine.spark.session import SparkSettings, spark_session
+from dagster_pomo.errors import UsageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,3 +31,26 @@ class PomoStorage(ConfigurableResource):
 
     warehouse: str = Field(description="root of the Parquet warehouse")
     landing: str = Field(description="folder of JSON Lines landing files")
+    ledger: str | None = Field(
+        default=None,
+        description="folder of the action ledgers (SQLite, one per corpus); default: the "
+        "warehouse root when it is a local path",
+    )
+
+    def local_folder(self, corpus: str) -> Path | None:
+        """``corpus``'s folder in the warehouse when the warehouse is a local path."""
+        if "://" in self.warehouse and not self.warehouse.startswith("file:"):
+            return None
+        return Path(self.warehouse.removeprefix("file://").removeprefix("file:")) / corpus
+
+    def ledger_path(self, corpus: str) -> Path:
+        """Where ``corpus``'s action ledger lives."""
+        if self.ledger is not None:
+            return Path(self.ledger) / f"{corpus}_actions.sqlite"
+        folder = self.local_folder(corpus)
+        if folder is None:
+            raise UsageError(
+                f"the warehouse {self.warehouse} is not a local path, so the action ledger "
+                "cannot live beside it: set `ledger` to a local folder"
+            )
+        return folder / "_actions.sqlite"

@@ -1,0 +1,115 @@
+"""One asset per action handler, downstream of the relations it listens to.
+
+(No ``from __future__ import annotations`` here: Dagster reads the asset functions'
+annotations at runtime.)
+
+Materializing a handler's partition hands every event of that epoch that the
+handler listens to, and that the ledger does not hold as done, to the handler.
+Failures fail the step, naming the events, after every other event has run;
+running the step again retries exactly the failed ones.
+"""
+
+from collections.abc import Iterator, Mapping
+
+from dagster import (
+    AssetDep,
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+)
+
+from dagster_pomo.engine.actions import (
+    ActionReport,
+    Handler,
+    Ledger,
+    Subscription,
+    run_actions,
+    subscriptions,
+)
+from dagster_pomo.engine.spark.actions import epoch_events
+from dagster_pomo.engine.spark.evaluator import epoch_key
+from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.orchestration.assets import PREVIOUS, CorpusAssets
+from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
+
+
+def action_key(shared: CorpusAssets, handler: str) -> AssetKey:
+    return AssetKey([shared.program.name, "action", handler])
+
+
+def action_assets(shared: CorpusAssets, handlers: Mapping[str, Handler]) -> list:
+    """An asset per handler the corpus names (``handlers`` must hold every one)."""
+    return [
+        _action_asset(shared, name, subs, handlers[name])
+        for name, subs in subscriptions(shared.program).items()
+    ]
+
+
+def _action_asset(  # noqa: ANN202 - an AssetsDefinition
+    shared: CorpusAssets, name: str, subs: list[Subscription], handler: Handler
+):
+    program = shared.program
+    key = action_key(shared, name)
+    relations = sorted({s.relation for s in subs})
+    rules = "\n".join(program.rule_text(s.rule) for s in subs)
+    spec = AssetSpec(
+        key=key,
+        deps=[AssetDep(shared.key(r)) for r in relations]
+        + [AssetDep(key, partition_mapping=PREVIOUS)],
+        group_name=shared.translator.get_group_name(program),
+        description=f"Calls the handler `{name}` once per event it listens to:\n\n{rules}",
+        metadata={
+            "pomo/handler": name,
+            "pomo/listens_to": ", ".join(relations),
+            "pomo/rules": MetadataValue.md(f"```\n{rules}\n```"),
+        },
+        partitions_def=shared.partitions_def,
+        kinds={"python"},
+    )
+
+    @shared.multi_asset(f"action__{name}", [spec])
+    def act(
+        context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
+    ) -> Iterator[MaterializeResult]:
+        session = spark.get_session()
+        warehouse = Warehouse(session, storage.warehouse, program.name)
+        ledger = Ledger(storage.ledger_path(program.name))
+        total = ActionReport(name)
+        try:
+            for epoch in shared.epochs_of(context):
+                events = epoch_events(warehouse, shared.schemas, subs, epoch_key(epoch))
+                report = run_actions(handler, events, ledger)
+                context.log.info(
+                    f"{epoch}: {report.ran} ran, {report.skipped} done before, "
+                    f"{len(report.failed)} failed"
+                )
+                total.merge(report)
+            states = ledger.counts(name)
+        finally:
+            ledger.close()
+        if total.failed:
+            shown = "\n".join(f"- {e.describe()}: {err}" for e, err in total.failed[:10])
+            more = len(total.failed) - 10
+            raise Failure(
+                description=f"handler `{name}` failed on {len(total.failed)} event(s); "
+                f"materialize again to retry them (finished ones are not re-run):\n{shown}"
+                + (f"\n... and {more} more" if more > 0 else ""),
+                metadata={"pomo/actions_ran": total.ran, "pomo/actions_failed": len(total.failed)},
+            )
+        yield MaterializeResult(
+            asset_key=key,
+            metadata={
+                "pomo/actions_ran": total.ran,
+                "pomo/actions_done_before": total.skipped,
+                "pomo/actions_per_second": round(total.ran / total.seconds, 1)
+                if total.seconds and total.ran
+                else 0.0,
+                "pomo/ledger": MetadataValue.path(str(storage.ledger_path(program.name))),
+                "pomo/ledger_done": states.get("done", 0),
+            },
+        )
+
+    return act

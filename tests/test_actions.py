@@ -1,0 +1,344 @@
+"""Actions run exactly once per distinct event, whatever crashes in between.
+
+The ledger is exercised with real processes killed (``os._exit``) or handlers
+raising at random points: before the effect, after the effect but before the
+ledger records it, and after the ledger records it. Deliveries overlap, as
+re-runs and backfills do. The Dagster test then runs the handlers as assets on
+real Spark: failures fail the step with the event named, a second
+materialization retries exactly those, backfills and late data run nothing
+twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from dagster_pomo.engine.actions import (
+    ActionEvent,
+    Ledger,
+    check_handlers,
+    idempotency_key,
+    run_actions,
+    subscriptions,
+)
+from dagster_pomo.examples import SqliteOutbox
+from dagster_pomo.lang import compile_corpus
+
+KILL_POINTS = ("before_effect", "after_effect", "after_ledger")
+RAISE_POINTS = ("raise_before_effect", "raise_after_effect")
+
+
+class Recorder:
+    """A handler that de-duplicates by key (``effects``), logs every call (``calls``), and
+    records a violation whenever it is handed a key the ledger holds as done."""
+
+    def __init__(self, path: Path, ledger: Path, fail: tuple[str, str] | None = None) -> None:
+        self.path, self.ledger, self.fail = path, ledger, fail
+
+    def __call__(self, event: ActionEvent) -> None:
+        point, key = self.fail or ("", "")
+        if point == "raise_before_effect" and event.key == key:
+            raise RuntimeError("injected: before the effect")
+        with closing(sqlite3.connect(self.ledger, timeout=30)) as led:
+            state = led.execute("SELECT state FROM actions WHERE key = ?", (event.key,)).fetchone()
+        with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+            db.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT)")
+            db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY)")
+            db.execute("CREATE TABLE IF NOT EXISTS violations (key TEXT)")
+            db.execute("INSERT INTO calls VALUES (?)", (event.key,))
+            db.execute("INSERT INTO effects VALUES (?) ON CONFLICT DO NOTHING", (event.key,))
+            if state and state[0] == "done":
+                db.execute("INSERT INTO violations VALUES (?)", (event.key,))
+        if point == "raise_after_effect" and event.key == key:
+            raise RuntimeError("injected: after the effect")
+
+    def table(self, name: str) -> list[str]:
+        with closing(sqlite3.connect(self.path)) as db:
+            return [k for (k,) in db.execute(f"SELECT key FROM {name}")]  # noqa: S608
+
+
+def _events(n: int) -> list[ActionEvent]:
+    return [
+        ActionEvent(idempotency_key("h", "r", (i,), 1000 + i), "h", "r", {"x": i}, 1000 + i, "0")
+        for i in range(n)
+    ]
+
+
+def _run_in_child(events, ledger: Path, handler: Recorder, kill: tuple[str, str] | None) -> int:
+    """Run the actions in a forked process that dies at ``kill``; its exit status."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 0
+        try:
+
+            def hook(point: str, event: ActionEvent) -> None:
+                if kill and (point, event.key) == kill:
+                    os._exit(3)
+
+            led = Ledger(ledger)
+            report = run_actions(handler, events, led, batch=8, hook=hook)
+            led.close()
+            status = 4 if report.failed else 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_every_event_has_its_effect_exactly_once_under_injected_faults(tmp_path: Path) -> None:
+    rng = random.Random(20261122)
+    ledger_path, effects = tmp_path / "ledger.sqlite", tmp_path / "effects.sqlite"
+    Ledger(ledger_path).close()
+    events = _events(1000)
+    faults = {p: 0 for p in KILL_POINTS + RAISE_POINTS}
+    delivered = 30
+    for i in range(60):
+        # Each delivery re-sends everything delivered before (as a re-run or a backfill
+        # does), and new events whenever few are left to act on.
+        with closing(Ledger(ledger_path)) as led:
+            done = led.done([e.key for e in events[:delivered]])
+        pending = [e for e in events[:delivered] if e.key not in done]
+        if len(pending) < 6:
+            pending += events[delivered : delivered + 30]
+            delivered += 30
+        delivery = events[:delivered]
+        point = (KILL_POINTS + RAISE_POINTS)[i % 5]
+        target = rng.choice(pending[:6]).key
+        if point in KILL_POINTS:
+            handler = Recorder(effects, ledger_path)
+            code = _run_in_child(delivery, ledger_path, handler, (point, target))
+            assert code == 3, "the child died where the fault was injected"
+        else:
+            handler = Recorder(effects, ledger_path, (point, target))
+            code = _run_in_child(delivery, ledger_path, handler, None)
+            assert code == 4, "the handler's failure is reported, not lost"
+        faults[point] += 1
+    events = events[:delivered]
+    assert _run_in_child(events, ledger_path, Recorder(effects, ledger_path), None) == 0
+
+    recorder = Recorder(effects, ledger_path)
+    total = sum(faults.values())
+    print(f"injected faults: {total} {faults}")
+    assert total >= 50 and all(faults.values())
+    assert sorted(recorder.table("effects")) == sorted(e.key for e in events), "none lost"
+    assert recorder.table("violations") == [], "a finished action was handed over again"
+    calls = recorder.table("calls")
+    assert len(calls) > len(events), "interrupted actions were retried"
+    assert len(calls) <= len(events) + total * 8, "retries stay within the interrupted batches"
+    with closing(Ledger(ledger_path)) as led:
+        assert led.counts("h") == {"done": len(events)}
+        attempts = dict(led.db.execute("SELECT key, attempts FROM actions").fetchall())
+    assert max(attempts.values()) > 1 and min(attempts.values()) == 1
+
+
+def test_a_failing_handler_leaves_the_event_failed_and_the_rest_done(tmp_path: Path) -> None:
+    events = _events(20)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    handler = Recorder(
+        tmp_path / "effects.sqlite", ledger.path, ("raise_before_effect", events[5].key)
+    )
+    report = run_actions(handler, events, ledger, batch=4)
+    assert report.ran == 19 and [e.key for e, _ in report.failed] == [events[5].key]
+    assert "injected: before the effect" in report.failed[0][1]
+    assert ledger.counts("h") == {"done": 19, "failed": 1}
+    again = run_actions(Recorder(handler.path, ledger.path), events, ledger, batch=4)
+    assert (again.ran, again.skipped, again.failed) == (1, 19, [])
+    ledger.close()
+
+
+def test_idempotency_keys_name_the_handler_and_the_event() -> None:
+    key = idempotency_key("notify", "alert", ("north", 1.5), 60_000)
+    assert key == idempotency_key("notify", "alert", ("north", 1.5), 60_000)
+    others = {
+        idempotency_key("page", "alert", ("north", 1.5), 60_000),
+        idempotency_key("notify", "alert", ("south", 1.5), 60_000),
+        idempotency_key("notify", "alert", ("north", 1.5), 60_001),
+        idempotency_key("notify", "alarm", ("north", 1.5), 60_000),
+    }
+    assert key not in others and len(others) == 4
+
+
+def test_subscription_patterns_filter_by_constants_and_repeated_variables() -> None:
+    program = compile_corpus(
+        """
+        .decl move(src: str, dst: str, n: int);
+        move("a", _, _) ~ from_a;
+        move(x, x, _) ~ stay;
+        alert(s, n) ~ page := move(s, _, n) if n > 3;
+        """,
+        "subs.pomo",
+    )
+    subs = subscriptions(program)
+    assert [(s.relation, s.equals, s.same) for s in subs["from_a"]] == [
+        ("move", (("src", "a"),), ())
+    ]
+    assert [(s.relation, s.equals, s.same) for s in subs["stay"]] == [
+        ("move", (), (("src", "dst"),))
+    ]
+    assert [(s.relation, s.equals, s.same) for s in subs["page"]] == [("alert", (), ())]
+
+
+def test_every_named_handler_must_be_registered_and_every_registered_one_named(
+    tmp_path: Path,
+) -> None:
+    program = compile_corpus("p(x) ~ notify := q(x);", "h.pomo")
+    (missing,) = check_handlers(program, {})
+    assert missing.startswith("h.pomo:1:1: the corpus subscribes `notify`")
+    (extra,) = check_handlers(program, {"notify": print, "notfiy": print})
+    assert "`notfiy` is registered" in extra
+    with pytest.raises(Exception, match="no handler of that name is registered"):
+        from dagster import HourlyPartitionsDefinition
+
+        from dagster_pomo.orchestration import pomo_definitions
+
+        path = tmp_path / "handler.pomo"
+        path.write_text(".decl q(x: int);\np(x) ~ notify := q(x);\n")
+        pomo_definitions(path, HourlyPartitionsDefinition("2024-01-01-00:00"), "w", "l")
+
+
+class Flaky(SqliteOutbox):
+    """The example outbox, failing the first time it sees every third event (before or after
+    its effect, alternately)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.seen: set[str] = set()
+        self.calls = 0
+        self.injected = 0
+
+    def __call__(self, event: ActionEvent) -> None:
+        self.calls += 1
+        first = event.key not in self.seen
+        self.seen.add(event.key)
+        poisoned = first and int(event.key[:8], 16) % 3 == 0
+        if poisoned and int(event.key[8:16], 16) % 2 == 0:
+            self.injected += 1
+            raise RuntimeError("injected: the operator's pager is down")
+        super().__call__(event)
+        if poisoned:
+            self.injected += 1
+            raise RuntimeError("injected: timed out after sending")
+
+
+def _rising_tanks(path: Path) -> None:
+    """Three hours of readings every 30 s: `north` rises from 88% to 99% of capacity (alerts),
+    `south` stays at half; `north` is in maintenance from minute 150 (no alerts after)."""
+    from tests.test_dagster_assets import START
+
+    lines = []
+    for i in range(360):
+        t = START + i * 30_000
+        lines.append(("water_level", t, ["north", round(88 + 11 * i / 360, 2)]))
+        lines.append(("water_level", t, ["south", 40.0]))
+    lines.append(("maintenance", START + 150 * 60_000, ["north", "pump swap"]))
+    path.write_text(
+        "".join(f'{{"relation": "{r}", "t": {t}, "args": {json.dumps(a)}}}\n' for r, t, a in lines)
+    )
+
+
+def test_handlers_as_assets_fail_loudly_retry_and_never_repeat(tmp_path: Path) -> None:
+    from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
+
+    from dagster_pomo.engine.run import run
+    from dagster_pomo.examples import HOUR
+    from dagster_pomo.lang import load_program
+    from dagster_pomo.orchestration import pomo_definitions
+    from tests.conftest import RULES
+    from tests.test_dagster_assets import KEYS, PARTITIONS, START
+
+    landing, warehouse, home = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "home"
+    for d in (landing, home):
+        d.mkdir()
+    _rising_tanks(landing / "tanks.jsonl")
+    corpus = RULES / "water_tanks.pomo"
+    alerts = Flaky(tmp_path / "outbox.sqlite")
+    handlers = {
+        "notify_operator": alerts,
+        "log_maintenance": SqliteOutbox(tmp_path / "outbox.sqlite"),
+    }
+    defs = pomo_definitions(corpus, PARTITIONS, str(warehouse), str(landing), handlers=handlers)
+    instance = DagsterInstance.local_temp(str(home))
+    action = AssetKey(["water_tanks", "action", "notify_operator"])
+    assert action in {k for a in defs.assets for k in a.keys}
+
+    def materialize_range(first: str, last: str):
+        return materialize(
+            list(defs.assets),
+            instance=instance,
+            resources=dict(defs.resources),
+            tags={
+                "dagster/asset_partition_range_start": first,
+                "dagster/asset_partition_range_end": last,
+            },
+            raise_on_error=False,
+        )
+
+    def expected() -> set[tuple[str, str, tuple, int]]:
+        """Every alert `pomo run` derives, and every maintenance window landed."""
+        result = run(load_program(corpus), landing, HOUR, start=START, until=START + 3 * HOUR)
+        alerts = {
+            ("notify_operator", "overflow_alert", r.args, r.t)
+            for r in result.events("overflow_alert")
+        }
+        lines = [json.loads(x) for f in landing.glob("*.jsonl") for x in f.read_text().splitlines()]
+        return alerts | {
+            ("log_maintenance", "maintenance", tuple(e["args"]), e["t"])
+            for e in lines
+            if e["relation"] == "maintenance"
+        }
+
+    def effects() -> list[tuple[str, str, tuple, int]]:
+        return [(h, rel, tuple(json.loads(a).values()), t) for h, rel, a, t in alerts.effects()]
+
+    failed = materialize_range(KEYS[0], KEYS[-1])
+    assert not failed.success
+    (failure,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = str(failure.event_specific_data.error)
+    assert "handler `notify_operator` failed on" in message and "overflow_alert(" in message
+    assert "injected:" in message
+    injected = alerts.injected
+    assert injected > 0
+
+    assert materialize_range(KEYS[0], KEYS[-1]).success, "a second run retries the failures"
+    want = expected()
+    assert len(want) > 10
+    got = effects()
+    assert len(got) == len(set(got)) and set(got) == want, "every event has one effect"
+    assert instance.get_materialized_partitions(action) == set(KEYS)
+
+    calls = alerts.calls
+    assert materialize_range(KEYS[0], KEYS[-1]).success, "a backfill over the same range"
+    assert alerts.calls == calls, "finished actions are never handed over again"
+
+    # A late maintenance window in the first hour: the sensor replays from that epoch on.
+    (late,) = [s for s in defs.sensors]
+    storage = defs.resources["storage"]
+    ctx = build_sensor_context(
+        instance=instance, resources={"storage": storage}, repository_def=defs.get_repository_def()
+    )
+    first_tick = late.evaluate_tick(ctx)
+    late_window = {"relation": "maintenance", "t": START + 5 * 60_000, "args": ["south", "valve"]}
+    (landing / "late.jsonl").write_text(json.dumps(late_window) + "\n")
+    ctx = build_sensor_context(
+        instance=instance,
+        cursor=first_tick.cursor,
+        resources={"storage": storage},
+        repository_def=defs.get_repository_def(),
+    )
+    (request,) = late.evaluate_tick(ctx).run_requests
+    assert (
+        request.tags["dagster/asset_partition_range_start"],
+        request.tags["dagster/asset_partition_range_end"],
+    ) == (KEYS[0], KEYS[-1])
+    assert materialize_range(KEYS[0], KEYS[-1]).success
+    now = effects()
+    assert set(now) == expected() and len(now) == len(set(now))
+    assert ("log_maintenance", "maintenance", ("south", "valve"), START + 5 * 60_000) in now
+    print(f"faults injected through Dagster: {injected}")
