@@ -15,7 +15,7 @@ from dagster_pomo.engine.spark.evaluator import SparkEvaluator
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.errors import UsageError
-from dagster_pomo.examples import HOUR, water_tank_events
+from dagster_pomo.examples import HOUR, outbox_handlers, water_tank_events
 from dagster_pomo.lang import compile_corpus, load_program
 from dagster_pomo.orchestration import epochs_through, pomo_definitions
 from tests.conftest import RULES
@@ -23,6 +23,12 @@ from tests.conftest import RULES
 START = 1_700_000_000_000 // HOUR * HOUR  # 2023-11-14T22:00Z, where the generator starts
 PARTITIONS = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
 KEYS = ["2023-11-14-22:00", "2023-11-14-23:00", "2023-11-15-00:00"]
+
+
+def _defs(corpus: Path, partitions, warehouse: Path, landing: Path):
+    """The corpus's definitions, every handler recording into an outbox beside the warehouse."""
+    handlers = outbox_handlers(corpus, warehouse.parent / "outbox.sqlite")
+    return pomo_definitions(corpus, partitions, str(warehouse), str(landing), handlers=handlers)
 
 
 def _normal(rows):
@@ -51,7 +57,7 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     landing.mkdir()
     water_tank_events(landing / "tanks.jsonl", 2_000, tanks=3, hours=3)
     warehouse = tmp_path / "warehouse"
-    defs = pomo_definitions(RULES / "water_tanks.pomo", PARTITIONS, str(warehouse), str(landing))
+    defs = _defs(RULES / "water_tanks.pomo", PARTITIONS, warehouse, landing)
     home = tmp_path / "dagster_home"
     home.mkdir()
     instance = DagsterInstance.local_temp(str(home))
@@ -111,7 +117,7 @@ def test_next_rules_carry_state_across_daily_partitions(tmp_path: Path) -> None:
         )
     )
     warehouse = tmp_path / "warehouse"
-    defs = pomo_definitions(RULES / "login_streaks.pomo", partitions, str(warehouse), str(landing))
+    defs = _defs(RULES / "login_streaks.pomo", partitions, warehouse, landing)
     home = tmp_path / "dagster_home"
     home.mkdir()
     instance = DagsterInstance.local_temp(str(home))
@@ -182,7 +188,7 @@ def test_next_rules_feeding_back_into_strata_run_epoch_by_epoch(tmp_path: Path) 
         )
     )
     warehouse = tmp_path / "warehouse"
-    defs = pomo_definitions(corpus, partitions, str(warehouse), str(landing))
+    defs = _defs(corpus, partitions, warehouse, landing)
     names = sorted(a.node_def.name for a in defs.assets)
     assert names == ["feedback__inputs", "feedback__stratum_0__next", "feedback__stratum_1"]
     home = tmp_path / "dagster_home"
@@ -204,7 +210,7 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     landing, warehouse, home = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "home"
     for d in (landing, home):
         d.mkdir()
-    defs = pomo_definitions(RULES / "water_tanks.pomo", PARTITIONS, str(warehouse), str(landing))
+    defs = _defs(RULES / "water_tanks.pomo", PARTITIONS, warehouse, landing)
     (watch,) = defs.sensors
     instance = DagsterInstance.local_temp(str(home))
     storage = PomoStorage(warehouse=str(warehouse), landing=str(landing))
