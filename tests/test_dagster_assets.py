@@ -75,6 +75,13 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     )
     assert result.success
     assert len(instance.get_runs()) == 1, "the whole range runs in one run"
+    meta = result.asset_materializations_for_node("water_tanks__stratum_0")[0].metadata
+    assert meta["pomo/rows_total"].value == meta["pomo/new_rows"].value > 0
+    preview = meta["pomo/preview"].value
+    assert 0 < len(preview.records) <= 5
+    assert [c.name for c in preview.schema.columns][:3] == ["tank", "average(level)", "max(level)"]
+    (check,) = result.get_asset_check_evaluations()
+    assert check.check_name == "landing_lines_are_valid" and check.passed
     for name in ("level_10m", "overflow_alert", "water_level"):
         key = AssetKey(["water_tanks", name])
         assert instance.get_materialized_partitions(key) == set(KEYS), name
@@ -242,7 +249,7 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     assert tick(first.cursor).run_requests == [], "seen files start nothing"
 
     inputs = [a for a in defs.assets if a.node_def.name.endswith("__inputs")]
-    assert materialize(
+    stored = materialize(
         inputs,
         instance=instance,
         resources=dict(defs.resources),
@@ -250,7 +257,10 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
             "dagster/asset_partition_range_start": KEYS[0],
             "dagster/asset_partition_range_end": KEYS[2],
         },
-    ).success
+    )
+    assert stored.success, "a bad line does not stop ingestion"
+    (check,) = stored.get_asset_check_evaluations()
+    assert not check.passed and check.metadata["pomo/quarantined"].value == 1
 
     (landing / "late.jsonl").write_text(reading(START + 20))
     late = tick(first.cursor)

@@ -17,6 +17,9 @@ from datetime import datetime
 from pathlib import Path
 
 from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     AssetKey,
@@ -37,6 +40,7 @@ from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.timeline import Epoch
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program
+from dagster_pomo.orchestration.metadata import relation_metadata
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import PomoTranslator
 from dagster_pomo.orchestration.units import Unit, units
@@ -102,12 +106,15 @@ class CorpusAssets:
             kinds={"spark", "parquet"},
         )
 
-    def multi_asset(self, name: str, specs: Sequence[AssetSpec]):  # noqa: ANN201
+    def multi_asset(  # noqa: ANN201
+        self, name: str, specs: Sequence[AssetSpec], checks: Sequence[AssetCheckSpec] = ()
+    ):
         """The decorator every multi-asset of the corpus uses: partitioned, never subset,
         a whole partition range in one run."""
         return multi_asset(
             name=f"{self.program.name}__{name}",
             specs=specs,
+            check_specs=checks,
             can_subset=False,
             partitions_def=self.partitions_def,
             backfill_policy=BackfillPolicy.single_run(),
@@ -170,10 +177,17 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
     names = [r.name for r in program.catalog.inputs]
     specs = [shared.spec(n, _self_deps(shared, n), None) for n in names]
 
-    @shared.multi_asset("inputs", specs)
+    quarantine = AssetCheckSpec(
+        "landing_lines_are_valid",
+        asset=shared.key(names[0]),
+        description="Every line of the landing files is a valid event; bad lines are "
+        "quarantined with their reason (warns, never blocks).",
+    )
+
+    @shared.multi_asset("inputs", specs, [quarantine])
     def inputs(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
-    ) -> Iterator[MaterializeResult]:
+    ) -> Iterator[MaterializeResult | AssetCheckResult]:
         ingested = shared.ingest(storage)
         evaluator, epochs = shared.evaluator(context, spark, storage, ingested)
         chosen = {epoch_key(e) for e in epochs}
@@ -186,11 +200,13 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
         evaluator.write_inputs(selected)
         _write_quarantine(storage, program.name, ingested)
         reasons = [f"{q.file}:{q.line}: {q.reason}" for q in ingested.quarantined[:20]]
+        last = epoch_key(epochs[-1])
         for name in names:
             yield MaterializeResult(
                 asset_key=shared.key(name),
                 metadata={
-                    "pomo/events_in_range": counts[name],
+                    "pomo/new_rows": counts[name],
+                    **relation_metadata(evaluator.wh, shared.schemas[name], name, last),
                     "pomo/lines_read": ingested.lines_read,
                     "pomo/quarantined": len(ingested.quarantined),
                     "pomo/quarantine_sample": MetadataValue.md(
@@ -198,6 +214,18 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
                     ),
                 },
             )
+        yield AssetCheckResult(
+            check_name=quarantine.name,
+            asset_key=quarantine.asset_key,
+            passed=not ingested.quarantined,
+            severity=AssetCheckSeverity.WARN,
+            metadata={
+                "pomo/quarantined": len(ingested.quarantined),
+                "pomo/quarantine_file": MetadataValue.path(
+                    str(storage.local_folder(program.name) or "") + "/_quarantine.jsonl"
+                ),
+            },
+        )
 
     return inputs
 
@@ -234,18 +262,24 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
         rows = {n: 0 for n in unit.relations}
         rounds, seconds = 0, 0.0
         for epoch in epochs:
-            carried = evaluator.evaluate_next(epoch) if unit.carries else None
+            carried = None
+            if unit.carries:
+                carried = evaluator.evaluate_next(epoch)
+                for name, n in evaluator.carried_rows.items():
+                    rows[name] += n
             for stratum in unit.strata:
                 stats = evaluator.evaluate_stratum(stratum, epoch, carried)
                 for name, n in stats.rows.items():
                     rows[name] += n
                 rounds, seconds = max(rounds, stats.rounds), seconds + stats.seconds
                 context.log.info(f"{epoch} stratum {stratum.index}: {stats.rows}")
+        last = epoch_key(epochs[-1])
         for name in unit.relations:
             yield MaterializeResult(
                 asset_key=shared.key(name),
                 metadata={
                     "pomo/new_rows": rows[name],
+                    **relation_metadata(evaluator.wh, shared.schemas[name], name, last),
                     "pomo/epochs": len(epochs),
                     "pomo/fixpoint_rounds_max": rounds,
                     "pomo/spark_seconds": round(seconds, 3),

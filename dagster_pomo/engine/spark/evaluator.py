@@ -95,6 +95,8 @@ class SparkEvaluator:
         self.defers = {
             r.head.relation for r in program.corpus.rules if r.body and r.head.time is not None
         }
+        # Rows the last `evaluate_next` stored, per relation that only `@next` rules derive.
+        self.carried_rows: dict[str, int] = {}
         # This epoch's versions so far, by (epoch key, relation): read once, reused by rules.
         self._current: dict[tuple[str, str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
@@ -226,11 +228,18 @@ class SparkEvaluator:
                 rows = carried.get(rel.name)
                 facts = self._seeds(rel.name, epoch, {})
                 rows = facts if rows is None else facts.unionByName(rows)
-                self.wh.write(rel.name, key, self._dedupe(rel.name, rows))
-                self._current[(key, rel.name)] = self.wh.read(
-                    rel.name, self.structs[rel.name], [key]
+                self.carried_rows[rel.name] = self._write_counted(
+                    rel.name, key, self._dedupe(rel.name, rows)
                 )
         return carried
+
+    def _write_counted(self, name: str, key: str, rows: DataFrame) -> int:
+        """Store ``rows`` as epoch ``key`` of ``name``; how many (counted by the write itself,
+        no extra Spark job)."""
+        counted = Observation(f"rows-{name}")
+        self.wh.write(name, key, rows.observe(counted, F.count(F.lit(1)).alias("rows")))
+        self._current[(key, name)] = self.wh.read(name, self.structs[name], [key])
+        return int(counted.get.get("rows", 0))
 
     def evaluate_stratum(
         self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
@@ -321,10 +330,7 @@ class SparkEvaluator:
             if n in self.defers:
                 self.wh.write(n, key, rows.filter(F.col("kt") >= epoch.end), deferred=True)
                 rows = rows.filter(F.col("kt") < epoch.end)
-            counted = Observation(f"rows-{n}")  # counted by the write itself, no extra job
-            self.wh.write(n, key, rows.observe(counted, F.count(F.lit(1)).alias("rows")))
-            stats.rows[n] = int(counted.get.get("rows", 0))
-            self._current[(key, n)] = self.wh.read(n, self.structs[n], [key])
+            stats.rows[n] = self._write_counted(n, key, rows)
         stats.seconds = time.perf_counter() - started
         return stats
 

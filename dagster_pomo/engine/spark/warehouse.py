@@ -45,6 +45,13 @@ class Warehouse:
             .parquet(self.path(relation))
         )
 
+    def read_all(self, relation: str, schema: StructType) -> DataFrame:
+        """Every stored epoch of ``relation``."""
+        path = self.path(relation)
+        if not self.exists(path):
+            return self.spark.createDataFrame([], schema)
+        return self.spark.read.schema(schema).parquet(path)
+
     def read(
         self, relation: str, schema: StructType, keys: Iterable[str], deferred: bool = False
     ) -> DataFrame:

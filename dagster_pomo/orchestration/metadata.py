@@ -1,0 +1,70 @@
+"""What every materialization reports: row counts, a preview of the epoch's rows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
+
+from dagster_pomo.engine.schema import Schema
+from dagster_pomo.engine.spark.evaluator import struct_of
+from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.timeline import NEVER
+
+PREVIEW_ROWS = 5
+
+
+def _time(ms: int) -> str:
+    if ms >= NEVER:
+        return "never"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def relation_metadata(
+    wh: Warehouse, schema: Schema, relation: str, last_key: str
+) -> dict[str, Any]:
+    """Rows stored over every epoch so far, and a preview of the last epoch's rows (two small
+    Spark jobs: a count answered from Parquet footers, and a ``limit``)."""
+    struct = struct_of(schema)
+    everything = wh.read_all(relation, struct)
+    total = everything.count()
+    columns = [*schema.columns, *(key for _, key, _ in schema.aggregates)]
+    stored = [*schema.columns, *(f"_agg_{fn}" for fn, _, _ in schema.aggregates)]
+    rows = (
+        wh.read(relation, struct, [last_key])
+        .orderBy("t", *schema.columns)
+        .limit(PREVIEW_ROWS)
+        .collect()
+    )
+    records = [
+        TableRecord(
+            {
+                **{c: _plain(r[s]) for c, s in zip(columns, stored, strict=True)},
+                "t": _time(r["t"]),
+                "exp": _time(r["exp"]),
+            }
+        )
+        for r in rows
+    ]
+    types = {"int": "int", "float": "float", "str": "string", "bool": "bool"}
+    table_schema = TableSchema(
+        columns=[
+            *(
+                TableColumn(c, types.get(t, "string"))
+                for c, t in zip(
+                    columns, [*schema.types, *(t for *_, t in schema.aggregates)], strict=True
+                )
+            ),
+            TableColumn("t", "string"),
+            TableColumn("exp", "string"),
+        ]
+    )
+    return {
+        "pomo/rows_total": total,
+        "pomo/preview": MetadataValue.table(records, schema=table_schema),
+    }
+
+
+def _plain(value: object) -> object:
+    return round(value, 6) if isinstance(value, float) else value
