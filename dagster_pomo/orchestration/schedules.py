@@ -31,6 +31,22 @@ def complete_epoch(
     return key if partitions_def.has_partition_key(key) else None
 
 
+DAY = 86_400_000
+
+
+def shifted_cron(epoch_minutes: int, skew_minutes: int) -> str:
+    """A cron firing ``skew_minutes`` after the end of every epoch of ``epoch_minutes``
+    (which divides a day), epochs aligned to midnight UTC."""
+    ends = sorted({(k * epoch_minutes + skew_minutes) % 1440 for k in range(1440 // epoch_minutes)})
+    minutes = sorted({m % 60 for m in ends})
+    hours = sorted({m // 60 for m in ends})
+    if len(minutes) * len(hours) != len(ends):  # no single cron: tick every minute
+        return "* * * * *"
+    minute = "*" if len(minutes) == 60 else ",".join(map(str, minutes))
+    hour = "*" if len(hours) == 24 else ",".join(map(str, hours))
+    return f"{minute} {hour} * * *"
+
+
 def epoch_schedule(
     program: Program,
     partitions_def: TimeWindowPartitionsDefinition,
@@ -41,7 +57,12 @@ def epoch_schedule(
     partition key)."""
     minutes = -(-skew_ms // 60_000)  # cron has minutes: round the skew up
     # The cron only sets when ticks happen; `complete_epoch` decides what is complete.
-    if getattr(partitions_def.schedule_type, "name", None) == "HOURLY":
+    size = int(partitions_def.get_first_partition_window().end.timestamp() * 1000) - int(
+        partitions_def.get_first_partition_window().start.timestamp() * 1000
+    )
+    if 60_000 <= size <= DAY and DAY % size == 0 and size % 60_000 == 0:
+        cron = shifted_cron(size // 60_000, minutes)
+    elif getattr(partitions_def.schedule_type, "name", None) == "HOURLY":
         cron = partitions_def.get_cron_schedule(minute_of_hour=minutes % 60)
     else:
         cron = partitions_def.get_cron_schedule(

@@ -1,0 +1,116 @@
+"""A Dagster Component, so a corpus is added with a ``defs.yaml`` and no Python:
+
+.. code-block:: yaml
+
+    type: dagster_pomo.orchestration.PomoComponent
+    attributes:
+      corpus: water_tanks.pomo        # relative to this folder
+      epoch: 1h                       # the partition (epoch) size
+      start: "2023-11-14T22:00"       # the first epoch
+      warehouse: /data/warehouse
+      landing: /data/landing/water_tanks
+      skew: 5m
+      handlers:                       # handler name -> "module:attribute"
+        notify_operator: my_project.handlers:page_the_operator
+      spark:
+        master: local[*]
+        conf: {spark.sql.shuffle.partitions: "4"}
+"""
+
+from __future__ import annotations
+
+import importlib
+from datetime import datetime
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from dagster_pomo.engine.timeline import parse_duration
+from dagster_pomo.errors import UsageError
+from dagster_pomo.orchestration.assets import pomo_definitions
+from dagster_pomo.orchestration.resources import SparkResource
+
+_MINUTE = 60_000
+_HOUR = 60 * _MINUTE
+_DAY = 24 * _HOUR
+
+
+def epoch_partitions(epoch: str, start: str) -> dg.TimeWindowPartitionsDefinition:
+    """Time-window partitions of ``epoch`` (minutes that divide an hour, hours that divide a
+    day, or one day) from ``start`` (ISO date or date and time, UTC)."""
+    size = parse_duration(epoch)
+    fmt = "%Y-%m-%d-%H:%M"
+    if size == _DAY:
+        cron, fmt = "0 0 * * *", "%Y-%m-%d"
+    elif size % _HOUR == 0 and _DAY % size == 0:
+        cron = f"0 */{size // _HOUR} * * *"
+    elif size % _MINUTE == 0 and _HOUR % size == 0:
+        cron = f"*/{size // _MINUTE} * * * *"
+    else:
+        raise UsageError(
+            f"epoch {epoch!r}: Dagster partitions need a size that divides an hour (1m, 5m, "
+            "15m, ...) or a day (1h, 2h, 6h, ...), or exactly 1d"
+        )
+    try:
+        first = datetime.fromisoformat(start)
+    except ValueError:
+        raise UsageError(f"start {start!r}: write an ISO date or date and time") from None
+    return dg.TimeWindowPartitionsDefinition(
+        cron_schedule=cron, start=first.replace(tzinfo=None), fmt=fmt, timezone="UTC"
+    )
+
+
+def _import(target: str) -> object:
+    module, _, attribute = target.partition(":")
+    if not attribute:
+        raise UsageError(f"handler {target!r}: write it as `package.module:attribute`")
+    return getattr(importlib.import_module(module), attribute)
+
+
+class SparkSettingsModel(dg.Model):
+    master: str = "local[*]"
+    remote: str | None = None
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
+    """A rule corpus as partitioned Dagster assets: inputs, strata, actions, the landing
+    sensor and the epoch schedule."""
+
+    corpus: str = Field(description="the corpus file, relative to this component's folder")
+    epoch: str = Field(default="1h", description="partition (epoch) size: 15m, 1h, 1d, ...")
+    start: str = Field(description="the first epoch's start, ISO date or date and time (UTC)")
+    warehouse: str = Field(description="warehouse root (a path or any Spark-readable URI)")
+    landing: str = Field(description="folder of JSON Lines landing files")
+    skew: str = Field(default="0s", description="how long after an epoch ends to evaluate it")
+    handlers: dict[str, str] = Field(
+        default_factory=dict, description="action handler name -> `module:attribute`"
+    )
+    ledger: str | None = Field(default=None, description="folder of the action ledger")
+    spark: SparkSettingsModel = Field(default_factory=SparkSettingsModel)
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        here = Path(context.path)
+        corpus = Path(self.corpus)
+        if not corpus.is_absolute():
+            corpus = here / corpus
+
+        def local(path: str) -> str:
+            if "://" in path or Path(path).is_absolute():
+                return path
+            return str(here / path)
+
+        handlers = {name: _import(target) for name, target in self.handlers.items()}
+        return pomo_definitions(
+            corpus,
+            epoch_partitions(self.epoch, self.start),
+            local(self.warehouse),
+            local(self.landing),
+            skew=self.skew,
+            handlers=handlers,  # type: ignore[arg-type]
+            spark=SparkResource(
+                master=self.spark.master, remote=self.spark.remote, conf=self.spark.conf
+            ),
+            ledger=None if self.ledger is None else local(self.ledger),
+        )

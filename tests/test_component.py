@@ -1,0 +1,133 @@
+"""A corpus added with a `defs.yaml` (a Dagster Component) in a real `dg` project layout."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, DagsterInstance, materialize
+
+from dagster_pomo.errors import UsageError
+from dagster_pomo.examples import SqliteOutbox
+from dagster_pomo.orchestration import epoch_partitions
+from tests.conftest import RULES
+
+
+def _project(root: Path, attributes: str) -> Path:
+    (root / "pyproject.toml").write_text(
+        textwrap.dedent(
+            """
+            [tool.dg]
+            directory_type = "project"
+
+            [tool.dg.project]
+            root_module = "tanks_project"
+            defs_module = "tanks_project.defs"
+            """
+        )
+    )
+    package = root / "tanks_project"
+    folder = package / "defs" / "tanks"
+    folder.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "defs" / "__init__.py").write_text("")
+    (package / "handlers.py").write_text(
+        "from dagster_pomo.examples import SqliteOutbox\n"
+        f"outbox = SqliteOutbox({str(root / 'outbox.sqlite')!r})\n"
+    )
+    shutil.copy(RULES / "water_tanks.pomo", folder / "water_tanks.pomo")
+    (folder / "defs.yaml").write_text(
+        "type: dagster_pomo.orchestration.PomoComponent\nattributes:\n"
+        + textwrap.indent(textwrap.dedent(attributes), "  ")
+    )
+    return root
+
+
+def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> None:
+    from dagster import load_from_defs_folder
+
+    root = _project(
+        tmp_path,
+        """
+        corpus: water_tanks.pomo
+        epoch: 1h
+        start: "2023-11-14T22:00"
+        warehouse: warehouse
+        landing: landing
+        skew: 5m
+        handlers:
+          notify_operator: tanks_project.handlers:outbox
+          log_maintenance: tanks_project.handlers:outbox
+        spark:
+          conf: {spark.sql.shuffle.partitions: "2"}
+        """,
+    )
+    folder = root / "tanks_project" / "defs" / "tanks"
+    (folder / "landing").mkdir()
+    (folder / "landing" / "a.jsonl").write_text(
+        '{"relation": "maintenance", "t": "2023-11-14T22:10:00Z", "args": ["north", "valve"]}\n'
+    )
+    sys.path.insert(0, str(root))
+    try:
+        defs = load_from_defs_folder(path_within_project=root)
+    finally:
+        sys.path.remove(str(root))
+    keys = {k for a in defs.assets for k in a.keys}
+    assert AssetKey(["water_tanks", "overflow_alert"]) in keys
+    assert AssetKey(["water_tanks", "action", "notify_operator"]) in keys
+    assert [s.name for s in defs.schedules] == ["water_tanks__epochs"]
+    home = tmp_path / "home"
+    home.mkdir()
+    result = materialize(
+        list(defs.assets),
+        instance=DagsterInstance.local_temp(str(home)),
+        resources=dict(defs.resources),
+        partition_key="2023-11-14-22:00",
+    )
+    assert result.success
+    assert (folder / "warehouse" / "water_tanks" / "maintenance").is_dir()
+    effects = SqliteOutbox(root / "outbox.sqlite").effects()
+    assert [(h, r, t) for h, r, _, t in effects] == [
+        ("log_maintenance", "maintenance", 1_700_000_000_000 // 3_600_000 * 3_600_000 + 600_000)
+    ]
+
+
+def test_epoch_sizes_map_to_partitions_or_a_clear_error() -> None:
+    assert epoch_partitions("1d", "2024-01-01").get_first_partition_key() == "2024-01-01"
+    hourly = epoch_partitions("1h", "2024-01-01T00:00")
+    assert hourly.get_first_partition_key() == "2024-01-01-00:00"
+    assert hourly.cron_schedule == "0 */1 * * *"
+    assert epoch_partitions("15m", "2024-01-01T00:00").cron_schedule == "*/15 * * * *"
+    with pytest.raises(UsageError, match="divides an hour"):
+        epoch_partitions("7m", "2024-01-01T00:00")
+
+
+def test_the_schedule_fires_skew_after_each_epoch_and_requests_it(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from dagster import build_schedule_context
+
+    from dagster_pomo.examples import outbox_handlers
+    from dagster_pomo.orchestration import pomo_definitions
+
+    corpus = RULES / "water_tanks.pomo"
+    defs = pomo_definitions(
+        corpus,
+        epoch_partitions("15m", "2024-01-01T00:00"),
+        str(tmp_path / "warehouse"),
+        str(tmp_path / "landing"),
+        skew="5m",
+        handlers=outbox_handlers(corpus, tmp_path / "outbox.sqlite"),
+    )
+    (schedule,) = defs.schedules
+    assert schedule.cron_schedule == "5,20,35,50 * * * *"
+    at = datetime(2024, 1, 1, 0, 20, tzinfo=UTC)
+    (request,) = schedule.evaluate_tick(
+        build_schedule_context(
+            scheduled_execution_time=at, repository_def=defs.get_repository_def()
+        )
+    ).run_requests
+    assert request.partition_key == "2024-01-01-00:00" and request.run_key == request.partition_key
