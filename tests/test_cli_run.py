@@ -129,3 +129,25 @@ def test_spark_options_reach_the_session(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert "spark: local[1] (spark.sql.shuffle.partitions=1)" in ok.stderr
     assert pomo("run", str(corpus), "--events", str(events), "--conf", "nonsense").returncode == 2
+
+
+def test_pomo_demo_runs_the_pipeline_through_dagster_and_reports_actions(
+    tmp_path: Path, capsys
+) -> None:
+    from dagster_pomo.cli.main import main
+
+    assert main(["demo", "--dir", str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    assert "3 hourly partitions" in out
+    derived = dict(
+        (line.split()[0], int(line.split()[1].replace(",", "")))
+        for line in out.split("3. derived")[1].split("4. actions")[0].splitlines()[1:]
+    )
+    assert derived["water_level"] == 9_000 and derived["overflow_alert"] > 0
+    ran = {
+        line.split()[0]: int(line.split()[1].replace(",", ""))
+        for line in out.splitlines()
+        if line.endswith(" ran")
+    }
+    assert ran == {"log_maintenance": 1, "notify_operator": derived["overflow_alert"]}
+    assert (tmp_path / "demo" / "warehouse" / "water_tanks" / "_actions.sqlite").is_file()
