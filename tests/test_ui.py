@@ -1,0 +1,262 @@
+"""The Dagster UI shows a corpus's lineage and partitions: the real `dagster dev` webserver,
+driven in headless Chromium.
+
+Needs Chromium and the Playwright package; it skips, saying why, when either is missing.
+The screenshots go to the test's temporary folder (``--basetemp`` keeps them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, DagsterInstance
+
+from dagster_pomo.engine.run import run
+from dagster_pomo.examples import HOUR, SqliteOutbox, water_tank_events
+from dagster_pomo.lang import load_program
+from tests.conftest import ROOT, RULES
+from tests.test_dagster_assets import KEYS, START, _normal, stored
+
+DAGSTER = Path(sys.executable).with_name("dagster")
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
+LINEAGE = [
+    "water_level",
+    "maintenance",
+    "capacity",
+    "level_10m",
+    "level_per_minute",
+    "near_capacity",
+    "overflow_alert",
+    "notify_operator",
+    "log_maintenance",
+]
+BROWSER_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PATH")
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    home: Path
+    warehouse: Path
+    landing: Path
+
+
+@pytest.fixture
+def dagster_dev(tmp_path: Path) -> Iterator[Server]:
+    """``dagster dev -w workspace.yaml`` over a temporary instance, warehouse and landing
+    folder (three hours of water-tank readings); yields its URL and leaves no process behind
+    (it runs in its own process group, which is killed outright)."""
+    home, warehouse, landing = tmp_path / "home", tmp_path / "wh", tmp_path / "landing"
+    (landing / "water_tanks").mkdir(parents=True)
+    home.mkdir()
+    water_tank_events(landing / "water_tanks" / "r.jsonl", 9_000, hours=3, start=START)
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "POMO_WAREHOUSE": str(warehouse),
+        "POMO_LANDING": str(landing),
+    }
+    log = (tmp_path / "dagster_dev.log").open("w")
+    server = subprocess.Popen(
+        [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(url, server, tmp_path / "dagster_dev.log")
+        yield Server(url, home, warehouse, landing)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)  # `dagster dev` may ignore SIGTERM for a while
+        server.wait(timeout=30)
+        log.close()
+        _assert_nothing_left(server.pid)
+
+
+def _wait_until_up(url: str, server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"dagster dev exited with {server.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=5) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    pytest.fail(f"dagster dev did not answer within 240 s:\n{log.read_text()}")
+
+
+def _assert_nothing_left(group: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"processes of dagster dev's group {group} are still running")
+
+
+def _graphql(url: str, query: str, variables: dict) -> dict:
+    request = urllib.request.Request(
+        f"{url}/graphql",
+        data=json.dumps({"query": query, "variables": variables}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        answer = json.load(reply)
+    assert "errors" not in answer, answer
+    return answer["data"]
+
+
+LAUNCH = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+STATUS = """
+query Status($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    ... on PartitionBackfill { status runs(limit: 10) { runId status tags { key value } } }
+  }
+}
+"""
+ASSETS = """
+query Assets { assetNodes(group: {groupName: "water_tanks", repositoryName: "__repository__",
+  repositoryLocationName: "water_tanks"}) { assetKey { path } } }
+"""
+
+
+def _backfill(url: str, keys: list[str]) -> tuple[str, dict]:
+    """Launch a backfill of every water-tank asset over ``keys`` as the UI's dialog does, and
+    wait for the daemon to finish it."""
+    nodes = _graphql(url, ASSETS, {})["assetNodes"]
+    selection = [{"path": n["assetKey"]["path"]} for n in nodes]
+    launched = _graphql(
+        url, LAUNCH, {"params": {"assetSelection": selection, "partitionNames": keys}}
+    )["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill = launched["backfillId"]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        state = _graphql(url, STATUS, {"id": backfill})["partitionBackfillOrError"]
+        if state["status"] not in ("REQUESTED", "CANCELING", "FAILING"):
+            return backfill, state
+        time.sleep(3)
+    pytest.fail(f"backfill {backfill} did not finish in 600 s: {state}")
+
+
+def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partitions(
+    dagster_dev: Server, tmp_path: Path
+) -> None:
+    url = dagster_dev.url
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.set_default_timeout(120_000)
+
+            # Lineage: inputs -> strata relations -> actions, in the corpus's group.
+            page.goto(f"{url}/locations/water_tanks/asset-groups/water_tanks")
+            _dismiss_welcome(page)
+            for name in LINEAGE:
+                page.get_by_text(name, exact=True).first.wait_for()
+            body = page.inner_text("body")
+            assert "cycle" not in body.lower(), body
+            page.screenshot(path=str(tmp_path / "lineage.png"), full_page=True)
+
+            # A backfill of three historical hours, launched as the UI's dialog launches it:
+            # the daemon runs each multi-asset once over the whole range (a self-dependent
+            # asset gets a run of its own, after its parents), never a run per partition, and
+            # it derives what `pomo run` derives from the same events.
+            backfill, state = _backfill(url, KEYS)
+            assert state["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), state
+            runs = state["runs"]
+            assert 1 <= len(runs) <= len(LINEAGE) - 2, runs  # at most one per multi-asset
+            for one in runs:
+                tags = {t["key"]: t["value"] for t in one["tags"]}
+                assert one["status"] == "SUCCESS", one
+                assert tags["dagster/asset_partition_range_start"] == KEYS[0], one
+                assert tags["dagster/asset_partition_range_end"] == KEYS[-1], one
+            page.goto(f"{url}/runs/b/{backfill}")
+            _dismiss_welcome(page)
+            page.get_by_text("level_10m").first.wait_for()
+            page.screenshot(path=str(tmp_path / "backfill.png"), full_page=True)
+
+            # Partitions: the three materialized hours of a derived relation, and what one holds.
+            page.goto(f"{url}/assets/water_tanks/level_10m?view=partitions")
+            _dismiss_welcome(page)
+            page.get_by_text("Materialized (3)").wait_for()
+            page.get_by_text("Missing (").first.click()  # hide the missing ones
+            page.get_by_text(KEYS[-1]).first.click()
+            page.get_by_text("pomo/rows_total").wait_for()
+            body = page.inner_text("body")
+            for shown in (*KEYS, "pomo/preview", "average(level)", "north"):
+                assert shown in body, (shown, body)
+            page.screenshot(path=str(tmp_path / "partitions.png"), full_page=True)
+        finally:
+            browser.close()
+
+    instance = DagsterInstance.from_config(str(dagster_dev.home))
+    key = AssetKey(["water_tanks", "overflow_alert"])
+    assert instance.get_materialized_partitions(key) == set(KEYS)
+    program = load_program(RULES / "water_tanks.pomo")
+    landing = dagster_dev.landing / "water_tanks"
+    expected = run(program, landing, HOUR, start=START, until=START + 3 * HOUR, engine="reference")
+    got = stored(program, dagster_dev.warehouse)
+    for name in expected.outputs:
+        assert got[name] == _normal(expected.events(name)), name
+    effects = SqliteOutbox(dagster_dev.warehouse / "water_tanks" / "outbox.sqlite").effects()
+    alerts = {(e.args, e.t) for e in expected.events("overflow_alert")}
+    assert len(alerts) > 0
+    assert sorted(t for h, _, _, t in effects if h == "notify_operator") == sorted(
+        t for _, t in alerts
+    ), "each alert notified once"
+
+
+def _dismiss_welcome(page) -> None:  # noqa: ANN001
+    """The first visit may open a welcome dialog over the page."""
+    page.wait_for_load_state("networkidle")
+    skip = page.get_by_role("button", name="Skip")
+    if skip.count():
+        skip.first.click()
