@@ -14,11 +14,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def example(corpus: str, partitions_def: PartitionsDefinition) -> Definitions:
-    """``rules/<corpus>.pomo`` as assets; ``POMO_WAREHOUSE`` and ``POMO_LANDING`` (default
-    ``warehouse/`` and ``landing/<corpus>/`` in the repository) say where data lives. Every
+    """``rules/<corpus>.pomo`` as assets; the warehouse is ``POMO_WAREHOUSE`` (default
+    ``warehouse/`` in the repository) and landing files are read from ``<POMO_LANDING>/<corpus>/``
+    (default ``landing/<corpus>/``), so each corpus has a landing folder of its own. Every
     action handler records its events in ``<warehouse>/<corpus>/outbox.sqlite``."""
     warehouse = os.environ.get("POMO_WAREHOUSE", str(ROOT / "warehouse"))
-    landing = os.environ.get("POMO_LANDING", str(ROOT / "landing" / corpus))
+    landing = str(Path(os.environ.get("POMO_LANDING", str(ROOT / "landing"))) / corpus)
     Path(landing).mkdir(parents=True, exist_ok=True)
     path = ROOT / "rules" / f"{corpus}.pomo"
     handlers = outbox_handlers(path, Path(warehouse) / corpus / "outbox.sqlite")
