@@ -67,6 +67,8 @@ class EpochStats:
     strata: list[StratumStats] = field(default_factory=list)
     spark_jobs: int = 0
     seconds: float = 0.0
+    # (relation, epoch key) of every stored partition the epoch read: how much state it touched.
+    partitions_read: set[tuple[str, str]] = field(default_factory=set)
 
 
 class SparkEvaluator:
@@ -100,6 +102,7 @@ class SparkEvaluator:
         # This epoch's versions so far, by (epoch key, relation): read once, reused by rules.
         self._current: dict[tuple[str, str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
+        self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
 
     # ------------------------------------------------------------------ set-up
 
@@ -176,6 +179,7 @@ class SparkEvaluator:
             for e in self.epochs
             if e.start < epoch.start and (reach >= NEVER or e.end + reach > after)
         ]
+        self._read.update((name, k) for k in keys)
         return self.wh.read(name, self.structs[name], keys).filter(F.col("exp") > after)
 
     def _ticks(self, start: int, end: int) -> DataFrame:
@@ -209,11 +213,13 @@ class SparkEvaluator:
         self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
         started = time.perf_counter()
         self._current = {}  # earlier epochs' entries are no longer needed
+        self._read = set()
         carried = self.evaluate_next(epoch)
         for stratum in self.program.strata:
             if not stratum.inductive:
                 stats.strata.append(self.evaluate_stratum(stratum, epoch, carried))
         stats.seconds = time.perf_counter() - started
+        stats.partitions_read = self._read
         stats.spark_jobs = len(tracker.getJobIdsForGroup(group))
         self.spark.sparkContext.setJobGroup("pomo", "idle")
         return stats
