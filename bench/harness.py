@@ -1,0 +1,134 @@
+"""Timing, memory and the results table shared by the workloads.
+
+Every case runs ``repeat`` times; the table shows the median and the ratio of
+dagster-pomo to each peer. Peak memory is the high-water mark of resident memory,
+reset before each case through ``/proc/<pid>/clear_refs``, of this process (where
+DuckDB, SQLite and the Python side of Spark run) and, separately, of the Spark
+driver JVM (which keeps the heap it has grown, so its figure is mostly its size).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Measurement:
+    """One system on one case: its times over the repeats and what else was observed."""
+
+    case: str
+    system: str
+    seconds: list[float] = field(default_factory=list)
+    peak_mb: float = 0.0  # this process
+    jvm_mb: float = 0.0  # the Spark driver JVM
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.case,
+            "system": self.system,
+            "seconds": self.seconds,
+            "median": self.median,
+            "peak_mb": round(self.peak_mb, 1),
+            "jvm_mb": round(self.jvm_mb, 1),
+            **self.extra,
+        }
+
+
+def _jvm_pids() -> list[int]:
+    """The local Spark driver JVM (and whatever it started), when a session runs."""
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return []
+    proc = getattr(SparkContext._gateway, "proc", None)  # type: ignore[attr-defined]
+    if proc is None:
+        return []
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    return [
+        proc.pid,
+        *(int(p) for p in (children.read_text().split() if children.exists() else [])),
+    ]
+
+
+def reset_peaks() -> None:
+    for pid in [os.getpid(), *_jvm_pids()]:
+        try:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+
+def peak_mb(pids: list[int]) -> float:
+    """The sum of the resident high-water marks of ``pids`` since :func:`reset_peaks`."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def measure(
+    case: str,
+    system: str,
+    repeat: int,
+    once: Callable[[], dict[str, Any] | None],
+) -> Measurement:
+    """Run ``once`` ``repeat`` times; it returns what it observed (rows, jobs, ...), and the
+    last run's observations are kept. Set-up belongs outside ``once``; where it cannot be,
+    ``once`` reports the time that counts as ``seconds``."""
+    m = Measurement(case, system)
+    reset_peaks()
+    for _ in range(repeat):
+        began = time.perf_counter()
+        observed = dict(once() or {})
+        elapsed = time.perf_counter() - began
+        m.seconds.append(observed.pop("seconds", elapsed))
+        m.extra.update(observed)
+    m.peak_mb, m.jvm_mb = peak_mb([os.getpid()]), peak_mb(_jvm_pids())
+    print(f"  {case:<28} {system:<26} median {m.median:8.3f} s  {_extras(m.extra)}", flush=True)
+    return m
+
+
+def _extras(extra: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={v}"
+        for k, v in extra.items()
+        if not k.startswith("_") and not isinstance(v, list | dict)
+    )
+
+
+def table(measurements: list[Measurement], ours: str = "dagster-pomo") -> str:
+    """A Markdown table: per case and system, the median, the spread, peak memory, the ratio
+    of dagster-pomo to that system and what the run observed."""
+    lines = [
+        "| case | system | median s | min–max s | pomo / this | peak MB (JVM) | notes |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    by_case: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        by_case.setdefault(m.case, []).append(m)
+    for case, ms in by_case.items():
+        base = next((m for m in ms if m.system == ours), None)
+        for m in ms:
+            ratio = "" if base is None or m is base else f"{base.median / m.median:.2f}x"
+            spread = f"{min(m.seconds):.3f}–{max(m.seconds):.3f}"
+            lines.append(
+                f"| {case} | {m.system} | {m.median:.3f} | {spread} | {ratio} "
+                f"| {m.peak_mb:,.0f} ({m.jvm_mb:,.0f}) | {_extras(m.extra)} |"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,229 @@
+"""W2: incremental epochs. The water-tank corpus (clock resampling, sliding averages, alerts
+with negation, an action) over hourly epochs of synthetic readings, three ways:
+
+- **dagster-pomo, incremental**: epoch after epoch, each reading only the state its
+  lifetimes keep alive (what a schedule does, one partition at a time);
+- **dagster-pomo, re-evaluating history**: at an epoch, all events so far as one epoch
+  (DESIGN §3.5 says the results are the same). Re-running this at every one of 100 epochs
+  would take hours, so it is measured at ``samples`` evenly spaced epochs and its total is
+  the sum over all epochs of the linear interpolation between them (from 0 at epoch 0);
+- **PySpark, hand-written**: the same logic as one DataFrame job over the whole history,
+  reading the same Parquet inputs and writing its four relations as Parquet.
+
+Writing the inputs to the warehouse is set-up for all three. The hand-written job's
+alerts are checked equal (tank and time) to dagster-pomo's.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import Measurement, measure
+from dagster_pomo.examples import HOUR, water_tank_events
+
+MINUTE = 60_000
+START = 1_700_000_000_000 // HOUR * HOUR
+CORPUS = Path(__file__).resolve().parent.parent / "rules" / "water_tanks.pomo"
+
+
+def run(repeat: int, readings: int, hours: int, samples: int) -> list[Measurement]:
+    from dagster_pomo.engine.run import Prepared, prepare
+    from dagster_pomo.engine.spark.evaluator import evaluator_for
+    from dagster_pomo.engine.spark.session import spark_session
+    from dagster_pomo.lang import load_program
+
+    spark = spark_session()
+    program = load_program(CORPUS)
+    case = f"water tanks, {hours} x 1h, {readings:,} readings"
+    out: list[Measurement] = []
+    with tempfile.TemporaryDirectory(prefix="pomo-bench-w2-") as tmp:
+        landing = Path(tmp) / "landing"
+        landing.mkdir()
+        water_tank_events(landing / "readings.jsonl", readings, tanks=3, hours=hours, start=START)
+        prepared = prepare(program, landing, HOUR, start=START, until=START + hours * HOUR)
+        counter = iter(range(10**6))
+
+        def fresh(sub: Prepared = prepared):  # noqa: ANN202
+            """An evaluator over a fresh warehouse holding the inputs (set-up, not timed)."""
+            return evaluator_for(program, sub, f"{tmp}/wh{next(counter)}", spark)
+
+        per_epoch: list[dict] = []
+
+        def incremental() -> dict:
+            evaluator = fresh()
+            rows_in: dict[tuple[str, str], int] = _input_rows(evaluator, prepared)
+            per_epoch.clear()
+            total = 0.0
+            for index, epoch in enumerate(prepared.plan.epochs, start=1):
+                stats = evaluator.evaluate_epoch(epoch)
+                key = str(epoch.start)
+                for s in stats.strata:
+                    for name, n in s.rows.items():
+                        rows_in[(name, key)] = n
+                total += stats.seconds
+                per_epoch.append(
+                    {
+                        "epoch": index,
+                        "seconds": round(stats.seconds, 3),
+                        "spark_jobs": stats.spark_jobs,
+                        "state_rows_read": sum(rows_in.get(p, 0) for p in stats.partitions_read),
+                    }
+                )
+            alerts = _alerts(spark, f"{evaluator.wh.root}/{program.name}/overflow_alert")
+            return {
+                "seconds": total,
+                "epochs": len(per_epoch),
+                "jobs_per_epoch": round(sum(e["spark_jobs"] for e in per_epoch) / len(per_epoch)),
+                "alerts": alerts.count(),
+                "_alerts": alerts,  # popped below: the peer is checked against it
+            }
+
+        ours = measure(case, "dagster-pomo", repeat, incremental)
+        alerts = ours.extra.pop("_alerts")
+        ours.extra["per_epoch"] = list(per_epoch)
+        ours.extra["last_epoch_over_10th"] = _ratio(per_epoch, 10)
+
+        def batch() -> dict:
+            evaluator = fresh()  # the same Parquet inputs
+            began = time.perf_counter()
+            stored = {
+                name: evaluator.wh.read_all(name, evaluator.structs[name])
+                for name in ("water_level", "maintenance")
+            }
+            derived = hand_written(spark, stored, f"{tmp}/batch")
+            seconds = time.perf_counter() - began
+            wrong = alerts.exceptAll(derived).count() + derived.exceptAll(alerts).count()
+            if wrong:
+                raise AssertionError(f"the hand-written job's alerts differ in {wrong} rows")
+            return {"seconds": seconds, "alerts": derived.count()}
+
+        peer = measure(case, "PySpark hand-written batch", repeat, batch)
+
+        whole = {
+            i: prepared_until(prepared, START + i * HOUR) for i in _sample_points(hours, samples)
+        }
+        seconds_at: dict[int, float] = {}
+
+        def reevaluate() -> dict:
+            for i, sub in whole.items():
+                evaluator = fresh(sub)
+                (epoch,) = sub.plan.epochs
+                seconds_at[i] = evaluator.evaluate_epoch(epoch).seconds
+            return {
+                "seconds": _interpolated_total(seconds_at, hours),
+                "measured_at": ",".join(map(str, seconds_at)),
+            }
+
+        again = measure(case, "dagster-pomo re-evaluating", repeat, reevaluate)
+        again.extra["full_history_seconds"] = round(seconds_at[max(seconds_at)], 3)
+        out += [ours, again, peer]
+    return out
+
+
+def prepared_until(prepared, until: int):  # noqa: ANN001, ANN201
+    """The events before ``until`` as one epoch ``[START, until)``."""
+    from dagster_pomo.engine.ingest import Ingested
+    from dagster_pomo.engine.run import Prepared, plan_epochs
+
+    events = {
+        name: [r for r in rows if r.kt < until] for name, rows in prepared.ingested.events.items()
+    }
+    ingested = Ingested(events=events, types=prepared.ingested.types)
+    return Prepared(ingested, prepared.schemas, plan_epochs([], until - START, START, until))
+
+
+def _sample_points(hours: int, samples: int) -> list[int]:
+    step = max(1, hours // max(1, samples))
+    points = list(range(step, hours + 1, step))
+    if points[-1] != hours:
+        points.append(hours)
+    return points
+
+
+def _interpolated_total(seconds_at: dict[int, float], hours: int) -> float:
+    """Sum over epochs 1..hours of the cost of re-evaluating history at each, interpolating
+    linearly between the measured epochs (and from 0 at epoch 0)."""
+    known = sorted({0: 0.0, **seconds_at}.items())
+    total = 0.0
+    for i in range(1, hours + 1):
+        for (a, sa), (b, sb) in zip(known, known[1:], strict=False):
+            if a < i <= b:
+                total += sa + (sb - sa) * (i - a) / (b - a)
+                break
+    return total
+
+
+def _ratio(per_epoch: list[dict], early: int) -> float | None:
+    """The last epoch's time over the ``early``-th's: does the cost grow with history?"""
+    if len(per_epoch) <= early:
+        return None
+    return round(per_epoch[-1]["seconds"] / per_epoch[early - 1]["seconds"], 2)
+
+
+def _input_rows(evaluator, prepared) -> dict[tuple[str, str], int]:  # noqa: ANN001
+    """Rows of each stored input partition."""
+    out: dict[tuple[str, str], int] = {}
+    for rel in evaluator.catalog.inputs:
+        for row in prepared.ingested.events.get(rel.name, []):
+            key = evaluator.key_for(row.kt)
+            if key:
+                out[(rel.name, key)] = out.get((rel.name, key), 0) + 1
+    return out
+
+
+def _alerts(spark, folder: str):  # noqa: ANN001, ANN202
+    return spark.read.parquet(folder).select("tank", "t").distinct()
+
+
+def hand_written(spark, stored: dict, out: str):  # noqa: ANN001, ANN201
+    """The water-tank logic as a batch DataFrame job over the stored readings and maintenance
+    windows, as a data engineer would write it: minute buckets, a ten-minute range window, a
+    join with the capacities and an anti-join with the maintenance windows. Returns the
+    alerts."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    readings = stored["water_level"].select("tank", "level", "t")
+    maintenance = stored["maintenance"].select(
+        F.col("tank").alias("m_tank"), F.col("t").alias("m_t")
+    )
+    capacity = spark.createDataFrame(
+        [("north", 100.0), ("south", 80.0), ("east", 120.0)], "tank string, max_level double"
+    )
+    per_minute = (
+        readings.withColumn("tick", (F.floor(F.col("t") / MINUTE) + 1) * MINUTE)
+        .groupBy("tank", "tick")
+        .agg(F.avg("level").alias("average"), F.count(F.lit(1)).alias("count"))
+        .select("tank", "average", "count", (F.col("tick") - MINUTE // 2).alias("t"))
+    )
+    window = Window.partitionBy("tank").orderBy("t").rangeBetween(-(10 * MINUTE - 1), 0)
+    level_10m = readings.select(
+        "tank",
+        "t",
+        F.avg("level").over(window).alias("average"),
+        F.max("level").over(window).alias("max_level"),
+    ).cache()
+    near = (
+        level_10m.join(F.broadcast(capacity.withColumnRenamed("max_level", "cap")), "tank")
+        .where(F.col("average") > 0.9 * F.col("cap"))
+        .select("tank", "average", F.col("cap").alias("max_level"), "t")
+        .cache()
+    )
+    in_maintenance = (F.col("tank") == F.col("m_tank")) & (F.col("m_t") <= F.col("t"))
+    alerts = near.join(
+        F.broadcast(maintenance),
+        in_maintenance & (F.col("t") < F.col("m_t") + 2 * HOUR),
+        "left_anti",
+    ).select("tank", "average", "t")
+    for name, df in (
+        ("level_per_minute", per_minute),
+        ("level_10m", level_10m),
+        ("near_capacity", near),
+        ("overflow_alert", alerts),
+    ):
+        df.write.mode("overwrite").parquet(f"{out}/{name}")
+    level_10m.unpersist()
+    near.unpersist()
+    return spark.read.parquet(f"{out}/overflow_alert").select("tank", "t").distinct()
