@@ -211,6 +211,8 @@ class SparkEvaluator:
         tracker = self.spark.sparkContext.statusTracker()
         group = f"pomo-{self.program.name}-{epoch_key(epoch)}"
         self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
+        # Spark keeps the jobs of a group across evaluations of the same epoch: count ours.
+        earlier = set(tracker.getJobIdsForGroup(group))
         started = time.perf_counter()
         self._current = {}  # earlier epochs' entries are no longer needed
         self._read = set()
@@ -220,7 +222,7 @@ class SparkEvaluator:
                 stats.strata.append(self.evaluate_stratum(stratum, epoch, carried))
         stats.seconds = time.perf_counter() - started
         stats.partitions_read = self._read
-        stats.spark_jobs = len(tracker.getJobIdsForGroup(group))
+        stats.spark_jobs = len(set(tracker.getJobIdsForGroup(group)) - earlier)
         self.spark.sparkContext.setJobGroup("pomo", "idle")
         return stats
 
@@ -368,13 +370,15 @@ class SparkEvaluator:
             schema = self.schemas[n]
             key = [*schema.columns, "t", "kt"]
             known = current[n].select(*key, F.col("exp").alias("__known_exp"))
+            counted = Observation(f"fresh-{n}")  # counted by the checkpoint's own job
             fresh = (
                 fresh.join(known, on=key, how="left")
                 .filter(F.col("__known_exp").isNull() | (F.col("exp") > F.col("__known_exp")))
                 .drop("__known_exp")
+                .observe(counted, F.count(F.lit(1)).alias("rows"))
                 .localCheckpoint(eager=True)
             )
-            if not fresh.isEmpty():
+            if counted.get.get("rows", 0):
                 any_new = True
                 new[n] = fresh
                 current[n] = self._dedupe(n, current[n].unionByName(fresh)).localCheckpoint(
