@@ -182,6 +182,22 @@ def test_versions_of_one_event_merge_to_the_longest_life(tmp_path, engine, epoch
     assert out["seen"] == [ev([1], 0, 40)]
 
 
+def test_an_aggregate_counts_an_event_once_whatever_its_versions(tmp_path, engine, epoch) -> None:
+    corpus = """.decl a(x: int) lifetime 10;
+    .decl b(x: int) lifetime 3;
+    seen(x) @time(0) := a(x);
+    seen(x) @time(0) := b(x);
+    n() @count @sum(x) := seen(x);"""
+    # seen(1)@0 has a version alive on [2, 5) (from b) and one on [4, 14) (from a).
+    events = [("b", 2, [1]), ("a", 4, [1]), ("a", 5, [2])]
+    out = evaluate(tmp_path, corpus, events, epoch, engine)
+    assert out["n"] == [
+        ev([], 2, 5, **{"count": 1, "sum(x)": 1}),  # the version from a is not made yet
+        ev([], 4, 14, **{"count": 1, "sum(x)": 1}),  # both versions alive: one event
+        ev([], 5, 14, **{"count": 2, "sum(x)": 3}),
+    ]
+
+
 def test_dedalus_counter_with_next(tmp_path, engine) -> None:
     corpus = """.decl seq(a: str, x: int) lifetime 10;
     .decl event(a: str) lifetime 1;

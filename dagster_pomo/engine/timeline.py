@@ -93,8 +93,13 @@ def iter_ticks(offset: int, period: int, start: int, end: int) -> Iterator[int]:
 
     A tick at ``t`` lives for one period, ``[t, t + period)``; the first tick is at ``offset``.
     """
-    k = max(0, (start - offset) // period)
-    t = offset + k * period
+    t = offset + first_tick(offset, period, start) * period
     while t < end:
         yield t
         t += period
+
+
+def first_tick(offset: int, period: int, start: int) -> int:
+    """The index of the first tick alive at or after ``start`` (tick ``k`` is at
+    ``offset + k * period``; there are none before ``offset``)."""
+    return max(0, (start - offset) // period)

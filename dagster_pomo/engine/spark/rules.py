@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.constants import constant_values
@@ -266,6 +266,38 @@ def derive(
     return head_rows(rule, df, m.env, schema, lifetime, F.col("__tau"), F.col("__mexp"))
 
 
+@dataclass(frozen=True)
+class Buckets:
+    """Time buckets that turn "which matches are alive at ``tau``" into an equi-join.
+
+    A match alive on ``[tau, mexp)`` is copied into every bucket it overlaps, a query
+    time into the one bucket holding it; pairs are then only formed within a bucket.
+    ``reach`` bounds ``mexp - tau`` (the shortest lifetime among the rule's atoms): with
+    buckets that wide a match spans at most two. Without a bound the epoch is cut into
+    ``PER_EPOCH`` buckets. Times before ``origin`` share one bucket. Any width gives the
+    same result (the bucket of a time never decreases as the time grows); it only changes
+    how many pairs are formed.
+    """
+
+    origin: int
+    width: int
+
+    PER_EPOCH = 32
+
+    @classmethod
+    def for_epoch(cls, start: int, end: int, reach: int) -> Buckets:
+        width = reach if reach < NEVER else (end - start) // cls.PER_EPOCH
+        return cls(start, max(width, 1))
+
+    def of(self, time: Column) -> Column:
+        shifted = F.greatest(time, F.lit(self.origin - self.width)) - F.lit(self.origin)
+        return F.floor(shifted / F.lit(self.width))
+
+    def spanned(self, start: Column, last: Column) -> Column:
+        """One row per bucket that ``[start, last]`` overlaps (an array to explode)."""
+        return F.sequence(self.of(start), self.of(last))
+
+
 def aggregate(
     rule: ast.Rule,
     sources: Sequence[DataFrame],
@@ -274,9 +306,12 @@ def aggregate(
     lifetime: int | None,
     a: int,
     b: int,
+    buckets: Buckets | None = None,
 ) -> DataFrame:
     """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau`` and
-    still alive at ``tau``, each distinct combination of events once."""
+    still alive at ``tau``, each distinct combination of events once. Matches meet the times
+    they cover within time ``buckets`` (one bucket for the whole epoch if not given)."""
+    buckets = buckets or Buckets(0, NEVER)
     m = matches(rule, sources, schemas, want_keys=True)
     df = valid(m, rule, negated, schemas)
     df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
@@ -301,12 +336,23 @@ def aggregate(
     key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)]).alias("__key")
     made = df.select(*group, "__tau", "__mexp", *values, key)
     taus = made.filter(F.col("__tau") >= a).select(*group, F.col("__tau").alias("__at"))
-    taus = taus.distinct()
-    joined = made.join(taus, on=group, how="inner") if group else made.crossJoin(taus)
-    pairs = joined.filter((F.col("__tau") <= F.col("__at")) & (F.col("__at") < F.col("__mexp")))
-    covered = pairs.groupBy(*group, "__at", "__key").agg(
-        *[F.first(v).alias(v) for v in values], F.max("__mexp").alias("__mexp")
+    taus = taus.distinct().withColumn("__bucket", buckets.of(F.col("__at")))
+    # A combination of events may match in several versions. At time x it counts once, with
+    # the latest expiry among its versions made by x and alive at x: cut its time line into
+    # segments, from each version's tau to the next one's, alive while that running latest
+    # expiry lasts. A time falls in at most one segment of a combination.
+    versions = Window.partitionBy(*group, "__key").orderBy("__tau")
+    made = made.withColumn(
+        "__mexp", F.max("__mexp").over(versions.rowsBetween(Window.unboundedPreceding, 0))
     )
+    until = F.least(F.coalesce(F.lead("__tau").over(versions), F.lit(NEVER)), F.col("__mexp"))
+    made = made.withColumn("__until", until)
+    made = made.filter((F.col("__until") > F.col("__tau")) & (F.col("__until") > a))
+    first = F.greatest(F.col("__tau"), F.lit(a))
+    last = F.least(F.col("__until"), F.lit(b)) - 1
+    spans = made.withColumn("__bucket", F.explode(buckets.spanned(first, last)))
+    joined = spans.join(taus, on=[*group, "__bucket"], how="inner")
+    covered = joined.filter((F.col("__tau") <= F.col("__at")) & (F.col("__at") < F.col("__until")))
     aggs = []
     for i, ann in enumerate(rule.aggregates):
         typ = SPARK_TYPES[schema.aggregates[i][2]]
@@ -336,4 +382,4 @@ def aggregate(
     )
 
 
-__all__ = ["aggregate", "anti_join", "derive", "head_rows", "matches", "row_columns"]
+__all__ = ["Buckets", "aggregate", "anti_join", "derive", "head_rows", "matches", "row_columns"]
