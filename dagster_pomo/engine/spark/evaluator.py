@@ -34,7 +34,7 @@ from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.timeline import NEVER, Epoch, iter_ticks
+from dagster_pomo.engine.timeline import NEVER, Epoch, first_tick
 from dagster_pomo.lang import Program, Stratum, ast
 from dagster_pomo.lang.check import CLOCK
 
@@ -74,6 +74,8 @@ class EpochStats:
 class SparkEvaluator:
     """Evaluates one corpus epoch by epoch into a warehouse."""
 
+    PIECES = 16  # rounds' pieces a recursive relation's union holds before it is stored as one
+
     def __init__(
         self,
         spark: SparkSession,
@@ -103,6 +105,9 @@ class SparkEvaluator:
         self._current: dict[tuple[str, str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
+        # A recursive relation's versions so far, one stored piece per round.
+        self._pieces: dict[str, list[DataFrame]] = {}
+        self._partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
 
     # ------------------------------------------------------------------ set-up
 
@@ -183,14 +188,31 @@ class SparkEvaluator:
         return self.wh.read(name, self.structs[name], keys).filter(F.col("exp") > after)
 
     def _ticks(self, start: int, end: int) -> DataFrame:
-        """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start)."""
+        """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start).
+        Spark generates them from a range (no rows cross from Python), and knows how few they
+        are, so joins broadcast them."""
         begin = max(start, self.clock_start)
-        rows = [
-            Row(t, (o, p), t, t + p, (), t)
-            for o, p in clocks(self.program)
-            for t in iter_ticks(o, p, begin, end)
-        ]
-        return self._rows_frame(CLOCK, rows)
+        offset_col, period_col = self.schemas[CLOCK].columns
+        parts = []
+        for o, p in sorted(clocks(self.program)):
+            first = first_tick(o, p, begin)
+            stop = -((o - end) // p)  # ticks before `end`: k < ceil((end - o) / p)
+            if stop <= first:
+                continue
+            t = (F.lit(o) + F.col("id") * F.lit(p)).cast("long")
+            parts.append(
+                self.spark.range(first, stop).select(
+                    F.lit(o).cast("long").alias(offset_col),
+                    F.lit(p).cast("long").alias(period_col),
+                    t.alias("t"),
+                    t.alias("kt"),
+                    (t + F.lit(p)).alias("exp"),
+                    t.alias("_tau"),
+                )
+            )
+        if not parts:
+            return self.spark.createDataFrame([], self.structs[CLOCK])
+        return reduce(DataFrame.unionByName, parts)
 
     def _state(self, name: str, epoch: Epoch) -> DataFrame:
         """All versions of ``name`` that can take part in a match with ``tau`` in the epoch."""
@@ -289,8 +311,11 @@ class SparkEvaluator:
         ]
         negatives = [self._state(a.relation, epoch) for a in rule.negative]
         lifetime = self.catalog[rule.head.relation].lifetime
-        fn = R.aggregate if rule.aggregates else R.derive
-        return fn(rule, positives, negatives, self.schemas, lifetime, epoch.lower, epoch.end)
+        args = (rule, positives, negatives, self.schemas, lifetime, epoch.lower, epoch.end)
+        if not rule.aggregates:
+            return R.derive(*args)
+        reach = min(self.life.get(a.relation, NEVER) for a in rule.positive)
+        return R.aggregate(*args, R.Buckets.for_epoch(epoch.start, epoch.end, reach))
 
     def _dedupe(self, name: str, df: DataFrame) -> DataFrame:
         """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
@@ -320,6 +345,7 @@ class SparkEvaluator:
         current = {n: self._seeds(n, epoch, carried) for n in names}
         rules = [r for r in stratum.rules if r.body]
         if stratum.recursive:
+            self._pieces = {}
             for n in names:
                 self._current[(epoch_key(epoch), n)] = current[n]
             delta = self._round(rules, epoch, names, current, None)
@@ -350,7 +376,9 @@ class SparkEvaluator:
         current: dict[str, DataFrame],
         delta: dict[str, DataFrame] | None,
     ) -> dict[str, DataFrame] | None:
-        """One semi-naive round; updates ``current`` and returns the new versions, or None."""
+        """One semi-naive round; returns the new versions, or None. ``current`` grows by them
+        without a shuffle: it is a union of the rounds' stored pieces (versions of one event
+        may repeat in it until the stratum's write de-duplicates them)."""
         made: dict[str, list[DataFrame]] = {n: [] for n in names}
         for rule in rules:
             if delta is None:
@@ -362,30 +390,39 @@ class SparkEvaluator:
                         self._derive(rule, epoch, {i: delta[atom.relation]})
                     )
         new: dict[str, DataFrame] = {}
-        any_new = False
         for n in names:
             if not made[n]:
                 continue
-            fresh = self._dedupe(n, reduce(DataFrame.unionByName, made[n]))
-            schema = self.schemas[n]
-            key = [*schema.columns, "t", "kt"]
-            known = current[n].select(*key, F.col("exp").alias("__known_exp"))
             counted = Observation(f"fresh-{n}")  # counted by the checkpoint's own job
             fresh = (
-                fresh.join(known, on=key, how="left")
-                .filter(F.col("__known_exp").isNull() | (F.col("exp") > F.col("__known_exp")))
-                .drop("__known_exp")
+                self._unknown(
+                    n, self._dedupe(n, reduce(DataFrame.unionByName, made[n])), current[n]
+                )
                 .observe(counted, F.count(F.lit(1)).alias("rows"))
                 .localCheckpoint(eager=True)
             )
             if counted.get.get("rows", 0):
-                any_new = True
                 new[n] = fresh
-                current[n] = self._dedupe(n, current[n].unionByName(fresh)).localCheckpoint(
-                    eager=True
-                )
+                pieces = self._pieces.setdefault(n, [current[n]])
+                pieces.append(fresh)
+                # As few tasks as a shuffle's output, however many pieces.
+                current[n] = reduce(DataFrame.unionByName, pieces).coalesce(self._partitions)
+                if len(pieces) >= self.PIECES:  # keep the plan short: one piece again
+                    current[n] = current[n].localCheckpoint(eager=True)
+                    self._pieces[n] = [current[n]]
                 self._current[(epoch_key(epoch), n)] = current[n]
-        return new if any_new else None
+        return new or None
+
+    def _unknown(self, name: str, fresh: DataFrame, known: DataFrame) -> DataFrame:
+        """The rows of ``fresh`` that no version in ``known`` already covers (same arguments,
+        ``t`` and ``kt``, living at least as long)."""
+        key = [*self.schemas[name].columns, "t", "kt"]
+        seen = known.select(
+            *[F.col(c).alias(f"__k_{c}") for c in key], F.col("exp").alias("__k_exp")
+        )
+        same = [F.col(c) == F.col(f"__k_{c}") for c in key]
+        covers = reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
+        return fresh.join(seen, on=covers, how="left_anti")
 
     def _next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """``@next`` rules over the previous epoch; stamped at its end, alive one more epoch."""
