@@ -317,10 +317,14 @@ class SparkEvaluator:
         reach = min(self.life.get(a.relation, NEVER) for a in rule.positive)
         return R.aggregate(*args, R.Buckets.for_epoch(epoch.start, epoch.end, reach))
 
+    def _version_key(self, name: str) -> list[str]:
+        """What tells versions apart: arguments, ``t`` and ``kt``."""
+        return [*self.schemas[name].columns, "t", "kt"]
+
     def _dedupe(self, name: str, df: DataFrame) -> DataFrame:
         """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
         schema = self.schemas[name]
-        key = [*schema.columns, "t", "kt"]
+        key = self._version_key(name)
         if schema.aggregates:
             rest = [*schema.aggregate_columns, "exp", "_tau"]
             best = F.max_by(F.struct(*rest), F.col("_tau")).alias("__best")
@@ -416,7 +420,7 @@ class SparkEvaluator:
     def _unknown(self, name: str, fresh: DataFrame, known: DataFrame) -> DataFrame:
         """The rows of ``fresh`` that no version in ``known`` already covers (same arguments,
         ``t`` and ``kt``, living at least as long)."""
-        key = [*self.schemas[name].columns, "t", "kt"]
+        key = self._version_key(name)
         seen = known.select(
             *[F.col(c).alias(f"__k_{c}") for c in key], F.col("exp").alias("__k_exp")
         )

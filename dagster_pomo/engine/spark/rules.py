@@ -306,12 +306,11 @@ def aggregate(
     lifetime: int | None,
     a: int,
     b: int,
-    buckets: Buckets | None = None,
+    buckets: Buckets,
 ) -> DataFrame:
     """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau`` and
     still alive at ``tau``, each distinct combination of events once. Matches meet the times
-    they cover within time ``buckets`` (one bucket for the whole epoch if not given)."""
-    buckets = buckets or Buckets(0, NEVER)
+    they cover within time ``buckets``."""
     m = matches(rule, sources, schemas, want_keys=True)
     df = valid(m, rule, negated, schemas)
     df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
