@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from dagster_pomo.engine.spark.frames import empty
+
 
 class Warehouse:
     def __init__(self, spark: SparkSession, root: str, corpus: str) -> None:
@@ -49,7 +51,7 @@ class Warehouse:
         """Every stored epoch of ``relation``."""
         path = self.path(relation)
         if not self.exists(path):
-            return self.spark.createDataFrame([], schema)
+            return empty(self.spark, schema)
         return self.spark.read.schema(schema).parquet(path)
 
     def read(
@@ -57,5 +59,5 @@ class Warehouse:
     ) -> DataFrame:
         paths = [p for k in keys if self.exists(p := self.path(relation, k, deferred))]
         if not paths:
-            return self.spark.createDataFrame([], schema)
+            return empty(self.spark, schema)
         return self.spark.read.schema(schema).parquet(*paths)

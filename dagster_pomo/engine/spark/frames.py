@@ -1,0 +1,36 @@
+"""DataFrames built on the driver, in the form Spark plans best.
+
+Spark cannot see how big an RDD is, so a frame made from Python rows through an
+RDD stops every join with it from being broadcast, and an empty one stays in
+plans as a scan. Rows go over as a local relation (Arrow from pandas), whose size
+Spark knows; an empty frame is a filter that is always false, which the optimizer
+removes together with the unions and joins it takes part in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+
+def empty(spark: SparkSession, struct: StructType) -> DataFrame:
+    """No rows, with the columns of ``struct``."""
+    return (
+        spark.range(1)
+        .filter(F.lit(False))
+        .select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+    )
+
+
+def local(spark: SparkSession, rows: Sequence[tuple], struct: StructType) -> DataFrame:
+    """``rows`` (tuples in the order of ``struct``) as a local relation."""
+    import pandas as pd
+
+    if not rows:
+        return empty(spark, struct)
+    names = struct.fieldNames()
+    columns = {name: [r[i] for r in rows] for i, name in enumerate(names)}
+    return spark.createDataFrame(pd.DataFrame(columns, columns=names), struct)
