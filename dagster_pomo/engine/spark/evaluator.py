@@ -29,9 +29,11 @@ from pyspark.sql.types import (
 )
 
 from dagster_pomo.engine.constants import clocks
+from dagster_pomo.engine.partitioning import stable_argument
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
+from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.timeline import NEVER, Epoch, first_tick
@@ -39,6 +41,11 @@ from dagster_pomo.lang import Program, Stratum, ast
 from dagster_pomo.lang.check import CLOCK
 
 _SPARK = {"int": LongType(), "float": DoubleType(), "str": StringType(), "bool": BooleanType()}
+
+
+def _stored(row: Row) -> tuple:
+    """A version as a stored record, in the column order of :func:`struct_of`."""
+    return (*row.args, *row.aggs, row.t, row.kt, row.exp, row.tau)
 
 
 def struct_of(schema: Schema) -> StructType:
@@ -107,6 +114,10 @@ class SparkEvaluator:
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
         # A recursive relation's versions so far, one stored piece per round.
         self._pieces: dict[str, list[DataFrame]] = {}
+        self._spread: dict[str, list[str]] = {}  # see `_spread_on`
+        # Lower strata's relations a recursive stratum joins, held in memory while its rounds
+        # run, rather than read again (and broadcast from files) every round.
+        self._held: dict[str, DataFrame] = {}
         self._partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
 
     # ------------------------------------------------------------------ set-up
@@ -139,8 +150,7 @@ class SparkEvaluator:
         return life
 
     def _rows_frame(self, name: str, rows: list[Row]) -> DataFrame:
-        data = [(*r.args, *r.aggs, r.t, r.kt, r.exp, r.tau) for r in rows]
-        return self.spark.createDataFrame(data, self.structs[name])
+        return frames.local(self.spark, [_stored(r) for r in rows], self.structs[name])
 
     def key_for(self, t: int) -> str | None:
         """The epoch holding time ``t`` (earlier times go to the first epoch)."""
@@ -151,26 +161,14 @@ class SparkEvaluator:
     def write_inputs(self, events: Mapping[str, list[Row]]) -> None:
         """Store each input relation's events in the partitions of their epochs (one Spark job
         per relation; the rows travel to the JVM as Arrow columns, not Python objects)."""
-        import pandas as pd
-
         for rel in self.catalog.inputs:
-            rows = [(r, k) for r in events.get(rel.name, []) if (k := self.key_for(r.kt))]
+            rows = [(*_stored(r), k) for r in events.get(rel.name, []) if (k := self.key_for(r.kt))]
             if not rows:
                 continue
-            schema = self.schemas[rel.name]
-            columns: dict[str, list] = {c: [] for c in R.row_columns(schema)}
-            names = list(columns)
-            for row, _ in rows:
-                for c, v in zip(
-                    names, (*row.args, *row.aggs, row.t, row.kt, row.exp, row.tau), strict=True
-                ):
-                    columns[c].append(v)
-            frame = pd.DataFrame(columns)
-            frame["epoch"] = [k for _, k in rows]
             struct = StructType(
                 [*self.structs[rel.name].fields, StructField("epoch", StringType())]
             )
-            self.wh.write_partitioned(rel.name, self.spark.createDataFrame(frame, struct))
+            self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
 
     # ------------------------------------------------------------------ state
 
@@ -211,11 +209,13 @@ class SparkEvaluator:
                 )
             )
         if not parts:
-            return self.spark.createDataFrame([], self.structs[CLOCK])
+            return frames.empty(self.spark, self.structs[CLOCK])
         return reduce(DataFrame.unionByName, parts)
 
     def _state(self, name: str, epoch: Epoch) -> DataFrame:
         """All versions of ``name`` that can take part in a match with ``tau`` in the epoch."""
+        if name in self._held:
+            return self._held[name]
         if name == CLOCK:
             return self._ticks(epoch.start, epoch.end)
         history = self._history(name, epoch, epoch.start)
@@ -298,7 +298,7 @@ class SparkEvaluator:
         if name in carried:
             parts.append(carried[name])
         if not parts:
-            return self.spark.createDataFrame([], self.structs[name])
+            return frames.empty(self.spark, self.structs[name])
         return reduce(DataFrame.unionByName, parts)
 
     def _derive(
@@ -350,6 +350,9 @@ class SparkEvaluator:
         rules = [r for r in stratum.rules if r.body]
         if stratum.recursive:
             self._pieces = {}
+            self._spread = {n: self._spread_on(stratum, n) for n in names}
+            below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
+            self._held = {b: self._state(b, epoch).localCheckpoint(eager=True) for b in below}
             for n in names:
                 self._current[(epoch_key(epoch), n)] = current[n]
             delta = self._round(rules, epoch, names, current, None)
@@ -357,6 +360,7 @@ class SparkEvaluator:
             while delta is not None:
                 stats.rounds += 1
                 delta = self._round(rules, epoch, names, current, delta)
+            self._held = {}
         else:
             for rule in rules:
                 made = self._derive(rule, epoch)
@@ -380,9 +384,14 @@ class SparkEvaluator:
         current: dict[str, DataFrame],
         delta: dict[str, DataFrame] | None,
     ) -> dict[str, DataFrame] | None:
-        """One semi-naive round; returns the new versions, or None. ``current`` grows by them
-        without a shuffle: it is a union of the rounds' stored pieces (versions of one event
-        may repeat in it until the stratum's write de-duplicates them)."""
+        """One semi-naive round (one Spark job); returns the new versions, or None.
+
+        A recursive relation so far is a union of stored pieces (the seeds, then each
+        round's new versions), all hash-partitioned the same way (see ``_spread_on``) and
+        sorted on the version key. The round's de-duplication shuffles at most what the
+        round made; the anti-joins against the pieces then need no shuffle and no sort of
+        them, and neither does the union. Versions of one event may repeat across pieces
+        until the stratum's write."""
         made: dict[str, list[DataFrame]] = {n: [] for n in names}
         for rule in rules:
             if delta is None:
@@ -397,25 +406,46 @@ class SparkEvaluator:
         for n in names:
             if not made[n]:
                 continue
-            counted = Observation(f"fresh-{n}")  # counted by the checkpoint's own job
-            fresh = (
-                self._unknown(
-                    n, self._dedupe(n, reduce(DataFrame.unionByName, made[n])), current[n]
-                )
-                .observe(counted, F.count(F.lit(1)).alias("rows"))
-                .localCheckpoint(eager=True)
-            )
-            if counted.get.get("rows", 0):
-                new[n] = fresh
-                pieces = self._pieces.setdefault(n, [current[n]])
-                pieces.append(fresh)
-                # As few tasks as a shuffle's output, however many pieces.
-                current[n] = reduce(DataFrame.unionByName, pieces).coalesce(self._partitions)
-                if len(pieces) >= self.PIECES:  # keep the plan short: one piece again
-                    current[n] = current[n].localCheckpoint(eager=True)
-                    self._pieces[n] = [current[n]]
-                self._current[(epoch_key(epoch), n)] = current[n]
+            if n not in self._pieces:  # the seeds, laid out like the pieces to come
+                had = Observation(f"seeds-{n}")
+                seeds = self._piece(n, current[n], had)
+                self._pieces[n] = [seeds] if had.get.get("rows", 0) else []
+            pieces = self._pieces[n]
+            spread = self._spread[n]
+            made_n = reduce(DataFrame.unionByName, made[n]).repartition(self._partitions, *spread)
+            fresh = self._dedupe(n, made_n)  # Spark drops the repartition where rows already are
+            for piece in pieces:
+                fresh = self._unknown(n, fresh, piece)
+            counted = Observation(f"fresh-{n}")
+            fresh = self._piece(n, fresh, counted)
+            if not counted.get.get("rows", 0):
+                continue
+            new[n] = fresh
+            pieces.append(fresh)
+            current[n] = reduce(DataFrame.unionByName, pieces)
+            if len(pieces) >= self.PIECES:  # keep plans short: one piece again
+                current[n] = self._piece(n, current[n])
+                self._pieces[n] = [current[n]]
+            self._current[(epoch_key(epoch), n)] = current[n]
         return new or None
+
+    def _piece(self, name: str, rows: DataFrame, counted: Observation | None = None) -> DataFrame:
+        """``rows`` stored (one Spark job) hash-partitioned on the relation's spread and sorted
+        on its version key, counted by the same job. The explicit repartition costs nothing
+        where the rows are already so partitioned, and lets the stored piece carry that
+        partitioning in terms of its own columns, which later joins rely on."""
+        rows = rows.repartition(self._partitions, *self._spread[name])
+        rows = rows.sortWithinPartitions(*self._version_key(name))
+        if counted is not None:
+            rows = rows.observe(counted, F.count(F.lit(1)).alias("rows"))
+        return rows.localCheckpoint(eager=True)
+
+    def _spread_on(self, stratum: Stratum, name: str) -> list[str]:
+        """The columns a recursive relation's pieces are hash-partitioned on: its stable
+        argument when it has one (then a round with broadcast partners shuffles nothing),
+        else its whole version key."""
+        j = stable_argument(stratum, name)
+        return [self.schemas[name].columns[j]] if j is not None else self._version_key(name)
 
     def _unknown(self, name: str, fresh: DataFrame, known: DataFrame) -> DataFrame:
         """The rows of ``fresh`` that no version in ``known`` already covers (same arguments,
@@ -426,7 +456,9 @@ class SparkEvaluator:
         )
         same = [F.col(c) == F.col(f"__k_{c}") for c in key]
         covers = reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
-        return fresh.join(seen, on=covers, how="left_anti")
+        # Both sides are partitioned and sorted alike: a merge needs no shuffle, where a
+        # broadcast of each small piece would cost a Spark job every round.
+        return fresh.join(seen.hint("merge"), on=covers, how="left_anti")
 
     def _next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """``@next`` rules over the previous epoch; stamped at its end, alive one more epoch."""

@@ -28,6 +28,15 @@ DEFAULT_CONF: dict[str, str] = {
     # as in the reference evaluator, instead of failing the job.
     "spark.sql.ansi.enabled": "false",
     "spark.sql.adaptive.enabled": "false",
+    # A recursive relation spread on one argument joins its rounds' new versions on all of
+    # their key without a shuffle (see engine.partitioning).
+    "spark.sql.requireAllClusterKeysForCoPartition": "false",
+    # Dropping an alias such as `a AS a` renames a column under a stored piece; the piece
+    # would then record its partitioning against a column it no longer has, and every
+    # round would shuffle it again.
+    "spark.sql.optimizer.excludedRules": (
+        "org.apache.spark.sql.catalyst.optimizer.RemoveRedundantAliases"
+    ),
     "spark.driver.memory": "4g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Each epoch writes a few small partitions: keep the commit protocol cheap.
