@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -112,8 +112,11 @@ class SparkEvaluator:
         self._current: dict[tuple[str, str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
-        # A recursive relation's versions so far, one stored piece per round.
+        # A recursive relation's versions so far, one stored piece per round, each also with
+        # its version key renamed for the anti-join (built once: building plans is not free).
         self._pieces: dict[str, list[DataFrame]] = {}
+        self._seen: dict[str, list[DataFrame]] = {}
+        self._covers: dict[str, Column] = {}
         self._spread: dict[str, list[str]] = {}  # see `_spread_on`
         # Lower strata's relations a recursive stratum joins, held in memory while its rounds
         # run, rather than read again (and broadcast from files) every round.
@@ -349,7 +352,7 @@ class SparkEvaluator:
         current = {n: self._seeds(n, epoch, carried) for n in names}
         rules = [r for r in stratum.rules if r.body]
         if stratum.recursive:
-            self._pieces = {}
+            self._pieces, self._seen = {}, {}
             self._spread = {n: self._spread_on(stratum, n) for n in names}
             below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
             self._held = {b: self._state(b, epoch).localCheckpoint(eager=True) for b in below}
@@ -409,23 +412,25 @@ class SparkEvaluator:
             if n not in self._pieces:  # the seeds, laid out like the pieces to come
                 had = Observation(f"seeds-{n}")
                 seeds = self._piece(n, current[n], had)
-                self._pieces[n] = [seeds] if had.get.get("rows", 0) else []
-            pieces = self._pieces[n]
+                self._pieces[n], self._seen[n] = [], []
+                if had.get.get("rows", 0):
+                    self._keep(n, seeds)
             spread = self._spread[n]
             made_n = reduce(DataFrame.unionByName, made[n]).repartition(self._partitions, *spread)
             fresh = self._dedupe(n, made_n)  # Spark drops the repartition where rows already are
-            for piece in pieces:
-                fresh = self._unknown(n, fresh, piece)
+            for seen in self._seen[n]:
+                fresh = fresh.join(seen, on=self._covers[n], how="left_anti")
             counted = Observation(f"fresh-{n}")
             fresh = self._piece(n, fresh, counted)
             if not counted.get.get("rows", 0):
                 continue
             new[n] = fresh
-            pieces.append(fresh)
-            current[n] = reduce(DataFrame.unionByName, pieces)
-            if len(pieces) >= self.PIECES:  # keep plans short: one piece again
+            self._keep(n, fresh)
+            current[n] = reduce(DataFrame.union, self._pieces[n])  # one column order: by position
+            if len(self._pieces[n]) >= self.PIECES:  # keep plans short: one piece again
                 current[n] = self._piece(n, current[n])
-                self._pieces[n] = [current[n]]
+                self._pieces[n], self._seen[n] = [], []
+                self._keep(n, current[n])
             self._current[(epoch_key(epoch), n)] = current[n]
         return new or None
 
@@ -433,7 +438,9 @@ class SparkEvaluator:
         """``rows`` stored (one Spark job) hash-partitioned on the relation's spread and sorted
         on its version key, counted by the same job. The explicit repartition costs nothing
         where the rows are already so partitioned, and lets the stored piece carry that
-        partitioning in terms of its own columns, which later joins rely on."""
+        partitioning in terms of its own columns, which later joins rely on. Pieces have the
+        stored column order, so their union goes by position."""
+        rows = rows.select(*R.row_columns(self.schemas[name]))
         rows = rows.repartition(self._partitions, *self._spread[name])
         rows = rows.sortWithinPartitions(*self._version_key(name))
         if counted is not None:
@@ -447,18 +454,22 @@ class SparkEvaluator:
         j = stable_argument(stratum, name)
         return [self.schemas[name].columns[j]] if j is not None else self._version_key(name)
 
-    def _unknown(self, name: str, fresh: DataFrame, known: DataFrame) -> DataFrame:
-        """The rows of ``fresh`` that no version in ``known`` already covers (same arguments,
-        ``t`` and ``kt``, living at least as long)."""
+    def _keep(self, name: str, piece: DataFrame) -> None:
+        """Add a stored piece to ``name``'s relation so far, with its version key renamed for
+        the anti-joins that find which later rows are new: ``fresh`` keeps a row that no
+        piece's version already covers (same arguments, ``t`` and ``kt``, living at least as
+        long)."""
         key = self._version_key(name)
-        seen = known.select(
+        seen = piece.select(
             *[F.col(c).alias(f"__k_{c}") for c in key], F.col("exp").alias("__k_exp")
         )
-        same = [F.col(c) == F.col(f"__k_{c}") for c in key]
-        covers = reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
         # Both sides are partitioned and sorted alike: a merge needs no shuffle, where a
         # broadcast of each small piece would cost a Spark job every round.
-        return fresh.join(seen.hint("merge"), on=covers, how="left_anti")
+        self._pieces[name].append(piece)
+        self._seen[name].append(seen.hint("merge"))
+        if name not in self._covers:
+            same = [F.col(c) == F.col(f"__k_{c}") for c in key]
+            self._covers[name] = reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
 
     def _next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """``@next`` rules over the previous epoch; stamped at its end, alive one more epoch."""
