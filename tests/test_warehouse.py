@@ -109,6 +109,16 @@ def test_fifty_epochs_one_by_one_equal_one_batch_and_reruns_change_nothing(
     layout = tmp_path / "stepwise" / "sensors" / "alert" / f"epoch={epoch_key(stepwise.epochs[3])}"
     assert layout.is_dir() and list(layout.glob("*.parquet"))
 
+    # Every alert defers a follow-up past its epoch's end; an epoch with none keeps no folder.
+    deferred = tmp_path / "stepwise" / "sensors" / "_deferred" / "follow_up"
+    alerting = {
+        f"epoch={epoch_key(e)}"
+        for e in stepwise.epochs
+        if stepwise.wh.read("alert", stepwise.structs["alert"], [epoch_key(e)]).count()
+    }
+    assert alerting and alerting != {f"epoch={epoch_key(e)}" for e in stepwise.epochs}
+    assert {p.name for p in deferred.iterdir()} == alerting
+
     before = partitions(tmp_path / "stepwise", program, stepwise)
     for index in (0, 17, EPOCHS - 1):
         stepwise.evaluate_epoch(stepwise.epochs[index])

@@ -274,6 +274,23 @@ class SparkEvaluator:
         self._current[(key, name)] = self.wh.read(name, self.structs[name], [key])
         return int(counted.get.get("rows", 0))
 
+    def _write_deferring(self, name: str, key: str, end: int, rows: DataFrame) -> int:
+        """Store ``rows`` stamped before ``end`` as epoch ``key``, and those stamped later with
+        the deferred events. The rows are worked out once: the first write keeps them in memory
+        and counts the later ones, which are written only when there are any (they rarely are)."""
+        rows = rows.cache()
+        later = Observation(f"later-{name}")
+        now = rows.observe(later, F.count_if(F.col("kt") >= end).alias("rows"))
+        try:
+            made = self._write_counted(name, key, now.filter(F.col("kt") < end))
+            if later.get.get("rows", 0):
+                self.wh.write(name, key, rows.filter(F.col("kt") >= end), deferred=True)
+            else:
+                self.wh.remove(name, key, deferred=True)
+        finally:
+            rows.unpersist()
+        return made
+
     def evaluate_stratum(
         self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
     ) -> StratumStats:
@@ -373,9 +390,9 @@ class SparkEvaluator:
         for n in names:
             rows = self._dedupe(n, current[n])
             if n in self.defers:
-                self.wh.write(n, key, rows.filter(F.col("kt") >= epoch.end), deferred=True)
-                rows = rows.filter(F.col("kt") < epoch.end)
-            stats.rows[n] = self._write_counted(n, key, rows)
+                stats.rows[n] = self._write_deferring(n, key, epoch.end, rows)
+            else:
+                stats.rows[n] = self._write_counted(n, key, rows)
         stats.seconds = time.perf_counter() - started
         return stats
 

@@ -9,6 +9,7 @@ until the epoch that knows them reads them.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +38,17 @@ class Warehouse:
 
     def write(self, relation: str, key: str, df: DataFrame, deferred: bool = False) -> None:
         df.write.mode("overwrite").parquet(self.path(relation, key, deferred))
+
+    def remove(self, relation: str, key: str, deferred: bool = False) -> None:
+        """Drop one epoch's directory, as writing it with no rows would, without a Spark job."""
+        path = self.path(relation, key, deferred)
+        if "://" not in path or path.startswith("file:"):
+            shutil.rmtree(path.removeprefix("file://").removeprefix("file:"), ignore_errors=True)
+            return
+        jvm = self.spark.sparkContext._jvm  # type: ignore[attr-defined]
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        conf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        hadoop_path.getFileSystem(conf).delete(hadoop_path, True)
 
     def write_partitioned(self, relation: str, df: DataFrame) -> None:
         """Rows with an ``epoch`` column, each epoch's directory replaced (one Spark job)."""
