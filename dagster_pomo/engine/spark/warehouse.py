@@ -28,13 +28,18 @@ class Warehouse:
         base = f"{self.root}/{self.corpus}/" + (f"_deferred/{relation}" if deferred else relation)
         return base if key is None else f"{base}/epoch={key}"
 
-    def exists(self, path: str) -> bool:
-        if "://" not in path or path.startswith("file:"):
-            return os.path.isdir(path.removeprefix("file://").removeprefix("file:"))
+    def _filesystem(self, path: str):  # noqa: ANN202 (a JVM object)
+        """Hadoop's file system and path object for ``path`` (any scheme Spark reads)."""
         jvm = self.spark.sparkContext._jvm  # type: ignore[attr-defined]
         hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
         conf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-        return bool(hadoop_path.getFileSystem(conf).exists(hadoop_path))
+        return hadoop_path.getFileSystem(conf), hadoop_path
+
+    def exists(self, path: str) -> bool:
+        if _local(path):
+            return os.path.isdir(_local(path))
+        fs, hadoop_path = self._filesystem(path)
+        return bool(fs.exists(hadoop_path))
 
     def write(self, relation: str, key: str, df: DataFrame, deferred: bool = False) -> None:
         df.write.mode("overwrite").parquet(self.path(relation, key, deferred))
@@ -42,13 +47,11 @@ class Warehouse:
     def remove(self, relation: str, key: str, deferred: bool = False) -> None:
         """Drop one epoch's directory, as writing it with no rows would, without a Spark job."""
         path = self.path(relation, key, deferred)
-        if "://" not in path or path.startswith("file:"):
-            shutil.rmtree(path.removeprefix("file://").removeprefix("file:"), ignore_errors=True)
+        if _local(path):
+            shutil.rmtree(_local(path), ignore_errors=True)
             return
-        jvm = self.spark.sparkContext._jvm  # type: ignore[attr-defined]
-        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-        conf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-        hadoop_path.getFileSystem(conf).delete(hadoop_path, True)
+        fs, hadoop_path = self._filesystem(path)
+        fs.delete(hadoop_path, True)
 
     def write_partitioned(self, relation: str, df: DataFrame) -> None:
         """Rows with an ``epoch`` column, each epoch's directory replaced (one Spark job)."""
@@ -73,3 +76,10 @@ class Warehouse:
         if not paths:
             return empty(self.spark, schema)
         return self.spark.read.schema(schema).parquet(*paths)
+
+
+def _local(path: str) -> str:
+    """The local file system path of ``path``, or "" when it is on another file system."""
+    if "://" not in path or path.startswith("file:"):
+        return path.removeprefix("file://").removeprefix("file:")
+    return ""
