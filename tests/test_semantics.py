@@ -152,6 +152,29 @@ def test_seed_smoothing_with_a_clock(tmp_path, engine, epoch) -> None:
     ]
 
 
+def test_atoms_joined_only_by_a_band_of_their_times(tmp_path, engine, epoch) -> None:
+    """No shared variable: the guards alone pair the atoms (Spark joins them on buckets of
+    the band, which must lose nothing at its ends, strict or not)."""
+    corpus = """.decl a(k: str) lifetime 1000;
+    .decl b(k: str) lifetime 1000;
+    near(j, k, ta, tb) := a(j) @time(ta) ^ b(k) @time(tb) if tb - 3 <= ta ^ ta < tb + 2;"""
+    events = [
+        ("a", 0, ["x"]),
+        ("b", 3, ["y"]),  # ta - tb = -3: the closed end
+        ("a", 5, ["x"]),  # with b@3: 2, the open end (no match); with b@8: -3
+        ("b", 8, ["y"]),
+        ("a", 11, ["x"]),  # with b@8: 3 (no match); with b@12: -1
+        ("b", 12, ["y"]),
+        ("b", 40, ["z"]),
+    ]
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=60)
+    assert out["near"] == [
+        ev(["x", "y", 0, 3], 3, 1000),
+        ev(["x", "y", 5, 8], 8, 1005),
+        ev(["x", "y", 11, 12], 12, 1011),
+    ]
+
+
 def test_recursion_reaches_a_fixpoint_at_each_time(tmp_path, engine, epoch) -> None:
     corpus = "reach(x, y) := edge(x, y);\nreach(x, z) := reach(x, y) ^ edge(y, z);"
     events = [("edge", 0, [1, 2]), ("edge", 5, [2, 3]), ("edge", 7, [3, 4])]

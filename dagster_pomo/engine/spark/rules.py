@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from dagster_pomo.engine.bands import Band, bands
 from dagster_pomo.engine.constants import constant_values
 from dagster_pomo.engine.schema import Schema, rule_env
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
@@ -114,6 +115,7 @@ def matches(
     """Join the positive atoms, add ``where`` definitions, apply expression checks and guards."""
     constants = constant_values(rule)
     types = rule_env(rule, schemas)
+    guarded = bands(rule.guards, constants)
     joined: DataFrame | None = None
     env: dict[str, tuple[str, str]] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
@@ -128,7 +130,7 @@ def matches(
         elif shared:
             joined = joined.join(frame, on=shared, how="inner")
         else:
-            joined = joined.crossJoin(frame)
+            joined = _band_join(i, joined, env, frame, frame_env, guarded)
         for name, value in frame_env.items():
             env.setdefault(name, value)
     assert joined is not None
@@ -145,6 +147,39 @@ def matches(
         col, _ = compile_expr(guard, env)
         joined = joined.filter(truthy(col))
     return Matches(joined, env, len(rule.positive))
+
+
+def _band_join(
+    i: int,
+    left: DataFrame,
+    left_env: Mapping[str, tuple[str, str]],
+    right: DataFrame,
+    right_env: Mapping[str, tuple[str, str]],
+    guarded: Sequence[Band],
+) -> DataFrame:
+    """Join two frames that share no variable. When the guards keep an integer variable of
+    one within a constant band of one of the other, the join pairs only rows of the same
+    bucket of the band's width (the guards still filter); otherwise every pair."""
+    for band in guarded:
+        if band.left in right_env and band.right in left_env:
+            band = band.flipped()  # noqa: PLW2901
+        x, y = left_env.get(band.left), right_env.get(band.right)
+        if x is None or y is None or x[1] != "int" or y[1] != "int":
+            continue
+        width, first, last = band.buckets()
+        on = f"__band{i}"
+        right = right.withColumn(
+            on,
+            F.explode(F.sequence(_bucket(y[0], width) + first, _bucket(y[0], width) + last)),
+        )
+        joined = left.withColumn(on, _bucket(x[0], width)).join(right, on=on, how="inner")
+        return joined.drop(on)
+    return left.crossJoin(right)
+
+
+def _bucket(column: str, width: int) -> Column:
+    """``floor(column / width)`` in exact integer arithmetic."""
+    return F.expr(f"(`{column}` - pmod(`{column}`, {width})) div {width}")
 
 
 def _tau(m: Matches) -> Column:

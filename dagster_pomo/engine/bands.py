@@ -1,0 +1,108 @@
+"""Guards that keep two variables within a constant distance of each other.
+
+``seen < tick ^ seen >= tick - period`` (with ``period`` a constant) says that
+``seen - tick`` lies in ``[-period, 0]``. Two atoms that share no variable would
+otherwise be joined by pairing everything with everything and filtering; knowing
+the band, the engine joins them on buckets of the band's width instead, and the
+guards still decide. Only integer sums and differences of variables and constants
+are understood; anything else is no band.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dagster_pomo.lang import ast
+
+Linear = tuple[dict[str, int], int]  # coefficient per variable, and a constant
+
+
+@dataclass(frozen=True)
+class Band:
+    """Every match the guards keep has ``left - right`` in ``[low, high]``."""
+
+    left: str
+    right: str
+    low: int
+    high: int
+
+    def flipped(self) -> Band:
+        return Band(self.right, self.left, -self.high, -self.low)
+
+    def buckets(self) -> tuple[int, int, int]:
+        """``(width, first, last)``: for ``left - right`` in the band, the bucket
+        ``floor(left / width)`` is ``floor(right / width)`` plus an offset in
+        ``[first, last]``. No sum of a value and a constant is formed, so none overflows."""
+        width = max(self.high - self.low, 1)
+        return width, self.low // width, self.high // width + 1
+
+
+def _linear(expr: ast.Expr, constants: Mapping[str, object]) -> Linear | None:
+    if isinstance(expr, ast.Const):
+        ok = isinstance(expr.value, int) and not isinstance(expr.value, bool)
+        return ({}, int(expr.value)) if ok else None
+    if isinstance(expr, ast.Var):
+        value = constants.get(expr.name)
+        if value is None:
+            return {expr.name: 1}, 0
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return ({}, value) if ok else None  # type: ignore[return-value]
+    if isinstance(expr, ast.Neg):
+        inner = _linear(expr.operand, constants)
+        return None if inner is None else ({v: -c for v, c in inner[0].items()}, -inner[1])
+    if isinstance(expr, ast.BinOp) and expr.op in ("+", "-"):
+        left, right = _linear(expr.left, constants), _linear(expr.right, constants)
+        if left is None or right is None:
+            return None
+        sign = 1 if expr.op == "+" else -1
+        coeffs = dict(left[0])
+        for v, c in right[0].items():
+            coeffs[v] = coeffs.get(v, 0) + sign * c
+        return {v: c for v, c in coeffs.items() if c}, left[1] + sign * right[1]
+    return None
+
+
+def _bound(guard: ast.Expr, constants: Mapping[str, object]) -> tuple[Band, bool, bool] | None:
+    """``(band, has_low, has_high)`` for one comparison of two variables, else None."""
+    if not (isinstance(guard, ast.BinOp) and guard.op in ("<", "<=", ">", ">=", "==")):
+        return None
+    left, right = _linear(guard.left, constants), _linear(guard.right, constants)
+    if left is None or right is None:
+        return None
+    coeffs = dict(left[0])
+    for v, c in right[0].items():
+        coeffs[v] = coeffs.get(v, 0) - c
+    coeffs = {v: c for v, c in coeffs.items() if c}
+    if sorted(coeffs.values()) != [-1, 1]:
+        return None
+    x = next(v for v, c in coeffs.items() if c == 1)
+    y = next(v for v, c in coeffs.items() if c == -1)
+    bound = right[1] - left[1]  # the guard says: x - y `op` bound
+    upper, lower = guard.op in ("<", "<=", "=="), guard.op in (">", ">=", "==")
+    return Band(x, y, bound, bound), lower, upper
+
+
+def bands(guards: Sequence[ast.Expr], constants: Mapping[str, object]) -> list[Band]:
+    """The bands the guards put on pairs of variables (both ends known), each pair once,
+    named in the order of its first guard. Strict comparisons give the closed band around
+    them: the buckets only have to hold every match the guards keep."""
+    lows: dict[tuple[str, str], int] = {}
+    highs: dict[tuple[str, str], int] = {}
+    order: list[tuple[str, str]] = []
+    for guard in guards:
+        found = _bound(guard, constants)
+        if found is None:
+            continue
+        band, has_low, has_high = found
+        key = (band.left, band.right)
+        if (band.right, band.left) in order:
+            key = (band.right, band.left)
+            band, has_low, has_high = band.flipped(), has_high, has_low
+        elif key not in order:
+            order.append(key)
+        if has_low:
+            lows[key] = max(lows.get(key, band.low), band.low)
+        if has_high:
+            highs[key] = min(highs.get(key, band.high), band.high)
+    return [Band(*k, lows[k], highs[k]) for k in order if k in lows and k in highs]
