@@ -67,18 +67,13 @@ def _bound(guard: ast.Expr, constants: Mapping[str, object]) -> tuple[Band, bool
     """``(band, has_low, has_high)`` for one comparison of two variables, else None."""
     if not (isinstance(guard, ast.BinOp) and guard.op in ("<", "<=", ">", ">=", "==")):
         return None
-    left, right = _linear(guard.left, constants), _linear(guard.right, constants)
-    if left is None or right is None:
+    difference = _linear(ast.BinOp("-", guard.left, guard.right), constants)
+    if difference is None or sorted(difference[0].values()) != [-1, 1]:
         return None
-    coeffs = dict(left[0])
-    for v, c in right[0].items():
-        coeffs[v] = coeffs.get(v, 0) - c
-    coeffs = {v: c for v, c in coeffs.items() if c}
-    if sorted(coeffs.values()) != [-1, 1]:
-        return None
+    coeffs, constant = difference
     x = next(v for v, c in coeffs.items() if c == 1)
     y = next(v for v, c in coeffs.items() if c == -1)
-    bound = right[1] - left[1]  # the guard says: x - y `op` bound
+    bound = -constant  # the guard says: x - y + constant `op` 0, so x - y `op` bound
     upper, lower = guard.op in ("<", "<=", "=="), guard.op in (">", ">=", "==")
     return Band(x, y, bound, bound), lower, upper
 
