@@ -112,10 +112,9 @@ class SparkEvaluator:
         self._current: dict[tuple[str, str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
-        # A recursive relation's versions so far, one stored piece per round, each also with
+        # A recursive relation's versions so far: one stored piece per round, each paired with
         # its version key renamed for the anti-join (built once: building plans is not free).
-        self._pieces: dict[str, list[DataFrame]] = {}
-        self._seen: dict[str, list[DataFrame]] = {}
+        self._pieces: dict[str, list[tuple[DataFrame, DataFrame]]] = {}
         self._covers: dict[str, Column] = {}
         self._spread: dict[str, list[str]] = {}  # see `_spread_on`
         # Lower strata's relations a recursive stratum joins, held in memory while its rounds
@@ -369,7 +368,7 @@ class SparkEvaluator:
         current = {n: self._seeds(n, epoch, carried) for n in names}
         rules = [r for r in stratum.rules if r.body]
         if stratum.recursive:
-            self._pieces, self._seen = {}, {}
+            self._pieces = {}
             self._spread = {n: self._spread_on(stratum, n) for n in names}
             below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
             self._held = {b: self._state(b, epoch).localCheckpoint(eager=True) for b in below}
@@ -429,13 +428,13 @@ class SparkEvaluator:
             if n not in self._pieces:  # the seeds, laid out like the pieces to come
                 had = Observation(f"seeds-{n}")
                 seeds = self._piece(n, current[n], had)
-                self._pieces[n], self._seen[n] = [], []
+                self._pieces[n] = []
                 if had.get.get("rows", 0):
                     self._keep(n, seeds)
             spread = self._spread[n]
             made_n = reduce(DataFrame.unionByName, made[n]).repartition(self._partitions, *spread)
             fresh = self._dedupe(n, made_n)  # Spark drops the repartition where rows already are
-            for seen in self._seen[n]:
+            for _, seen in self._pieces[n]:
                 fresh = fresh.join(seen, on=self._covers[n], how="left_anti")
             counted = Observation(f"fresh-{n}")
             fresh = self._piece(n, fresh, counted)
@@ -443,10 +442,11 @@ class SparkEvaluator:
                 continue
             new[n] = fresh
             self._keep(n, fresh)
-            current[n] = reduce(DataFrame.union, self._pieces[n])  # one column order: by position
+            # One column order (see `_piece`): the union goes by position.
+            current[n] = reduce(DataFrame.union, [rows for rows, _ in self._pieces[n]])
             if len(self._pieces[n]) >= self.PIECES:  # keep plans short: one piece again
                 current[n] = self._piece(n, current[n])
-                self._pieces[n], self._seen[n] = [], []
+                self._pieces[n] = []
                 self._keep(n, current[n])
             self._current[(epoch_key(epoch), n)] = current[n]
         return new or None
@@ -482,8 +482,7 @@ class SparkEvaluator:
         )
         # Both sides are partitioned and sorted alike: a merge needs no shuffle, where a
         # broadcast of each small piece would cost a Spark job every round.
-        self._pieces[name].append(piece)
-        self._seen[name].append(seen.hint("merge"))
+        self._pieces[name].append((piece, seen.hint("merge")))
         if name not in self._covers:
             same = [F.col(c) == F.col(f"__k_{c}") for c in key]
             self._covers[name] = reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
