@@ -133,6 +133,43 @@ def test_lifetimes_turn_aggregates_into_sliding_windows(tmp_path, engine, epoch)
     ]
 
 
+def test_sliding_least_and_greatest_of_words_and_of_matches_cut_short(
+    tmp_path, engine, epoch
+) -> None:
+    """Words are compared as words; a match of two events lives only as long as both, so
+    some of ``low``'s matches die before the shorter lifetime is up and some do not."""
+    corpus = """.decl r(k: str, w: str, v: float) lifetime 10;
+    .decl s(k: str) lifetime 4;
+    words(k) @min(w) @max(w) := r(k, w, _);
+    low(k) @min(v) @max(v) @sum(v) := r(k, _, v) ^ s(k);
+    last(k) @max(w) := r(k, w, _) ^ s(k);"""
+    events = [
+        ("r", 0, ["a", "pear", 2.0]),
+        ("r", 3, ["a", "apple", 5.0]),
+        ("r", 12, ["a", "fig", 1.0]),
+        ("s", 2, ["a"]),
+        ("s", 11, ["a"]),
+    ]
+    out = evaluate(tmp_path, corpus, events, epoch, engine)
+    assert out["words"] == [
+        ev(["a"], 0, 10, **{"min(w)": "pear", "max(w)": "pear"}),
+        ev(["a"], 3, 10, **{"min(w)": "apple", "max(w)": "pear"}),
+        ev(["a"], 12, 13, **{"min(w)": "apple", "max(w)": "fig"}),  # r@0 has expired
+    ]
+    assert out["low"] == [
+        ev(["a"], 2, 6, **{"min(v)": 2.0, "max(v)": 2.0, "sum(v)": 2.0}),
+        ev(["a"], 3, 6, **{"min(v)": 2.0, "max(v)": 5.0, "sum(v)": 7.0}),
+        ev(["a"], 11, 13, **{"min(v)": 5.0, "max(v)": 5.0, "sum(v)": 5.0}),  # s@2 has expired
+        ev(["a"], 12, 13, **{"min(v)": 1.0, "max(v)": 5.0, "sum(v)": 6.0}),
+    ]
+    assert out["last"] == [
+        ev(["a"], 2, 6, **{"max(w)": "pear"}),
+        ev(["a"], 3, 6, **{"max(w)": "pear"}),
+        ev(["a"], 11, 13, **{"max(w)": "apple"}),
+        ev(["a"], 12, 13, **{"max(w)": "fig"}),
+    ]
+
+
 def test_seed_smoothing_with_a_clock(tmp_path, engine, epoch) -> None:
     corpus = """.decl water_level(tank: str, level: float) lifetime 100;
     smoothed(tank) @average(x) @time(tc - period / 2) :=

@@ -10,12 +10,15 @@ variables; ``where`` adds columns; guards and expression arguments filter;
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark import cloudpickle
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
+from dagster_pomo.engine import sweep
 from dagster_pomo.engine.bands import Band, bands
 from dagster_pomo.engine.constants import constant_values
 from dagster_pomo.engine.schema import Schema, rule_env
@@ -25,6 +28,9 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK, binding_of
 
 META = ("t", "kt", "exp", "_tau")
+
+# Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
+cloudpickle.register_pickle_by_value(sweep)
 
 
 def row_columns(schema: Schema) -> list[str]:
@@ -316,13 +322,14 @@ class Buckets:
 
     origin: int
     width: int
+    reach: int = NEVER
 
     PER_EPOCH = 32
 
     @classmethod
     def for_epoch(cls, start: int, end: int, reach: int) -> Buckets:
         width = reach if reach < NEVER else (end - start) // cls.PER_EPOCH
-        return cls(start, max(width, 1))
+        return cls(start, max(width, 1), reach)
 
     def of(self, time: Column) -> Column:
         shifted = F.greatest(time, F.lit(self.origin - self.width)) - F.lit(self.origin)
@@ -331,6 +338,97 @@ class Buckets:
     def spanned(self, start: Column, last: Column) -> Column:
         """One row per bucket that ``[start, last]`` overlaps (an array to explode)."""
         return F.sequence(self.of(start), self.of(last))
+
+    def lives_fully(self, start: Column, until: Column) -> Column:
+        """Whether a segment ``[start, until)`` lasts as long as any can: then it is alive at
+        ``x`` exactly when ``start`` is in ``(x - reach, x]``, a range window over ``start``."""
+        if self.reach >= NEVER:
+            return until >= F.lit(NEVER)
+        return until == start + F.lit(self.reach)
+
+    def window(self, group: Sequence[str], time: str) -> WindowSpec:
+        """The rows of ``group`` whose ``time`` is in ``(x - reach, x]``, for each row's ``x``."""
+        ordered = Window.partitionBy(*group).orderBy(time)
+        low = Window.unboundedPreceding if self.reach >= NEVER else -(self.reach - 1)
+        return ordered.rangeBetween(low, Window.currentRow)
+
+
+def _partials(
+    rule: ast.Rule, values: Sequence[str]
+) -> list[tuple[str, Column, Callable[[Column, Column], Column]]]:
+    """What each aggregate keeps of the matches alive at a time, as a window function over
+    full-length segments, and how it takes in the short segments paired with that time: a
+    count or a sum adds theirs (an average is a sum over the shared count ``__n``), a least
+    or greatest value, and the least expiry, takes the least or greatest again. A part
+    over no segment is null."""
+
+    def adds(total: Column, column: Column) -> Column:
+        return F.coalesce(total, F.lit(0)) + F.coalesce(F.sum(column), F.lit(0))
+
+    parts: list[tuple[str, Column, Callable[[Column, Column], Column]]] = [
+        ("__n", F.count("__mexp"), lambda w, s: F.coalesce(w, F.lit(0)) + F.count(s)),
+        ("__least_exp", F.min("__mexp"), lambda w, s: F.least(w, F.min(s))),
+    ]
+    for i, ann in enumerate(rule.aggregates):
+        col = F.col(values[i])
+        parts.append(
+            {
+                "count": (f"__part{i}", F.count("__mexp"), parts[0][2]),
+                "sum": (f"__part{i}", F.sum(col), adds),
+                "average": (f"__part{i}", F.sum(col.cast("double")), adds),
+                "min": (f"__part{i}", F.min(col), lambda w, s: F.least(w, F.min(s))),
+                "max": (f"__part{i}", F.max(col), lambda w, s: F.greatest(w, F.max(s))),
+            }[ann.name]
+        )
+    return parts
+
+
+def _swept_window(
+    rule: ast.Rule,
+    rows: DataFrame,
+    group: list[str],
+    values: list[str],
+    a: int,
+    buckets: Buckets,
+) -> DataFrame:
+    """The full-length segments' parts at each time asked about, by a range window: each
+    time answered on one of its rows."""
+    parts = _partials(rule, values)
+    frame = buckets.window(group, "__at")
+    order = Window.partitionBy(*group).orderBy("__at")
+    swept = rows.select(
+        *group,
+        "__at",
+        *[one.over(frame).alias(name) for name, one, _ in parts],
+        F.coalesce(F.lag("__at").over(order) != F.col("__at"), F.lit(True)).alias("__first"),
+    )
+    return swept.filter(F.col("__first") & (F.col("__at") >= a)).drop("__first")
+
+
+def _swept_arrow(
+    rule: ast.Rule,
+    rows: DataFrame,
+    group: list[str],
+    values: list[str],
+    a: int,
+    buckets: Buckets,
+) -> DataFrame:
+    """The same parts, for numeric values, by :func:`sweep.sweep` over each group's rows."""
+    rows = rows.drop("__mexp")
+    typed = {f.name: f.dataType for f in rows.schema.fields}
+    fields = [StructField(g, typed[g]) for g in group]
+    fields += [StructField(c, LongType()) for c in ("__at", "__n", "__least_exp")]
+    aggregates: list[tuple[str, str | None]] = []
+    for i, ann in enumerate(rule.aggregates):
+        column = values[i] if ann.args else None
+        aggregates.append((ann.name, column))
+        kind = LongType() if column is None or ann.name == "sum" else typed[column]
+        if ann.name == "average" or (ann.name == "sum" and typed[column] == DoubleType()):
+            kind = DoubleType()
+        fields.append(StructField(f"__part{i}", kind))
+    reach = None if buckets.reach >= NEVER else buckets.reach
+    run = sweep.per_group(group, aggregates, reach, NEVER, a)
+    return rows.groupBy(*group).applyInArrow(run, StructType(fields))
 
 
 def aggregate(
@@ -344,8 +442,11 @@ def aggregate(
     buckets: Buckets,
 ) -> DataFrame:
     """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau`` and
-    still alive at ``tau``, each distinct combination of events once. Matches meet the times
-    they cover within time ``buckets``."""
+    still alive at ``tau``, each distinct combination of events once.
+
+    Matches that live as long as ``buckets.reach`` allows (every reading of a relation
+    with a lifetime, say) are taken in by a range window sliding over the group's times;
+    the others meet the times they cover within time buckets."""
     m = matches(rule, sources, schemas, want_keys=True)
     df = valid(m, rule, negated, schemas)
     df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
@@ -368,13 +469,14 @@ def aggregate(
         values.append(f"__val{i}")
     df = df.dropna(subset=group + values)
     key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)]).alias("__key")
+    # Both windows below are per group: one shuffle by the group serves them.
     made = df.select(*group, "__tau", "__mexp", *values, key)
-    taus = made.filter(F.col("__tau") >= a).select(*group, F.col("__tau").alias("__at"))
-    taus = taus.distinct().withColumn("__bucket", buckets.of(F.col("__at")))
+    made = made.repartition(*group) if group else made
     # A combination of events may match in several versions. At time x it counts once, with
     # the latest expiry among its versions made by x and alive at x: cut its time line into
     # segments, from each version's tau to the next one's, alive while that running latest
-    # expiry lasts. A time falls in at most one segment of a combination.
+    # expiry lasts. A time falls in at most one segment of a combination, and every time
+    # asked about (a distinct tau) in at least one.
     versions = Window.partitionBy(*group, "__key").orderBy("__tau")
     made = made.withColumn(
         "__mexp", F.max("__mexp").over(versions.rowsBetween(Window.unboundedPreceding, 0))
@@ -382,24 +484,56 @@ def aggregate(
     until = F.least(F.coalesce(F.lead("__tau").over(versions), F.lit(NEVER)), F.col("__mexp"))
     made = made.withColumn("__until", until)
     made = made.filter((F.col("__until") > F.col("__tau")) & (F.col("__until") > a))
-    first = F.greatest(F.col("__tau"), F.lit(a))
-    last = F.least(F.col("__until"), F.lit(b)) - 1
-    spans = made.withColumn("__bucket", F.explode(buckets.spanned(first, last)))
-    joined = spans.join(taus, on=[*group, "__bucket"], how="inner")
-    covered = joined.filter((F.col("__tau") <= F.col("__at")) & (F.col("__at") < F.col("__until")))
+    full = buckets.lives_fully(F.col("__tau"), F.col("__until"))
+    made = made.withColumn("__full", full)
+    parts = _partials(rule, values)
+    # Full-length segments are alive at x exactly when their tau is in (x - reach, x]: a
+    # slice of the group's segments sorted by tau. Short segments only mark the times to
+    # answer. Numbers are reduced over those slices in the group's Arrow batch; anything
+    # else by a range window.
+    numeric = all(
+        isinstance(made.schema[values[i]].dataType, (LongType, DoubleType))
+        for i, ann in enumerate(rule.aggregates)
+        if ann.args
+    )
+    rows = made.filter(F.col("__full") | (F.col("__tau") >= a)).select(
+        *group,
+        F.col("__tau").alias("__at"),
+        "__full",
+        *[F.when(F.col("__full"), F.col(c)).alias(c) for c in ["__mexp", *values]],
+    )
+    swept = (_swept_arrow if numeric else _swept_window)(rule, rows, group, values, a, buckets)
+    # Short segments meet the times of the buckets they overlap, and of those the ones
+    # they cover.
+    short = made.filter(~F.col("__full")).select(
+        *group,
+        F.col("__tau").alias("__s_tau"),
+        F.col("__until").alias("__s_until"),
+        *[F.col(c).alias(f"__s{c}") for c in ["__mexp", *values]],
+    )
+    first = F.greatest(F.col("__s_tau"), F.lit(a))
+    last = F.least(F.col("__s_until"), F.lit(b)) - 1
+    spans = short.withColumn("__bucket", F.explode(buckets.spanned(first, last)))
+    asked = swept.withColumn("__bucket", buckets.of(F.col("__at")))
+    on = [asked[c] == spans[c] for c in [*group, "__bucket"]]
+    on += [spans["__s_tau"] <= asked["__at"], asked["__at"] < spans["__s_until"]]
+    joined = asked.join(spans, on=on, how="left").select(
+        *[asked[c] for c in [*group, "__at"]],
+        *[asked[name] for name, _, _ in parts],
+        *[spans[f"__s{c}"] for c in ["__mexp", *values]],
+    )
+    short_of = {"__n": "__s__mexp", "__least_exp": "__s__mexp"}
+    short_of.update({f"__part{i}": f"__s{v}" for i, v in enumerate(values)})
+    grouped = joined.groupBy(*group, "__at").agg(
+        *[take(F.max(name), F.col(short_of[name])).alias(name) for name, _, take in parts]
+    )
     aggs = []
     for i, ann in enumerate(rule.aggregates):
         typ = SPARK_TYPES[schema.aggregates[i][2]]
-        col = F.col(values[i])
-        fn = {
-            "count": F.count(F.lit(1)),
-            "sum": F.sum(col),
-            "min": F.min(col),
-            "max": F.max(col),
-            "average": F.avg(col.cast("double")),
-        }[ann.name]
-        aggs.append(fn.cast(typ).alias(f"_agg_{ann.name}"))
-    grouped = covered.groupBy(*group, "__at").agg(*aggs, F.min("__mexp").alias("__mexp"))
+        part = F.col(f"__part{i}")
+        result = part / F.col("__n") if ann.name == "average" else part
+        aggs.append(result.cast(typ).alias(f"_agg_{ann.name}"))
+    grouped = grouped.select(*group, "__at", *aggs, F.col("__least_exp").alias("__mexp"))
     # The head over the grouped columns: argument j is column __g<j>, the time __gt.
     n = len(rule.head.args)
     head_env = {f"__head{j}": (f"__g{j}", schema.types[j]) for j in range(n)}

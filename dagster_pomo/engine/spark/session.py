@@ -9,6 +9,7 @@ no UI, UTC, quiet logs.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -81,6 +82,10 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     else:
         require_java()
         builder = builder.master(settings.master)
+        if settings.master.startswith("local"):
+            # Python workers run some aggregates; locally they need this interpreter's
+            # packages, not whatever ``python3`` is first on the PATH.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in {**DEFAULT_CONF, **settings.conf}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
