@@ -445,8 +445,10 @@ def aggregate(
     still alive at ``tau``, each distinct combination of events once.
 
     Matches that live as long as ``buckets.reach`` allows (every reading of a relation
-    with a lifetime, say) are taken in by a range window sliding over the group's times;
-    the others meet the times they cover within time buckets."""
+    with a lifetime, say) are alive at ``x`` exactly when made in ``(x - reach, x]``: numbers
+    are reduced over those slices of each group's sorted times by :mod:`sweep` in the
+    group's Arrow batch, other values by a range window. Only the matches cut short meet
+    the times they cover, within time buckets."""
     m = matches(rule, sources, schemas, want_keys=True)
     df = valid(m, rule, negated, schemas)
     df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
