@@ -35,6 +35,8 @@ BAD = {
     '{"relation": "water_level", "t": 3, "args": ["t1", null]}': "must be a number, string",
     '{"relation": "water_level", "t": 3, "args": "t1"}': '"args" must be an object or a list',
     '{"relation": "sensor", "t": 8, "args": ["x", "a"]}': "(inferred from the data)",
+    '{"relation": "water_level", "t": 3, "args": ["t1", NaN]}': "NaN is not a JSON number",
+    '{"relation": "water_level", "t": 3, "args": ["t1", -Infinity]}': "-Infinity is not a JSON",
 }
 
 

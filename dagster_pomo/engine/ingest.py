@@ -137,10 +137,16 @@ def _column_types(
 # --------------------------------------------------------------------------- landing files
 
 
+def _not_a_number(name: str) -> Any:
+    """Python reads ``NaN`` and ``Infinity``, JSON has neither: such a value would compare
+    with no other, so no average, least or greatest over it would mean anything."""
+    raise ValueError(f"{name} is not a JSON number: send a finite number")
+
+
 def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...], int]:
     """Relation, raw args and time of one line, or ``ValueError`` with the reason."""
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_not_a_number)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(obj, dict):
