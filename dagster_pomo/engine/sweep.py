@@ -1,10 +1,12 @@
 """Sliding-window aggregates by sorting and slicing, instead of pairing times with matches.
 
-When every match of a group lives exactly ``reach`` (or for ever), the matches alive at a
-time ``x`` are those made in ``(x - reach, x]``: a contiguous slice of the group's matches
-sorted by time. Each aggregate is then a reduction over that slice, which numpy does in
-compiled loops. The functions run inside Spark tasks, one group's Arrow table at a time,
-so this module imports nothing of the project: it is shipped to executors by value.
+When a match of a group lives exactly ``reach`` (or for ever), it is alive at a time ``x``
+exactly when made in ``(x - reach, x]``: such matches alive at ``x`` are a contiguous slice
+of the group's matches sorted by time, and each aggregate a reduction over that slice,
+which numpy does in compiled loops. A match cut short covers a run of the sorted times
+instead, and is paired with each. The functions run inside Spark tasks, one group's Arrow
+table at a time, so this module imports nothing of the project: it is shipped to
+executors by value.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # How each aggregate reduces a slice; ``min`` skips NaN and ``max`` lets it win, as Spark does.
 REDUCERS = {"sum": np.add, "average": np.add, "min": np.fmin, "max": np.maximum}
@@ -44,6 +47,40 @@ def reduce_frames(
     return ufunc.reduceat(padded, bounds)[0::2]
 
 
+def pairs(starts: np.ndarray, untils: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every ``(query, row)`` index pair where row ``i`` is alive at the query time: each row
+    covers the run of sorted ``queries`` in ``[starts[i], untils[i])``."""
+    first = np.searchsorted(queries, starts, side="left")
+    runs = np.maximum(np.searchsorted(queries, untils, side="left") - first, 0)
+    rows = np.repeat(np.arange(len(starts)), runs)
+    offsets = np.arange(len(rows)) - np.repeat(np.cumsum(runs) - runs, runs)
+    return np.repeat(first, runs) + offsets, rows
+
+
+def _scatter(fn: str, size: int, at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``fn`` of the ``values`` that fall on each of ``size`` slots; what an empty slot gets
+    is unspecified."""
+    if fn in ("sum", "average") and values.dtype.kind == "f":
+        return np.bincount(at, weights=values, minlength=size)
+    if fn in ("sum", "average"):
+        out = np.zeros(size, dtype=values.dtype)
+    elif values.dtype.kind == "f":  # fmin skips NaN and maximum lets it win, as Spark does
+        out = np.full(size, np.nan if fn == "min" else -np.inf)
+    else:
+        info = np.iinfo(values.dtype)
+        out = np.full(size, info.max if fn == "min" else info.min, dtype=values.dtype)
+    REDUCERS[fn].at(out, at, values)
+    return out
+
+
+def _either(
+    fn: str, one: np.ndarray, has_one: np.ndarray, two: np.ndarray, has_two: np.ndarray
+) -> np.ndarray:
+    """Two partial results of ``fn`` combined where both exist, else whichever does."""
+    both = REDUCERS[fn](one, two)
+    return np.where(has_one & has_two, both, np.where(has_one, one, two))
+
+
 def sweep(
     table: pa.Table,
     group: Sequence[str],
@@ -52,29 +89,37 @@ def sweep(
     never: int,
     start: int,
 ) -> pa.Table:
-    """One row per distinct ``__at`` at or after ``start`` of one group's ``table``: the
-    count ``__n`` of its full-length rows (``__full``; the other rows only ask about their
-    time) alive then, the least expiry among them ``__least_exp``, and one ``__part<i>``
-    per aggregate ``(name, value column)``: the count, the sum (an average's sum), the
-    least or greatest value. Null where none is alive."""
+    """One row per distinct ``__at`` at or after ``start`` of one group's ``table`` of
+    segments (``__at`` to ``__until``, expiry ``__mexp``): the count ``__n`` of those alive
+    then, the least expiry among them ``__least_exp``, and one ``__part<i>`` per aggregate
+    ``(name, value column)``: the count, the sum (an average's sum), the least or greatest
+    value.
+
+    Full-length segments (``__full``) are found as slices of the sorted times; the others
+    are paired with each time they cover."""
     at = table.column("__at").to_numpy()
     queries = np.unique(at[at >= start])
+    size = len(queries)
     full = table.filter(table.column("__full"))
-    order = np.argsort(full.column("__at").to_numpy(), kind="stable")
-    full = full.take(order)
+    full = full.take(np.argsort(full.column("__at").to_numpy(), kind="stable"))
+    short = table.filter(pc.invert(table.column("__full")))
     times = full.column("__at").to_numpy()
     lo, hi = frames(times, queries, reach)
-    n = hi - lo
-    empty = n == 0
+    has_full = hi > lo
+    slot, row = pairs(short.column("__at").to_numpy(), short.column("__until").to_numpy(), queries)
+    paired_n = np.bincount(slot, minlength=size)
+    has_short = paired_n > 0
+    n = (hi - lo) + paired_n
     if reach is None:
-        least = np.full(len(queries), never)
+        least = np.full(size, never)
     elif len(times):  # full rows all live ``reach``: the first to die is the first made
         least = times[np.minimum(lo, len(times) - 1)] + reach
     else:
-        least = np.zeros(len(queries), dtype=np.int64)
-    columns: dict[str, pa.Array] = {
-        name: pa.repeat(table.column(name)[0], len(queries)) for name in group
-    }
+        least = np.zeros(size, dtype=np.int64)
+    cut = _scatter("min", size, slot, short.column("__mexp").to_numpy()[row])
+    least = _either("min", least, has_full, cut, has_short)
+    empty = n == 0
+    columns: dict[str, pa.Array] = {name: pa.repeat(table.column(name)[0], size) for name in group}
     columns["__at"] = pa.array(queries, type=pa.int64())
     columns["__n"] = pa.array(n, type=pa.int64())
     columns["__least_exp"] = pa.array(least, type=pa.int64(), mask=empty)
@@ -82,14 +127,20 @@ def sweep(
         if column is None:  # a count
             columns[f"__part{i}"] = pa.array(n, type=pa.int64())
             continue
-        values = full.column(column).to_numpy()
         kind = table.schema.field(column).type
         if fn == "average":
-            values, kind = values.astype(np.float64), pa.float64()
+            kind = pa.float64()
         elif fn == "sum" and pa.types.is_integer(kind):
-            values, kind = values.astype(np.int64), pa.int64()
-        reduced = reduce_frames(REDUCERS[fn], values, lo, hi, running=reach is None)
-        columns[f"__part{i}"] = pa.array(reduced, type=kind, mask=empty)
+            kind = pa.int64()
+        dtype = kind.to_pandas_dtype()
+        slices = full.column(column).to_numpy().astype(dtype)
+        reduced = reduce_frames(REDUCERS[fn], slices, lo, hi, running=reach is None)
+        paired = _scatter(fn, size, slot, short.column(column).to_numpy().astype(dtype)[row])
+        if fn in ("sum", "average"):  # an absent part adds nothing
+            value = np.where(has_full, reduced, 0) + np.where(has_short, paired, 0)
+        else:
+            value = _either(fn, reduced, has_full, paired, has_short)
+        columns[f"__part{i}"] = pa.array(value, type=kind, mask=empty)
     return pa.table(columns)
 
 

@@ -383,17 +383,26 @@ def _partials(
     return parts
 
 
-def _swept_window(
+def _by_window(
     rule: ast.Rule,
-    rows: DataFrame,
+    made: DataFrame,
     group: list[str],
     values: list[str],
     a: int,
+    b: int,
     buckets: Buckets,
 ) -> DataFrame:
-    """The full-length segments' parts at each time asked about, by a range window: each
-    time answered on one of its rows."""
+    """The aggregates' parts at each time asked about, in Spark alone, for any values.
+
+    Full-length segments by a range window over the group's segments, each time answered
+    on one of its rows (the short ones only mark the times to answer); short segments meet
+    the times of the buckets they overlap, and of those the ones they cover."""
     parts = _partials(rule, values)
+    rows = made.filter(F.col("__full") | (F.col("__at") >= a)).select(
+        *group,
+        "__at",
+        *[F.when(F.col("__full"), F.col(c)).alias(c) for c in ["__mexp", *values]],
+    )
     frame = buckets.window(group, "__at")
     order = Window.partitionBy(*group).orderBy("__at")
     swept = rows.select(
@@ -402,19 +411,43 @@ def _swept_window(
         *[one.over(frame).alias(name) for name, one, _ in parts],
         F.coalesce(F.lag("__at").over(order) != F.col("__at"), F.lit(True)).alias("__first"),
     )
-    return swept.filter(F.col("__first") & (F.col("__at") >= a)).drop("__first")
+    swept = swept.filter(F.col("__first") & (F.col("__at") >= a)).drop("__first")
+    short = made.filter(~F.col("__full")).select(
+        *group,
+        F.col("__at").alias("__s_tau"),
+        F.col("__until").alias("__s_until"),
+        *[F.col(c).alias(f"__s{c}") for c in ["__mexp", *values]],
+    )
+    first = F.greatest(F.col("__s_tau"), F.lit(a))
+    last = F.least(F.col("__s_until"), F.lit(b)) - 1
+    spans = short.withColumn("__bucket", F.explode(buckets.spanned(first, last)))
+    asked = swept.withColumn("__bucket", buckets.of(F.col("__at")))
+    on = [asked[c] == spans[c] for c in [*group, "__bucket"]]
+    on += [spans["__s_tau"] <= asked["__at"], asked["__at"] < spans["__s_until"]]
+    joined = asked.join(spans, on=on, how="left").select(
+        *[asked[c] for c in [*group, "__at"]],
+        *[asked[name] for name, _, _ in parts],
+        *[spans[f"__s{c}"] for c in ["__mexp", *values]],
+    )
+    short_of = {"__n": "__s__mexp", "__least_exp": "__s__mexp"}
+    short_of.update({f"__part{i}": f"__s{v}" for i, v in enumerate(values)})
+    return joined.groupBy(*group, "__at").agg(
+        *[take(F.max(name), F.col(short_of[name])).alias(name) for name, _, take in parts]
+    )
 
 
-def _swept_arrow(
+def _by_sweep(
     rule: ast.Rule,
-    rows: DataFrame,
+    made: DataFrame,
     group: list[str],
     values: list[str],
     a: int,
+    b: int,
     buckets: Buckets,
 ) -> DataFrame:
-    """The same parts, for numeric values, by :func:`sweep.sweep` over each group's rows."""
-    rows = rows.drop("__mexp")
+    """The same parts, for numeric values, in one pass: each group's segments go to
+    :func:`sweep.sweep` as one Arrow table."""
+    rows = made.select(*group, "__at", "__until", "__mexp", "__full", *values)
     typed = {f.name: f.dataType for f in rows.schema.fields}
     fields = [StructField(g, typed[g]) for g in group]
     fields += [StructField(c, LongType()) for c in ("__at", "__n", "__least_exp")]
@@ -445,10 +478,10 @@ def aggregate(
     still alive at ``tau``, each distinct combination of events once.
 
     Matches that live as long as ``buckets.reach`` allows (every reading of a relation
-    with a lifetime, say) are alive at ``x`` exactly when made in ``(x - reach, x]``: numbers
-    are reduced over those slices of each group's sorted times by :mod:`sweep` in the
-    group's Arrow batch, other values by a range window. Only the matches cut short meet
-    the times they cover, within time buckets."""
+    with a lifetime, say) are alive at ``x`` exactly when made in ``(x - reach, x]``, a slice
+    of the group's matches sorted by time; the others, cut short, are paired with the times
+    they cover. Numbers go through :mod:`sweep` one group at a time as Arrow tables; other
+    values through a range window and a join on time buckets."""
     m = matches(rule, sources, schemas, want_keys=True)
     df = valid(m, rule, negated, schemas)
     df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
@@ -471,7 +504,7 @@ def aggregate(
         values.append(f"__val{i}")
     df = df.dropna(subset=group + values)
     key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)]).alias("__key")
-    # Both windows below are per group: one shuffle by the group serves them.
+    # Everything below works on a group's rows together: one shuffle by the group serves.
     made = df.select(*group, "__tau", "__mexp", *values, key)
     made = made.repartition(*group) if group else made
     # A combination of events may match in several versions. At time x it counts once, with
@@ -479,7 +512,10 @@ def aggregate(
     # segments, from each version's tau to the next one's, alive while that running latest
     # expiry lasts. A time falls in at most one segment of a combination, and every time
     # asked about (a distinct tau) in at least one.
-    versions = Window.partitionBy(*group, "__key").orderBy("__tau")
+    # Sorted by the group first (what the per-group pass after it wants too), then by the
+    # key's hash, so the sort seldom compares the nested key itself.
+    made = made.withColumn("__hash", F.xxhash64("__key"))
+    versions = Window.partitionBy(*group, "__hash", "__key").orderBy("__tau")
     made = made.withColumn(
         "__mexp", F.max("__mexp").over(versions.rowsBetween(Window.unboundedPreceding, 0))
     )
@@ -488,47 +524,13 @@ def aggregate(
     made = made.filter((F.col("__until") > F.col("__tau")) & (F.col("__until") > a))
     full = buckets.lives_fully(F.col("__tau"), F.col("__until"))
     made = made.withColumn("__full", full)
-    parts = _partials(rule, values)
-    # Full-length segments are alive at x exactly when their tau is in (x - reach, x]: a
-    # slice of the group's segments sorted by tau. Short segments only mark the times to
-    # answer. Numbers are reduced over those slices in the group's Arrow batch; anything
-    # else by a range window.
     numeric = all(
         isinstance(made.schema[values[i]].dataType, (LongType, DoubleType))
         for i, ann in enumerate(rule.aggregates)
         if ann.args
     )
-    rows = made.filter(F.col("__full") | (F.col("__tau") >= a)).select(
-        *group,
-        F.col("__tau").alias("__at"),
-        "__full",
-        *[F.when(F.col("__full"), F.col(c)).alias(c) for c in ["__mexp", *values]],
-    )
-    swept = (_swept_arrow if numeric else _swept_window)(rule, rows, group, values, a, buckets)
-    # Short segments meet the times of the buckets they overlap, and of those the ones
-    # they cover.
-    short = made.filter(~F.col("__full")).select(
-        *group,
-        F.col("__tau").alias("__s_tau"),
-        F.col("__until").alias("__s_until"),
-        *[F.col(c).alias(f"__s{c}") for c in ["__mexp", *values]],
-    )
-    first = F.greatest(F.col("__s_tau"), F.lit(a))
-    last = F.least(F.col("__s_until"), F.lit(b)) - 1
-    spans = short.withColumn("__bucket", F.explode(buckets.spanned(first, last)))
-    asked = swept.withColumn("__bucket", buckets.of(F.col("__at")))
-    on = [asked[c] == spans[c] for c in [*group, "__bucket"]]
-    on += [spans["__s_tau"] <= asked["__at"], asked["__at"] < spans["__s_until"]]
-    joined = asked.join(spans, on=on, how="left").select(
-        *[asked[c] for c in [*group, "__at"]],
-        *[asked[name] for name, _, _ in parts],
-        *[spans[f"__s{c}"] for c in ["__mexp", *values]],
-    )
-    short_of = {"__n": "__s__mexp", "__least_exp": "__s__mexp"}
-    short_of.update({f"__part{i}": f"__s{v}" for i, v in enumerate(values)})
-    grouped = joined.groupBy(*group, "__at").agg(
-        *[take(F.max(name), F.col(short_of[name])).alias(name) for name, _, take in parts]
-    )
+    by = _by_sweep if numeric else _by_window
+    grouped = by(rule, made.withColumnRenamed("__tau", "__at"), group, values, a, b, buckets)
     aggs = []
     for i, ann in enumerate(rule.aggregates):
         typ = SPARK_TYPES[schema.aggregates[i][2]]
