@@ -35,6 +35,7 @@ from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark.session import is_connect
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.timeline import NEVER, Epoch, first_tick
 from dagster_pomo.lang import Program, Stratum, ast
@@ -72,7 +73,7 @@ class StratumStats:
 class EpochStats:
     epoch: Epoch
     strata: list[StratumStats] = field(default_factory=list)
-    spark_jobs: int = 0
+    spark_jobs: int | None = 0  # None under Spark Connect, whose clients see no job tracker
     seconds: float = 0.0
     # (relation, epoch key) of every stored partition the epoch read: how much state it touched.
     partitions_read: set[tuple[str, str]] = field(default_factory=set)
@@ -232,11 +233,13 @@ class SparkEvaluator:
     def evaluate_epoch(self, epoch: Epoch) -> EpochStats:
         """Every stratum of ``epoch``, in order (``@next`` results of the previous epoch first)."""
         stats = EpochStats(epoch)
-        tracker = self.spark.sparkContext.statusTracker()
         group = f"pomo-{self.program.name}-{epoch_key(epoch)}"
-        self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
-        # Spark keeps the jobs of a group across evaluations of the same epoch: count ours.
-        earlier = set(tracker.getJobIdsForGroup(group))
+        classic = not is_connect(self.spark)
+        if classic:
+            tracker = self.spark.sparkContext.statusTracker()
+            self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
+            # Spark keeps the jobs of a group across evaluations of the same epoch: count ours.
+            earlier = set(tracker.getJobIdsForGroup(group))
         started = time.perf_counter()
         self._current = {}  # earlier epochs' entries are no longer needed
         self._read = set()
@@ -246,8 +249,11 @@ class SparkEvaluator:
                 stats.strata.append(self.evaluate_stratum(stratum, epoch, carried))
         stats.seconds = time.perf_counter() - started
         stats.partitions_read = self._read
-        stats.spark_jobs = len(set(tracker.getJobIdsForGroup(group)) - earlier)
-        self.spark.sparkContext.setJobGroup("pomo", "idle")
+        if classic:
+            stats.spark_jobs = len(set(tracker.getJobIdsForGroup(group)) - earlier)
+            self.spark.sparkContext.setJobGroup("pomo", "idle")
+        else:
+            stats.spark_jobs = None
         return stats
 
     def evaluate_next(self, epoch: Epoch) -> dict[str, DataFrame]:
@@ -426,19 +432,17 @@ class SparkEvaluator:
             if not made[n]:
                 continue
             if n not in self._pieces:  # the seeds, laid out like the pieces to come
-                had = Observation(f"seeds-{n}")
-                seeds = self._piece(n, current[n], had)
+                seeds, had = self._counted_piece(n, current[n])
                 self._pieces[n] = []
-                if had.get.get("rows", 0):
+                if had:
                     self._keep(n, seeds)
             spread = self._spread[n]
             made_n = reduce(DataFrame.unionByName, made[n]).repartition(self._partitions, *spread)
             fresh = self._dedupe(n, made_n)  # Spark drops the repartition where rows already are
             for _, seen in self._pieces[n]:
                 fresh = fresh.join(seen, on=self._covers[n], how="left_anti")
-            counted = Observation(f"fresh-{n}")
-            fresh = self._piece(n, fresh, counted)
-            if not counted.get.get("rows", 0):
+            fresh, counted = self._counted_piece(n, fresh)
+            if not counted:
                 continue
             new[n] = fresh
             self._keep(n, fresh)
@@ -463,6 +467,16 @@ class SparkEvaluator:
         if counted is not None:
             rows = rows.observe(counted, F.count(F.lit(1)).alias("rows"))
         return rows.localCheckpoint(eager=True)
+
+    def _counted_piece(self, name: str, rows: DataFrame) -> tuple[DataFrame, int]:
+        """:meth:`_piece`, and how many rows it holds: counted by the same job, except under
+        Spark Connect, whose checkpoints report no observed metrics (a second job there)."""
+        if is_connect(self.spark):
+            piece = self._piece(name, rows)
+            return piece, piece.count()
+        counted = Observation(f"piece-{name}")
+        piece = self._piece(name, rows, counted)
+        return piece, counted.get.get("rows", 0)
 
     def _spread_on(self, stratum: Stratum, name: str) -> list[str]:
         """The columns a recursive relation's pieces are hash-partitioned on: its stable

@@ -82,12 +82,17 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     else:
         require_java()
         builder = builder.master(settings.master)
-        if settings.master.startswith("local"):
-            # Python workers run some aggregates; locally they need this interpreter's
-            # packages, not whatever ``python3`` is first on the PATH.
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if (settings.remote or settings.master).startswith("local"):
+        # Python workers run some aggregates; locally they need this interpreter's
+        # packages, not whatever ``python3`` is first on the PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in {**DEFAULT_CONF, **settings.conf}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR") if not settings.remote else None
     return session
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client, which has no ``sparkContext``."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
