@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -123,3 +124,68 @@ def test_fifty_epochs_one_by_one_equal_one_batch_and_reruns_change_nothing(
     for index in (0, 17, EPOCHS - 1):
         stepwise.evaluate_epoch(stepwise.epochs[index])
     assert partitions(tmp_path / "stepwise", program, stepwise) == before
+
+
+def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_more(
+    tmp_path: Path, events_file: Path
+) -> None:
+    """Strata that read nothing of each other's may run at the same time; one that reads
+    another's relations starts only once that one is stored. When a stratum fails, the epoch
+    fails with its error, the strata under way finish, and the strata after it never start."""
+    program = compile_corpus(CORPUS, "sensors.pomo")
+    evaluator = evaluator_for(
+        program, prepare(program, events_file, EPOCH * 10, 0, EPOCH * 20), str(tmp_path / "wh")
+    )
+    assert evaluator.concurrency == 2
+    by_relation = {r: s for s in program.strata for r in s.relations}
+    reads = {
+        "alert": {"connected"},
+        "follow_up": {"alert"},
+        "connected": set(),
+        "per_sensor": set(),
+    }
+    log: list[tuple[str, str, str]] = []
+    lock = threading.Lock()
+    plain = evaluator.evaluate_stratum
+
+    def logged(stratum, epoch, carried=None):  # noqa: ANN001, ANN202
+        name = stratum.relations[0]
+        with lock:
+            log.append(("start", name, threading.current_thread().name))
+        try:
+            if name == failing[0]:
+                raise RuntimeError(f"{name} failed")
+            return plain(stratum, epoch, carried)
+        finally:
+            with lock:
+                log.append(("end", name, threading.current_thread().name))
+
+    evaluator.evaluate_stratum = logged  # type: ignore[method-assign]
+    failing = [""]
+    stats = evaluator.evaluate_epoch(evaluator.epochs[0])
+    assert [s.relations[0] for s in stats.strata] == [
+        s.relations[0] for s in program.strata if not s.inductive
+    ]
+    assert stats.spark_jobs, "jobs run in the strata's threads still count for the epoch"
+    for name, needs in reads.items():
+        assert by_relation[name].relations == (name,)
+        begun = log.index(("start", name, _thread(log, name)))
+        for need in needs:
+            assert log.index(("end", need, _thread(log, need))) < begun, (name, need)
+    assert all(thread.startswith("pomo-stratum") for _, _, thread in log)
+    # `per_sensor` and `connected` read nothing of each other's: both start before either ends.
+    first_two = [(kind, name) for kind, name, _ in log[:2]]
+    assert sorted(first_two) == [("start", "connected"), ("start", "per_sensor")]
+
+    log.clear()
+    failing[0] = "connected"
+    with pytest.raises(RuntimeError, match="connected failed"):
+        evaluator.evaluate_epoch(evaluator.epochs[1])
+    started = {name for kind, name, _ in log if kind == "start"}
+    ended = {name for kind, name, _ in log if kind == "end"}
+    assert "alert" not in started and "follow_up" not in started
+    assert started == ended, "the strata under way finish before the epoch fails"
+
+
+def _thread(log: list[tuple[str, str, str]], name: str) -> str:
+    return next(thread for _, n, thread in log if n == name)

@@ -14,9 +14,11 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import reduce
 
+from pyspark import inheritable_thread_target
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -79,6 +81,18 @@ class EpochStats:
     partitions_read: set[tuple[str, str]] = field(default_factory=set)
 
 
+@dataclass
+class _Fixpoint:
+    """What the rounds of one recursive stratum share (strata may run at the same time)."""
+
+    # Lower strata's relations the stratum joins, held in memory while its rounds run,
+    # rather than read again (and broadcast from files) every round.
+    held: dict[str, DataFrame]
+    # Each relation's versions so far: one stored piece per round, each paired with its
+    # version key renamed for the anti-join (built once: building plans is not free).
+    pieces: dict[str, list[tuple[DataFrame, DataFrame]]] = field(default_factory=dict)
+
+
 class SparkEvaluator:
     """Evaluates one corpus epoch by epoch into a warehouse."""
 
@@ -93,7 +107,10 @@ class SparkEvaluator:
         epochs: list[Epoch],
         clock_start: int,
         facts: Mapping[str, list[Row]] | None = None,
+        concurrency: int = 2,
     ) -> None:
+        """``concurrency``: how many strata of an epoch may run at once (those that read
+        nothing the others make); their Spark jobs then overlap each other's fixed costs."""
         self.spark = spark
         self.program = program
         self.catalog = program.catalog
@@ -113,15 +130,12 @@ class SparkEvaluator:
         self._current: dict[tuple[str, str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
-        # A recursive relation's versions so far: one stored piece per round, each paired with
-        # its version key renamed for the anti-join (built once: building plans is not free).
-        self._pieces: dict[str, list[tuple[DataFrame, DataFrame]]] = {}
-        self._covers: dict[str, Column] = {}
-        self._spread: dict[str, list[str]] = {}  # see `_spread_on`
-        # Lower strata's relations a recursive stratum joins, held in memory while its rounds
-        # run, rather than read again (and broadcast from files) every round.
-        self._held: dict[str, DataFrame] = {}
         self._partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+        self.concurrency = max(1, concurrency)
+        recursive = [(s, n) for s in program.strata if s.recursive for n in s.relations]
+        self._spread = {n: self._spread_on(s, n) for s, n in recursive}
+        self._covers = {n: self._covering(n) for _, n in recursive}
+        self._nothing: dict[str, DataFrame] = {}  # see `_empty`
 
     # ------------------------------------------------------------------ set-up
 
@@ -215,10 +229,13 @@ class SparkEvaluator:
             return frames.empty(self.spark, self.structs[CLOCK])
         return reduce(DataFrame.unionByName, parts)
 
-    def _state(self, name: str, epoch: Epoch) -> DataFrame:
-        """All versions of ``name`` that can take part in a match with ``tau`` in the epoch."""
-        if name in self._held:
-            return self._held[name]
+    def _state(
+        self, name: str, epoch: Epoch, held: Mapping[str, DataFrame] | None = None
+    ) -> DataFrame:
+        """All versions of ``name`` that can take part in a match with ``tau`` in the epoch
+        (``held``: those a recursive stratum keeps in memory)."""
+        if held and name in held:
+            return held[name]
         if name == CLOCK:
             return self._ticks(epoch.start, epoch.end)
         history = self._history(name, epoch, epoch.start)
@@ -244,9 +261,7 @@ class SparkEvaluator:
         self._current = {}  # earlier epochs' entries are no longer needed
         self._read = set()
         carried = self.evaluate_next(epoch)
-        for stratum in self.program.strata:
-            if not stratum.inductive:
-                stats.strata.append(self.evaluate_stratum(stratum, epoch, carried))
+        stats.strata = self._deductive(epoch, carried)
         stats.seconds = time.perf_counter() - started
         stats.partitions_read = self._read
         if classic:
@@ -255,6 +270,38 @@ class SparkEvaluator:
         else:
             stats.spark_jobs = None
         return stats
+
+    def _deductive(self, epoch: Epoch, carried: Mapping[str, DataFrame]) -> list[StratumStats]:
+        """The epoch's deductive strata, each once the strata it reads are stored; up to
+        ``concurrency`` of them at once, in threads that carry the epoch's Spark job group.
+        When one fails, those under way finish (each writes its epoch whole or not at all)
+        and none starts."""
+        strata = [s for s in self.program.strata if not s.inductive]
+        if self.concurrency == 1:
+            return [self.evaluate_stratum(s, epoch, carried) for s in strata]
+        owner = {n: s.index for s in strata for n in s.relations}
+        needs = {
+            s.index: {
+                owner[a.relation]
+                for r in s.rules
+                for a in (*r.positive, *r.negative)
+                if owner.get(a.relation, s.index) != s.index
+            }
+            for s in strata
+        }
+        done: dict[int, StratumStats] = {}
+        running: dict[Future[StratumStats], int] = {}
+        waiting = list(strata)
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="pomo-stratum") as pool:
+            while waiting or running:
+                for s in [s for s in waiting if needs[s.index] <= done.keys()]:
+                    waiting.remove(s)
+                    task = inheritable_thread_target(self.spark)(self.evaluate_stratum)
+                    running[pool.submit(task, s, epoch, carried)] = s.index
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for task in finished:
+                    done[running.pop(task)] = task.result()
+        return [done[s.index] for s in strata]
 
     def evaluate_next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """The ``@next`` rules over the previous epoch. Relations that only ``@next`` rules derive
@@ -323,18 +370,28 @@ class SparkEvaluator:
         if name in carried:
             parts.append(carried[name])
         if not parts:
-            return frames.empty(self.spark, self.structs[name])
+            return self._empty(name)
         return reduce(DataFrame.unionByName, parts)
 
+    def _empty(self, name: str) -> DataFrame:
+        """No versions of ``name`` (one frame per relation: plans are not free to build)."""
+        if name not in self._nothing:
+            self._nothing[name] = frames.empty(self.spark, self.structs[name])
+        return self._nothing[name]
+
     def _derive(
-        self, rule: ast.Rule, epoch: Epoch, source: dict[int, DataFrame] | None = None
+        self,
+        rule: ast.Rule,
+        epoch: Epoch,
+        source: dict[int, DataFrame] | None = None,
+        held: Mapping[str, DataFrame] | None = None,
     ) -> DataFrame:
         source = source or {}
         positives = [
-            source[i] if i in source else self._state(a.relation, epoch)
+            source[i] if i in source else self._state(a.relation, epoch, held)
             for i, a in enumerate(rule.positive)
         ]
-        negatives = [self._state(a.relation, epoch) for a in rule.negative]
+        negatives = [self._state(a.relation, epoch, held) for a in rule.negative]
         lifetime = self.catalog[rule.head.relation].lifetime
         args = (rule, positives, negatives, self.schemas, lifetime, epoch.lower, epoch.end)
         if not rule.aggregates:
@@ -374,18 +431,15 @@ class SparkEvaluator:
         current = {n: self._seeds(n, epoch, carried) for n in names}
         rules = [r for r in stratum.rules if r.body]
         if stratum.recursive:
-            self._pieces = {}
-            self._spread = {n: self._spread_on(stratum, n) for n in names}
             below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
-            self._held = {b: self._state(b, epoch).localCheckpoint(eager=True) for b in below}
+            fix = _Fixpoint({b: self._state(b, epoch).localCheckpoint(eager=True) for b in below})
             for n in names:
                 self._current[(epoch_key(epoch), n)] = current[n]
-            delta = self._round(rules, epoch, names, current, None)
+            delta = self._round(fix, rules, epoch, names, current, None)
             stats.rounds = 1
             while delta is not None:
                 stats.rounds += 1
-                delta = self._round(rules, epoch, names, current, delta)
-            self._held = {}
+                delta = self._round(fix, rules, epoch, names, current, delta)
         else:
             for rule in rules:
                 made = self._derive(rule, epoch)
@@ -403,6 +457,7 @@ class SparkEvaluator:
 
     def _round(
         self,
+        fix: _Fixpoint,
         rules: list[ast.Rule],
         epoch: Epoch,
         names: list[str],
@@ -420,38 +475,38 @@ class SparkEvaluator:
         made: dict[str, list[DataFrame]] = {n: [] for n in names}
         for rule in rules:
             if delta is None:
-                made[rule.head.relation].append(self._derive(rule, epoch))
+                made[rule.head.relation].append(self._derive(rule, epoch, held=fix.held))
                 continue
             for i, atom in enumerate(rule.positive):
                 if atom.relation in delta:
                     made[rule.head.relation].append(
-                        self._derive(rule, epoch, {i: delta[atom.relation]})
+                        self._derive(rule, epoch, {i: delta[atom.relation]}, fix.held)
                     )
         new: dict[str, DataFrame] = {}
         for n in names:
             if not made[n]:
                 continue
-            if n not in self._pieces:  # the seeds, laid out like the pieces to come
+            if n not in fix.pieces:  # the seeds, laid out like the pieces to come
                 seeds, had = self._counted_piece(n, current[n])
-                self._pieces[n] = []
+                fix.pieces[n] = []
                 if had:
-                    self._keep(n, seeds)
+                    self._keep(fix, n, seeds)
             spread = self._spread[n]
             made_n = reduce(DataFrame.unionByName, made[n]).repartition(self._partitions, *spread)
             fresh = self._dedupe(n, made_n)  # Spark drops the repartition where rows already are
-            for _, seen in self._pieces[n]:
+            for _, seen in fix.pieces[n]:
                 fresh = fresh.join(seen, on=self._covers[n], how="left_anti")
             fresh, counted = self._counted_piece(n, fresh)
             if not counted:
                 continue
             new[n] = fresh
-            self._keep(n, fresh)
+            self._keep(fix, n, fresh)
             # One column order (see `_piece`): the union goes by position.
-            current[n] = reduce(DataFrame.union, [rows for rows, _ in self._pieces[n]])
-            if len(self._pieces[n]) >= self.PIECES:  # keep plans short: one piece again
+            current[n] = reduce(DataFrame.union, [rows for rows, _ in fix.pieces[n]])
+            if len(fix.pieces[n]) >= self.PIECES:  # keep plans short: one piece again
                 current[n] = self._piece(n, current[n])
-                self._pieces[n] = []
-                self._keep(n, current[n])
+                fix.pieces[n] = []
+                self._keep(fix, n, current[n])
             self._current[(epoch_key(epoch), n)] = current[n]
         return new or None
 
@@ -485,21 +540,22 @@ class SparkEvaluator:
         j = stable_argument(stratum, name)
         return [self.schemas[name].columns[j]] if j is not None else self._version_key(name)
 
-    def _keep(self, name: str, piece: DataFrame) -> None:
+    def _keep(self, fix: _Fixpoint, name: str, piece: DataFrame) -> None:
         """Add a stored piece to ``name``'s relation so far, with its version key renamed for
-        the anti-joins that find which later rows are new: ``fresh`` keeps a row that no
-        piece's version already covers (same arguments, ``t`` and ``kt``, living at least as
-        long)."""
-        key = self._version_key(name)
+        the anti-joins (see :meth:`_covering`) that find which later rows are new."""
         seen = piece.select(
-            *[F.col(c).alias(f"__k_{c}") for c in key], F.col("exp").alias("__k_exp")
+            *[F.col(c).alias(f"__k_{c}") for c in self._version_key(name)],
+            F.col("exp").alias("__k_exp"),
         )
         # Both sides are partitioned and sorted alike: a merge needs no shuffle, where a
         # broadcast of each small piece would cost a Spark job every round.
-        self._pieces[name].append((piece, seen.hint("merge")))
-        if name not in self._covers:
-            same = [F.col(c) == F.col(f"__k_{c}") for c in key]
-            self._covers[name] = reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
+        fix.pieces[name].append((piece, seen.hint("merge")))
+
+    def _covering(self, name: str) -> Column:
+        """A row is not new when a kept version covers it: same arguments, ``t`` and ``kt``,
+        living at least as long."""
+        same = [F.col(c) == F.col(f"__k_{c}") for c in self._version_key(name)]
+        return reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
 
     def _next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """``@next`` rules over the previous epoch; stamped at its end, alive one more epoch."""
