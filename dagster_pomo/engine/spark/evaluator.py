@@ -312,7 +312,8 @@ class SparkEvaluator:
             if rel.inductive and not rel.derived:
                 rows = carried.get(rel.name)
                 facts = self._seeds(rel.name, epoch, {})
-                rows = facts if rows is None else facts.unionByName(rows)
+                parts = [p for p in (facts, rows) if p is not None]
+                rows = reduce(DataFrame.unionByName, parts) if parts else self._empty(rel.name)
                 self.carried_rows[rel.name] = self._write_counted(
                     rel.name, key, self._dedupe(rel.name, rows)
                 )
@@ -353,9 +354,10 @@ class SparkEvaluator:
             carried = self._next(epoch) if needs_next and epoch.previous is not None else {}
         return self._stratum(stratum, epoch, carried)
 
-    def _seeds(self, name: str, epoch: Epoch, carried: Mapping[str, DataFrame]) -> DataFrame:
+    def _seeds(self, name: str, epoch: Epoch, carried: Mapping[str, DataFrame]) -> DataFrame | None:
         """Versions of a derived relation that this epoch gets without deriving them: facts,
-        events deferred to it by earlier epochs, and ``@next`` results."""
+        events deferred to it by earlier epochs, and ``@next`` results (None: there are none).
+        """
         first = epoch is self.epochs[0]
         facts = [
             r
@@ -365,13 +367,13 @@ class SparkEvaluator:
         parts = [self._rows_frame(name, facts)] if facts else []
         if name in self.defers:
             keys = [epoch_key(e) for e in self.epochs if e.start < epoch.start]
-            deferred = self.wh.read(name, self.structs[name], keys, deferred=True)
-            parts.append(deferred.filter((F.col("kt") >= epoch.start) & (F.col("kt") < epoch.end)))
+            deferred = self.wh.read_stored(name, self.structs[name], keys, deferred=True)
+            if deferred is not None:
+                window = (F.col("kt") >= epoch.start) & (F.col("kt") < epoch.end)
+                parts.append(deferred.filter(window))
         if name in carried:
             parts.append(carried[name])
-        if not parts:
-            return self._empty(name)
-        return reduce(DataFrame.unionByName, parts)
+        return reduce(DataFrame.unionByName, parts) if parts else None
 
     def _empty(self, name: str) -> DataFrame:
         """No versions of ``name`` (one frame per relation: plans are not free to build)."""
@@ -428,9 +430,11 @@ class SparkEvaluator:
         stats = StratumStats(stratum.index, stratum.relations)
         started = time.perf_counter()
         names = list(stratum.relations)
-        current = {n: self._seeds(n, epoch, carried) for n in names}
+        seeds = {n: self._seeds(n, epoch, carried) for n in names}
         rules = [r for r in stratum.rules if r.body]
+        rows: dict[str, DataFrame] = {}
         if stratum.recursive:
+            current = {n: self._empty(n) if s is None else s for n, s in seeds.items()}
             below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
             fix = _Fixpoint({b: self._state(b, epoch).localCheckpoint(eager=True) for b in below})
             for n in names:
@@ -440,18 +444,26 @@ class SparkEvaluator:
             while delta is not None:
                 stats.rounds += 1
                 delta = self._round(fix, rules, epoch, names, current, delta)
+            rows = {n: self._dedupe(n, current[n]) for n in names}
         else:
-            for rule in rules:
-                made = self._derive(rule, epoch)
-                current[rule.head.relation] = current[rule.head.relation].unionByName(made)
             stats.rounds = 1
+            for n in names:
+                own = [r for r in rules if r.head.relation == n]
+                made = [self._derive(r, epoch) for r in own]
+                if seeds[n] is None and len(own) == 1 and own[0].aggregates:
+                    # One aggregate rule alone makes one version per (group, tau): nothing
+                    # to merge, and no shuffle to merge it.
+                    rows[n] = made[0].select(*R.row_columns(self.schemas[n]))
+                    continue
+                parts = [p for p in (seeds[n], *made) if p is not None]
+                merged = reduce(DataFrame.unionByName, parts) if parts else self._empty(n)
+                rows[n] = self._dedupe(n, merged)
         key = epoch_key(epoch)
         for n in names:
-            rows = self._dedupe(n, current[n])
             if n in self.defers:
-                stats.rows[n] = self._write_deferring(n, key, epoch.end, rows)
+                stats.rows[n] = self._write_deferring(n, key, epoch.end, rows[n])
             else:
-                stats.rows[n] = self._write_counted(n, key, rows)
+                stats.rows[n] = self._write_counted(n, key, rows[n])
         stats.seconds = time.perf_counter() - started
         return stats
 

@@ -72,10 +72,15 @@ class Warehouse:
     def read(
         self, relation: str, schema: StructType, keys: Iterable[str], deferred: bool = False
     ) -> DataFrame:
+        stored = self.read_stored(relation, schema, keys, deferred)
+        return empty(self.spark, schema) if stored is None else stored
+
+    def read_stored(
+        self, relation: str, schema: StructType, keys: Iterable[str], deferred: bool = False
+    ) -> DataFrame | None:
+        """The epochs ``keys`` of ``relation`` that are stored, or None when none is."""
         paths = [p for k in keys if self.exists(p := self.path(relation, k, deferred))]
-        if not paths:
-            return empty(self.spark, schema)
-        return self.spark.read.schema(schema).parquet(*paths)
+        return self.spark.read.schema(schema).parquet(*paths) if paths else None
 
 
 def _local(path: str) -> str:
