@@ -47,6 +47,10 @@ DEFAULT_CONF: dict[str, str] = {
     # Reading the history of a long-lived relation names one path per epoch; list them
     # on the driver instead of starting a listing job.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    # PySpark records the Python call site of every column function for error messages,
+    # several JVM calls each time; plans here are built by the engine, not by the user's
+    # code, so the call sites would only name the engine, and an epoch builds thousands.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 
