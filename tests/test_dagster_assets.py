@@ -3,6 +3,7 @@ real Spark: a partition range in one run gives what `pomo run` gives."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -264,6 +265,8 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     assert stored.success, "a bad line does not stop ingestion"
     (check,) = stored.get_asset_check_evaluations()
     assert not check.passed and check.metadata["pomo/quarantined"].value == 1
+    (kept,) = Path(check.metadata["pomo/quarantine_file"].value).read_text().splitlines()
+    assert json.loads(kept)["text"] == "bad", "the bad line is kept with its reason"
 
     (landing / "late.jsonl").write_text(reading(START + 20))
     late = tick(first.cursor)

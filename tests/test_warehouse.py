@@ -189,3 +189,39 @@ def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_m
 
 def _thread(log: list[tuple[str, str, str]], name: str) -> str:
     return next(thread for _, n, thread in log if n == name)
+
+
+def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quarantine(
+    tmp_path: Path, events_file: Path
+) -> None:
+    """Object stores and HDFS are reached through Hadoop's file systems, not Python's: a view
+    file system mounted over a local folder takes that path, with no server to start."""
+    program = compile_corpus(CORPUS, "sensors.pomo")
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    cluster = f"pomo{abs(hash(str(tmp_path)))}"
+    prepared = prepare(program, events_file, EPOCH * 20, 0, EPOCH * EPOCHS)
+
+    local = evaluator_for(program, prepared, str(tmp_path / "local"))
+    conf = local.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    conf.set(f"fs.viewfs.mounttable.{cluster}.link./warehouse", mounted.as_uri())
+    remote = evaluator_for(program, prepared, f"viewfs://{cluster}/warehouse", local.spark)
+    for epoch in local.epochs:
+        local.evaluate_epoch(epoch)
+        remote.evaluate_epoch(epoch)
+    remote.evaluate_epoch(remote.epochs[1])  # a re-run replaces the epoch there too
+
+    assert contents(remote, program) == contents(local, program)
+    assert list((mounted / "sensors" / "alert").glob("epoch=*/*.parquet"))
+    deferred = {
+        p.name for p in (tmp_path / "local" / "sensors" / "_deferred" / "follow_up").iterdir()
+    }
+    assert deferred, "the case must defer events"
+    assert {p.name for p in (mounted / "sensors" / "_deferred" / "follow_up").iterdir()} == deferred
+
+    text = '{"line": 3, "reason": "no such relation `levle`"}\n'
+    path = remote.wh.write_text("_quarantine.jsonl", text)
+    assert path == f"viewfs://{cluster}/warehouse/sensors/_quarantine.jsonl"
+    assert (mounted / "sensors" / "_quarantine.jsonl").read_text() == text
+    assert remote.wh.write_text("_quarantine.jsonl", "") == path, "a second write replaces it"
+    assert (mounted / "sensors" / "_quarantine.jsonl").read_text() == ""

@@ -45,6 +45,10 @@ class Ingested:
     files: list[str] = field(default_factory=list)
     types: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input column types
 
+    def quarantine_jsonl(self) -> str:
+        """The quarantined lines as JSON Lines, one object with its reason a line."""
+        return "".join(json.dumps(q.to_json()) + "\n" for q in self.quarantined)
+
     @property
     def accepted(self) -> int:
         return sum(len(rows) for rows in self.events.values())

@@ -150,9 +150,7 @@ def write_outputs(result: RunResult, out: Path) -> dict[str, int]:
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json.dumps(event_json(result.program, name, row)) + "\n")
-    with open(out / "_quarantine.jsonl", "w", encoding="utf-8") as handle:
-        for q in result.ingested.quarantined:
-            handle.write(json.dumps(q.to_json()) + "\n")
+    (out / "_quarantine.jsonl").write_text(result.ingested.quarantine_jsonl(), encoding="utf-8")
     return counts
 
 

@@ -11,7 +11,6 @@ strata take a whole partition range in one run (single-run backfill policy),
 evaluating it epoch after epoch.
 """
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -198,7 +197,7 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
             selected[name] = rows
             counts[name] = len(rows)
         evaluator.write_inputs(selected)
-        _write_quarantine(storage, program.name, ingested)
+        quarantine_file = evaluator.wh.write_text("_quarantine.jsonl", ingested.quarantine_jsonl())
         reasons = [f"{q.file}:{q.line}: {q.reason}" for q in ingested.quarantined[:20]]
         last = epoch_key(epochs[-1])
         for name in names:
@@ -221,23 +220,11 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
             severity=AssetCheckSeverity.WARN,
             metadata={
                 "pomo/quarantined": len(ingested.quarantined),
-                "pomo/quarantine_file": MetadataValue.path(
-                    str(storage.local_folder(program.name) or "") + "/_quarantine.jsonl"
-                ),
+                "pomo/quarantine_file": MetadataValue.path(quarantine_file),
             },
         )
 
     return inputs
-
-
-def _write_quarantine(storage: PomoStorage, corpus: str, ingested: Ingested) -> None:
-    """Every quarantined line of the landing files, with its reason (local warehouses)."""
-    folder = storage.local_folder(corpus)
-    if folder is None:
-        return
-    path = folder / "_quarantine.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(q.to_json()) + "\n" for q in ingested.quarantined))
 
 
 def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -52,6 +53,23 @@ class Warehouse:
             return
         fs, hadoop_path = self._filesystem(path)
         fs.delete(hadoop_path, True)
+
+    def write_text(self, name: str, text: str) -> str:
+        """Replace the file ``<root>/<corpus>/<name>`` with ``text``; its path (any scheme
+        Spark writes, so bad lines are kept wherever the warehouse is)."""
+        path = f"{self.root}/{self.corpus}/{name}"
+        if _local(path):
+            local = Path(_local(path))
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(text, encoding="utf-8")
+            return str(local)
+        fs, hadoop_path = self._filesystem(path)
+        stream = fs.create(hadoop_path, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        return path
 
     def write_partitioned(self, relation: str, df: DataFrame) -> None:
         """Rows with an ``epoch`` column, each epoch's directory replaced (one Spark job)."""
