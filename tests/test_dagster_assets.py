@@ -253,17 +253,27 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     assert tick(first.cursor).run_requests == [], "seen files start nothing"
 
     inputs = [a for a in defs.assets if a.node_def.name.endswith("__inputs")]
-    stored = materialize(
-        inputs,
-        instance=instance,
-        resources=dict(defs.resources),
-        tags={
-            "dagster/asset_partition_range_start": KEYS[0],
-            "dagster/asset_partition_range_end": KEYS[2],
-        },
-    )
-    assert stored.success, "a bad line does not stop ingestion"
-    (check,) = stored.get_asset_check_evaluations()
+
+    def store(first: str, last: str):
+        result = materialize(
+            inputs,
+            instance=instance,
+            resources=dict(defs.resources),
+            tags={
+                "dagster/asset_partition_range_start": first,
+                "dagster/asset_partition_range_end": last,
+            },
+        )
+        assert result.success
+        (check,) = result.get_asset_check_evaluations()
+        metadata = {
+            m.asset_key.path[-1]: m.metadata
+            for m in result.asset_materializations_for_node(inputs[0].node_def.name)
+        }["water_level"]
+        return check, metadata
+
+    check, metadata = store(KEYS[0], KEYS[2])  # a bad line does not stop ingestion
+    assert metadata["pomo/landing_files_read"].value == "1 of 1"
     assert not check.passed and check.metadata["pomo/quarantined"].value == 1
     (kept,) = Path(check.metadata["pomo/quarantine_file"].value).read_text().splitlines()
     assert json.loads(kept)["text"] == "bad", "the bad line is kept with its reason"
@@ -274,3 +284,16 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     assert first.run_requests[0].run_key != late.run_requests[0].run_key
     (landing / "future.jsonl").write_text(reading(4_000_000_000_000))
     assert tick(late.cursor).run_requests == [], "epochs that do not exist yet are not requested"
+
+    # The inputs step reads only the files that may hold events of its epochs, and new ones;
+    # the others are known unchanged from earlier runs, bad lines included.
+    check, metadata = store(KEYS[2], KEYS[2])
+    assert metadata["pomo/landing_files_read"].value == "2 of 3", "the two new files"
+    assert metadata["pomo/lines_read"].value == 5 and metadata["pomo/new_rows"].value == 0
+    assert check.metadata["pomo/quarantined"].value == 1, "the old file's bad line is kept"
+    check, metadata = store(KEYS[2], KEYS[2])
+    assert metadata["pomo/landing_files_read"].value == "0 of 3"
+    assert check.metadata["pomo/quarantined"].value == 1
+    check, metadata = store(KEYS[0], KEYS[0])
+    assert metadata["pomo/landing_files_read"].value == "2 of 3", "the first epoch's two files"
+    assert metadata["pomo/new_rows"].value == 2, "the on-time reading and the late one"

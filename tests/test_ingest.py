@@ -79,3 +79,39 @@ def test_iso_times_with_offsets() -> None:
     assert parse_time("1970-01-01T01:00:00+01:00") == 0
     assert parse_time("1970-01-01 00:00:00.250") == 250
     assert parse_time(1_700_000_000_000) == 1_700_000_000_000
+
+
+def test_files_known_to_hold_nothing_in_the_span_are_not_read_again(tmp_path: Path) -> None:
+    """A run over the latest epochs reads the files that may hold their events, and any file
+    that is new or changed; the others count, and keep their bad lines, from what was known."""
+    from dagster_pomo.engine.ingest import ingest_span
+
+    program = compile_corpus(CORPUS, "c.pomo")
+
+    def line(t: int) -> str:
+        return f'{{"relation": "water_level", "t": {t}, "args": ["t1", 50.0]}}\n'
+
+    old, new = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    old.write_text(line(10) + "not json\n" + line(30))
+    new.write_text(line(100) + line(120))
+    files = [old, new]
+
+    everything = ingest_span(program, files, {}, None, 1000)
+    assert everything.files_read == 2 and everything.lines_read == 5
+    assert (everything.landed[str(old)].first, everything.landed[str(old)].last) == (10, 30)
+
+    latest = ingest_span(program, files, everything.landed, 100, 200)
+    assert latest.files_read == 1, "the old file holds nothing from time 100 on"
+    assert [r.t for r in latest.events["water_level"]] == [100, 120]
+    assert latest.lines_read == 5 and latest.files == everything.files
+    assert [(Path(q.file).name, q.line) for q in latest.quarantined] == [("a.jsonl", 2)]
+    assert ingest_span(program, files, everything.landed, 20, 50).files_read == 1
+    assert ingest_span(program, files, everything.landed, None, 50).files_read == 1
+
+    with open(old, "a", encoding="utf-8") as handle:  # a late event, in an old file
+        handle.write(line(150))
+    late = ingest_span(program, files, latest.landed, 100, 200)
+    assert late.files_read == 2, "a file that changed is read again"
+    assert sorted(r.t for r in late.events["water_level"]) == [10, 30, 100, 120, 150]
+    assert late.landed[str(old)].last == 150 and late.lines_read == 6
+    assert ingest_span(program, files, late.landed, 100, 200).files_read == 2

@@ -223,5 +223,7 @@ def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quara
     path = remote.wh.write_text("_quarantine.jsonl", text)
     assert path == f"viewfs://{cluster}/warehouse/sensors/_quarantine.jsonl"
     assert (mounted / "sensors" / "_quarantine.jsonl").read_text() == text
+    assert remote.wh.read_text("_quarantine.jsonl") == text
+    assert remote.wh.read_text("_landing.json") is None
     assert remote.wh.write_text("_quarantine.jsonl", "") == path, "a second write replaces it"
     assert (mounted / "sensors" / "_quarantine.jsonl").read_text() == ""

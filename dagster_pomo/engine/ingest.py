@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,50 @@ class Quarantined:
         return {"file": self.file, "line": self.line, "reason": self.reason, "text": self.text}
 
 
+@dataclass(frozen=True)
+class Landed:
+    """What one landing file held when it was read: enough to tell, without reading it again
+    while it is unchanged, whether it has events in a span of time, and its bad lines."""
+
+    signature: str  # size and modification time, taken before the file was read
+    lines: int
+    first: int | None  # the earliest and latest time of its accepted events
+    last: int | None
+    quarantined: tuple[Quarantined, ...] = ()
+
+    def may_hold(self, start: int | None, end: int) -> bool:
+        """Whether an accepted event's time may lie in ``[start, end)`` (no ``start``: any
+        time before ``end``)."""
+        if self.first is None or self.last is None:
+            return False
+        return self.first < end and (start is None or self.last >= start)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "signature": self.signature,
+            "lines": self.lines,
+            "first": self.first,
+            "last": self.last,
+            "quarantined": [q.to_json() for q in self.quarantined],
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Landed:
+        return cls(
+            obj["signature"],
+            obj["lines"],
+            obj["first"],
+            obj["last"],
+            tuple(Quarantined(**q) for q in obj["quarantined"]),
+        )
+
+
+def file_signature(path: Path) -> str:
+    """Size and modification time: a file that grows or is rewritten gets another."""
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
 @dataclass
 class Ingested:
     """Accepted events by relation, and what was quarantined."""
@@ -44,6 +88,8 @@ class Ingested:
     lines_read: int = 0
     files: list[str] = field(default_factory=list)
     types: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input column types
+    landed: dict[str, Landed] = field(default_factory=dict)  # by file
+    files_read: int = 0  # files read this time; the others were known unchanged
 
     def quarantine_jsonl(self) -> str:
         """The quarantined lines as JSON Lines, one object with its reason a line."""
@@ -200,14 +246,18 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
     """Read, validate and type every line of ``paths``."""
     out = Ingested()
     parsed: list[tuple[str, int, str, Relation, tuple[Any, ...], int]] = []
+    signatures, lines = {}, Counter[str]()
     for path in paths:
         out.files.append(str(path))
+        out.files_read += 1
+        signatures[str(path)] = file_signature(path)
         with open(path, encoding="utf-8", errors="replace") as handle:
             for number, line in enumerate(handle, start=1):
                 text = line.rstrip("\n")
                 if not text.strip():
                     continue
                 out.lines_read += 1
+                lines[str(path)] += 1
                 try:
                     rel, args, t = _parse_line(program, text)
                 except ValueError as exc:
@@ -222,6 +272,7 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
         for rel in program.catalog.inputs
     }
     out.types = {name: tuple("int" if t == "time" else t for t in ts) for name, ts in types.items()}
+    spans: dict[str, tuple[int, int]] = {}
     for file, number, text, rel, args, t in parsed:
         try:
             values = tuple(
@@ -232,6 +283,40 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
             out.quarantined.append(Quarantined(file, number, str(exc), text))
             continue
         out.events.setdefault(rel.name, []).append(Row(t, values, t, expiry(t, rel.lifetime)))
+        spans[file] = (min(t, spans[file][0]), max(t, spans[file][1])) if file in spans else (t, t)
+    out.quarantined.sort(key=lambda q: (q.file, q.line))
+    bad: dict[str, list[Quarantined]] = {}
+    for q in out.quarantined:
+        bad.setdefault(q.file, []).append(q)
+    for file, signature in signatures.items():
+        first, last = spans.get(file, (None, None))
+        out.landed[file] = Landed(signature, lines[file], first, last, tuple(bad.get(file, ())))
+    return out
+
+
+def ingest_span(
+    program: Program,
+    paths: Sequence[Path],
+    known: Mapping[str, Landed],
+    start: int | None,
+    end: int,
+) -> Ingested:
+    """Every accepted event of ``paths`` in ``[start, end)``, and more; the counts and bad
+    lines of all of them. A file ``known`` unchanged to hold no event in the span is not read
+    again, so a run over the latest epochs reads the latest files, not the whole history."""
+    fresh, kept = [], []
+    for path in paths:
+        entry = known.get(str(path))
+        if entry is None or entry.signature != file_signature(path) or entry.may_hold(start, end):
+            fresh.append(path)
+        else:
+            kept.append((str(path), entry))
+    out = ingest_files(program, fresh)
+    for file, entry in kept:
+        out.landed[file] = entry
+        out.lines_read += entry.lines
+        out.quarantined.extend(entry.quarantined)
+    out.files = [str(p) for p in paths]
     out.quarantined.sort(key=lambda q: (q.file, q.line))
     return out
 

@@ -11,6 +11,7 @@ strata take a whole partition range in one run (single-run backfill policy),
 evaluating it epoch after epoch.
 """
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +33,7 @@ from dagster import (
 )
 
 from dagster_pomo.engine.actions import Handler, check_handlers
-from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
+from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
 from dagster_pomo.engine.schema import infer_schemas
 from dagster_pomo.engine.spark.evaluator import SparkEvaluator, epoch_key
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -45,6 +46,7 @@ from dagster_pomo.orchestration.translator import PomoTranslator
 from dagster_pomo.orchestration.units import Unit, units
 
 PREVIOUS = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
+LANDING_INDEX = "_landing.json"  # what each landing file held, beside the warehouse
 
 
 def _ms(moment: datetime) -> int:
@@ -119,8 +121,24 @@ class CorpusAssets:
             backfill_policy=BackfillPolicy.single_run(),
         )
 
-    def ingest(self, storage: PomoStorage) -> Ingested:
-        ingested = ingest_files(self.program, landing_files(storage.landing))
+    def ingest(
+        self, storage: PomoStorage, evaluator: SparkEvaluator, epochs: Sequence[Epoch]
+    ) -> Ingested:
+        """The landing files' events that may fall in ``epochs``, with the corpus's facts.
+        What each file held is kept beside the warehouse (``_landing.json``), so files known
+        unchanged to hold nothing in ``epochs`` are not read again."""
+        wh = evaluator.wh
+        try:
+            index = json.loads(wh.read_text(LANDING_INDEX) or "{}")
+            known = {file: Landed.from_json(entry) for file, entry in index.items()}
+        except (ValueError, KeyError, TypeError):  # unreadable: read every file again
+            known = {}
+        start = None if epochs[0] == evaluator.epochs[0] else epochs[0].start
+        ingested = ingest_span(
+            self.program, landing_files(storage.landing), known, start, epochs[-1].end
+        )
+        index = {file: entry.to_json() for file, entry in ingested.landed.items()}
+        wh.write_text(LANDING_INDEX, json.dumps(index, sort_keys=True))
         for name, rows in corpus_facts(self.program).items():
             ingested.events.setdefault(name, []).extend(rows)
         return ingested
@@ -130,16 +148,20 @@ class CorpusAssets:
         context: AssetExecutionContext,
         spark: SparkResource,
         storage: PomoStorage,
-        ingested: Ingested | None = None,
     ) -> tuple[SparkEvaluator, list[Epoch]]:
         """An evaluator over every epoch up to the end of the run's range, and the range's
         epochs in time order."""
         epochs = epochs_through(self.partitions_def, context.partition_keys[-1])
         session = spark.get_session()
         warehouse = Warehouse(session, storage.warehouse, self.program.name)
-        facts = corpus_facts(self.program) if ingested is None else ingested.events
         evaluator = SparkEvaluator(
-            session, self.program, self.schemas, warehouse, epochs, epochs[0].start, facts
+            session,
+            self.program,
+            self.schemas,
+            warehouse,
+            epochs,
+            epochs[0].start,
+            corpus_facts(self.program),
         )
         return evaluator, epochs[-len(context.partition_keys) :]
 
@@ -187,8 +209,8 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
     def inputs(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult | AssetCheckResult]:
-        ingested = shared.ingest(storage)
-        evaluator, epochs = shared.evaluator(context, spark, storage, ingested)
+        evaluator, epochs = shared.evaluator(context, spark, storage)
+        ingested = shared.ingest(storage, evaluator, epochs)
         chosen = {epoch_key(e) for e in epochs}
         counts = {n: 0 for n in names}
         selected = {}
@@ -207,6 +229,9 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
                     "pomo/new_rows": counts[name],
                     **relation_metadata(evaluator.wh, shared.schemas[name], name, last),
                     "pomo/lines_read": ingested.lines_read,
+                    "pomo/landing_files_read": MetadataValue.text(
+                        f"{ingested.files_read} of {len(ingested.files)}"
+                    ),
                     "pomo/quarantined": len(ingested.quarantined),
                     "pomo/quarantine_sample": MetadataValue.md(
                         "\n".join(f"- {r}" for r in reasons) or "none"

@@ -23,15 +23,10 @@ from dagster import (
     sensor,
 )
 
-from dagster_pomo.engine.ingest import landing_files
+from dagster_pomo.engine.ingest import file_signature, landing_files
 from dagster_pomo.engine.timeline import parse_time
 from dagster_pomo.lang import Program
 from dagster_pomo.orchestration.resources import PomoStorage
-
-
-def _signature(path: Path) -> str:
-    stat = path.stat()
-    return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def event_times(path: Path) -> list[int]:
@@ -75,13 +70,13 @@ def landing_sensor(
     )
     def watch(context: SensorEvaluationContext, storage: PomoStorage):
         seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-        fresh = [p for p in landing_files(storage.landing) if seen.get(p.name) != _signature(p)]
+        fresh = [p for p in landing_files(storage.landing) if seen.get(p.name) != file_signature(p)]
         if not fresh:
             return SkipReason("no new or changed landing files")
         touched: set[str] = set()
         for path in fresh:
             touched |= partitions_for(partitions_def, event_times(path))
-            seen[path.name] = _signature(path)
+            seen[path.name] = file_signature(path)
         done = context.instance.get_materialized_partitions(input_key)
         late = sorted(k for k in touched if k in done)
         if late:  # a late file: its epochs and every later materialized epoch go stale
@@ -92,7 +87,7 @@ def landing_sensor(
                 cursor=json.dumps(seen, sort_keys=True),
             )
         first, last = min(touched), max(touched)
-        stamp = ",".join(f"{p.name}@{_signature(p)}" for p in fresh)
+        stamp = ",".join(f"{p.name}@{file_signature(p)}" for p in fresh)
         # One run over the whole range keeps the epochs in time order (a run per epoch could
         # run concurrently); epochs in between are evaluated again, which changes nothing.
         request = RunRequest(

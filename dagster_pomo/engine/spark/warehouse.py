@@ -61,7 +61,9 @@ class Warehouse:
         if _local(path):
             local = Path(_local(path))
             local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_text(text, encoding="utf-8")
+            partial = local.with_name(local.name + ".partial")
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(local)  # a reader sees the old file or the new one, never half
             return str(local)
         fs, hadoop_path = self._filesystem(path)
         stream = fs.create(hadoop_path, True)
@@ -70,6 +72,23 @@ class Warehouse:
         finally:
             stream.close()
         return path
+
+    def read_text(self, name: str) -> str | None:
+        """The file ``<root>/<corpus>/<name>`` written by :meth:`write_text`, or None."""
+        path = f"{self.root}/{self.corpus}/{name}"
+        if _local(path):
+            local = Path(_local(path))
+            return local.read_text(encoding="utf-8") if local.is_file() else None
+        fs, hadoop_path = self._filesystem(path)
+        if not fs.exists(hadoop_path):
+            return None
+        jvm = self.spark.sparkContext._jvm  # type: ignore[attr-defined]
+        stream = fs.open(hadoop_path)
+        try:
+            data = jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data).decode("utf-8")
 
     def write_partitioned(self, relation: str, df: DataFrame) -> None:
         """Rows with an ``epoch`` column, each epoch's directory replaced (one Spark job)."""
