@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 from bench.harness import Measurement, measure
-from dagster_pomo.examples import HOUR, water_tank_events
+from dagster_pomo.examples import CORPORA, HOUR, water_tank_events
 
 MINUTE = 60_000
 START = 1_700_000_000_000 // HOUR * HOUR
-CORPUS = Path(__file__).resolve().parent.parent / "rules" / "water_tanks.pomo"
+CORPUS = CORPORA / "water_tanks.pomo"
 
 
 def run(repeat: int, readings: int, hours: int, samples: int) -> list[Measurement]:

@@ -1,4 +1,5 @@
-"""Synthetic event streams for the example corpora in ``rules/`` (demo, benchmarks, tests).
+"""The example corpora (``dagster_pomo/rules/``, shipped with the package; ``rules/`` in a
+checkout) and synthetic event streams for them (demo, benchmarks, tests).
 
 Deterministic for a seed. Water tanks: each tank's level follows a slow random
 walk with noise, a few tanks drift towards capacity, maintenance windows are
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from dagster_pomo.engine.actions import ActionEvent
 
+CORPORA = Path(__file__).resolve().parent / "rules"
 HOUR = 3_600_000
 TANKS = ("north", "south", "east")
 CAPACITY = {"north": 100.0, "south": 80.0, "east": 120.0}

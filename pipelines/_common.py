@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dagster import Definitions, PartitionsDefinition
 
-from dagster_pomo.examples import outbox_handlers
+from dagster_pomo.examples import CORPORA, outbox_handlers
 from dagster_pomo.orchestration import pomo_definitions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,6 +21,6 @@ def example(corpus: str, partitions_def: PartitionsDefinition) -> Definitions:
     warehouse = os.environ.get("POMO_WAREHOUSE", str(ROOT / "warehouse"))
     landing = str(Path(os.environ.get("POMO_LANDING", str(ROOT / "landing"))) / corpus)
     Path(landing).mkdir(parents=True, exist_ok=True)
-    path = ROOT / "rules" / f"{corpus}.pomo"
+    path = CORPORA / f"{corpus}.pomo"
     handlers = outbox_handlers(path, Path(warehouse) / corpus / "outbox.sqlite")
     return pomo_definitions(path, partitions_def, warehouse, landing, handlers=handlers)

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from dagster_pomo.examples import CORPORA
+
 ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "rules"
+RULES = CORPORA
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 

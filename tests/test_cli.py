@@ -79,3 +79,26 @@ def test_strata_dot_is_a_graph_of_every_relation_and_action(capsys) -> None:
 def test_strata_on_a_bad_corpus_prints_the_errors(capsys) -> None:
     assert main(["strata", str(GOLDEN / "errors" / "negative_cycle.pomo")]) == 1
     assert "cannot stratify" in capsys.readouterr().err
+
+
+def test_the_wheel_ships_the_example_corpora_pomo_demo_runs(tmp_path: Path) -> None:
+    """`pomo demo` runs the corpus shipped inside the package, so an installed wheel (not
+    only a checkout) has what it needs; the checkout's `rules/` is the same folder."""
+    import zipfile
+
+    import dagster_pomo
+    from dagster_pomo.cli.demo import CORPUS
+
+    package = Path(dagster_pomo.__file__).resolve().parent
+    assert CORPUS.is_file() and CORPUS.parent == package / "rules"
+    assert (ROOT / "rules").resolve() == RULES.resolve() == package / "rules"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("*.whl")
+    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".pomo")}
+    assert shipped == {f"dagster_pomo/rules/{p.name}" for p in RULES.glob("*.pomo")}
+    assert len(shipped) == 4

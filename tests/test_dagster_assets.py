@@ -104,7 +104,7 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
 
 def test_pipelines_need_declared_inputs() -> None:
     program_text = "p(x) := q(x);"
-    path = RULES.parent / "tests" / "golden" / "undeclared.pomo"
+    path = Path("undeclared.pomo")
     with pytest.raises(UsageError, match=r"declare the input relation\(s\) `q`"):
         from dagster_pomo.orchestration.assets import CorpusAssets
         from dagster_pomo.orchestration.translator import PomoTranslator

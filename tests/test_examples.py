@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dagster_pomo.lang import compile_corpus, load_program
-from tests.conftest import RULES
+from tests.conftest import ROOT, RULES
 from tests.test_language_properties import assert_order_respects_dependencies
 
 EXAMPLES = sorted(RULES.glob("*.pomo"))
@@ -103,7 +103,7 @@ def test_warning_for_a_variable_used_once() -> None:
 
 
 def test_the_readme_example_compiles() -> None:
-    readme = (RULES.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     program = compile_corpus(readme.split("```")[1], "README.md")
     assert [s.relations for s in program.strata] == [("level_10m",), ("overflow_alert",)]
 

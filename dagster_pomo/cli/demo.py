@@ -14,14 +14,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster_pomo.errors import UsageError
+from dagster_pomo.examples import CORPORA
 
-CORPUS = Path(__file__).resolve().parents[2] / "rules" / "water_tanks.pomo"
+CORPUS = CORPORA / "water_tanks.pomo"
 
 
 def run_demo(folder: Path | None, hours: int, readings: int) -> int:
     """Run the demo in ``folder`` (a temporary one, removed afterwards, when ``None``)."""
     if not CORPUS.is_file():
-        raise UsageError(f"{CORPUS} is missing: `pomo demo` runs from a source checkout")
+        raise UsageError(f"{CORPUS} is missing: reinstall dagster-pomo")
     keep = folder is not None
     work = folder or Path(tempfile.mkdtemp(prefix="pomo-demo-"))
     try:

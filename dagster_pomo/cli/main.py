@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate = sub.add_parser(
         "generate",
-        help="write synthetic example events for a corpus in rules/",
+        help="write synthetic events for an example corpus",
         description="Write deterministic synthetic events as JSON Lines.",
     )
     generate.add_argument("example", choices=["water-tanks"])
@@ -265,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the water-tank pipeline through Dagster end to end",
         description="Generate water-tank readings, materialize every epoch of "
-        "rules/water_tanks.pomo through Dagster on local Spark (a throw-away instance), run "
+        "the example corpus water_tanks.pomo (shipped with the package) through Dagster on "
+        "local Spark (a throw-away instance), run "
         "its actions, and print what was derived and done.",
     )
     demo.add_argument("--hours", type=int, default=3, help="hours of readings (default 3)")
