@@ -227,3 +227,30 @@ def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quara
     assert remote.wh.read_text("_landing.json") is None
     assert remote.wh.write_text("_quarantine.jsonl", "") == path, "a second write replaces it"
     assert (mounted / "sensors" / "_quarantine.jsonl").read_text() == ""
+
+
+def test_files_beside_the_warehouse_are_replaced_whole_by_writers_at_once(tmp_path: Path) -> None:
+    """Two runs may record the landing files at the same time: each write replaces the file
+    whole, none fails, and no partial file is left behind."""
+    from dagster_pomo.engine.spark.session import spark_session
+    from dagster_pomo.engine.spark.warehouse import Warehouse
+
+    wh = Warehouse(spark_session(), str(tmp_path), "sensors")
+    texts = [json.dumps({"writer": w, "pad": "x" * 20_000}) for w in range(8)]
+    errors: list[BaseException] = []
+
+    def write(text: str) -> None:
+        try:
+            for _ in range(25):
+                wh.write_text("_landing.json", text)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in texts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert wh.read_text("_landing.json") in texts
+    assert [p.name for p in (tmp_path / "sensors").iterdir()] == ["_landing.json"]

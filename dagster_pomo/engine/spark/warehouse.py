@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -61,9 +62,13 @@ class Warehouse:
         if _local(path):
             local = Path(_local(path))
             local.parent.mkdir(parents=True, exist_ok=True)
-            partial = local.with_name(local.name + ".partial")
-            partial.write_text(text, encoding="utf-8")
-            partial.replace(local)  # a reader sees the old file or the new one, never half
+            # A name of its own per writer: two runs writing at once each replace the file
+            # whole, and a reader sees the old file or a new one, never half of one.
+            with tempfile.NamedTemporaryFile(
+                "w", encoding="utf-8", dir=local.parent, prefix=f".{local.name}.", delete=False
+            ) as partial:
+                partial.write(text)
+            Path(partial.name).replace(local)
             return str(local)
         fs, hadoop_path = self._filesystem(path)
         stream = fs.create(hadoop_path, True)
