@@ -58,7 +58,7 @@ class Warehouse:
     def write_text(self, name: str, text: str) -> str:
         """Replace the file ``<root>/<corpus>/<name>`` with ``text``; its path (any scheme
         Spark writes, so bad lines are kept wherever the warehouse is)."""
-        path = f"{self.root}/{self.corpus}/{name}"
+        path = self.path(name)
         if _local(path):
             local = Path(_local(path))
             local.parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +80,7 @@ class Warehouse:
 
     def read_text(self, name: str) -> str | None:
         """The file ``<root>/<corpus>/<name>`` written by :meth:`write_text`, or None."""
-        path = f"{self.root}/{self.corpus}/{name}"
+        path = self.path(name)
         if _local(path):
             local = Path(_local(path))
             return local.read_text(encoding="utf-8") if local.is_file() else None
