@@ -297,3 +297,8 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     check, metadata = store(KEYS[0], KEYS[0])
     assert metadata["pomo/landing_files_read"].value == "2 of 3", "the first epoch's two files"
     assert metadata["pomo/new_rows"].value == 2, "the on-time reading and the late one"
+    for damaged in ("[]", "{not json"):  # the record is a cache: unreadable, all is read
+        (warehouse / "water_tanks" / "_landing.json").write_text(damaged)
+        check, metadata = store(KEYS[2], KEYS[2])
+        assert metadata["pomo/landing_files_read"].value == "3 of 3"
+        assert check.metadata["pomo/quarantined"].value == 1

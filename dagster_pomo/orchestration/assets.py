@@ -131,7 +131,7 @@ class CorpusAssets:
         try:
             index = json.loads(wh.read_text(LANDING_INDEX) or "{}")
             known = {file: Landed.from_json(entry) for file, entry in index.items()}
-        except (ValueError, KeyError, TypeError):  # unreadable: read every file again
+        except (ValueError, KeyError, TypeError, AttributeError):  # unreadable: read all
             known = {}
         start = None if epochs[0] == evaluator.epochs[0] else epochs[0].start
         ingested = ingest_span(
