@@ -18,9 +18,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import reduce
 
-from pyspark import inheritable_thread_target
+from pyspark import cloudpickle, inheritable_thread_target
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     DoubleType,
@@ -30,7 +31,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from dagster_pomo.engine import rounds
 from dagster_pomo.engine.constants import clocks
+from dagster_pomo.engine.linear import linear_plan
 from dagster_pomo.engine.partitioning import stable_argument
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.run import Prepared
@@ -42,6 +45,9 @@ from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.timeline import NEVER, Epoch, first_tick
 from dagster_pomo.lang import Program, Stratum, ast
 from dagster_pomo.lang.check import CLOCK
+
+# Executors get the rounds' code with each task (see `_rounds_in_tasks`).
+cloudpickle.register_pickle_by_value(rounds)
 
 _SPARK = {"int": LongType(), "float": DoubleType(), "str": StringType(), "bool": BooleanType()}
 
@@ -97,6 +103,16 @@ class SparkEvaluator:
     """Evaluates one corpus epoch by epoch into a warehouse."""
 
     PIECES = 16  # rounds' pieces a recursive relation's union holds before it is stored as one
+    # Rounds run inside tasks (see `rounds`) while a task knows at most TASK_ROWS versions;
+    # when one task holds all of a relation that has no stable argument, while it knows at
+    # most SOLO_ROWS and a round joins at most SOLO_STEP new ones (then Spark's rounds, on
+    # every core, go on from there); and only when the lower relations they join have at
+    # most LOWER_ROWS rows each: all are shipped with every task. TASK_ROWS = 0: Spark's
+    # rounds only.
+    TASK_ROWS = 4_000_000
+    SOLO_ROWS = 500_000
+    SOLO_STEP = 50_000
+    LOWER_ROWS = 200_000
 
     def __init__(
         self,
@@ -135,6 +151,8 @@ class SparkEvaluator:
         recursive = [(s, n) for s in program.strata if s.recursive for n in s.relations]
         self._spread = {n: self._spread_on(s, n) for s, n in recursive}
         self._covers = {n: self._covering(n) for _, n in recursive}
+        self._stable = {n for s, n in recursive if stable_argument(s, n) is not None}
+        self._linear = {s.index: linear_plan(s, schemas, self.catalog) for s, _ in recursive}
         self._nothing: dict[str, DataFrame] = {}  # see `_empty`
 
     # ------------------------------------------------------------------ set-up
@@ -441,10 +459,16 @@ class SparkEvaluator:
                 self._current[(epoch_key(epoch), n)] = current[n]
             delta = self._round(fix, rules, epoch, names, current, None)
             stats.rounds = 1
+            plan = self._linear.get(stratum.index)
+            if delta is not None and plan is not None and self.TASK_ROWS > 0:
+                delta, done, more = self._rounds_in_tasks(fix, plan, epoch, current, delta)
+                stats.rounds += more
+                if done is not None:
+                    rows = {plan.relation: done}
             while delta is not None:
                 stats.rounds += 1
                 delta = self._round(fix, rules, epoch, names, current, delta)
-            rows = {n: self._dedupe(n, current[n]) for n in names}
+            rows = rows or {n: self._dedupe(n, current[n]) for n in names}
         else:
             stats.rounds = 1
             for n in names:
@@ -522,28 +546,96 @@ class SparkEvaluator:
             self._current[(epoch_key(epoch), n)] = current[n]
         return new or None
 
-    def _piece(self, name: str, rows: DataFrame, counted: Observation | None = None) -> DataFrame:
-        """``rows`` stored (one Spark job) hash-partitioned on the relation's spread and sorted
-        on its version key, counted by the same job. The explicit repartition costs nothing
-        where the rows are already so partitioned, and lets the stored piece carry that
-        partitioning in terms of its own columns, which later joins rely on. Pieces have the
-        stored column order, so their union goes by position."""
-        rows = rows.select(*R.row_columns(self.schemas[name]))
-        rows = rows.repartition(self._partitions, *self._spread[name])
-        rows = rows.sortWithinPartitions(*self._version_key(name))
-        if counted is not None:
-            rows = rows.observe(counted, F.count(F.lit(1)).alias("rows"))
-        return rows.localCheckpoint(eager=True)
+    def _rounds_in_tasks(
+        self,
+        fix: _Fixpoint,
+        plan: rounds.LinearPlan,
+        epoch: Epoch,
+        current: dict[str, DataFrame],
+        delta: dict[str, DataFrame],
+    ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
+        """The rounds after the first in one Spark job, each partition of the relation taken to
+        its fixpoint by a task (see `rounds`): spread on its stable argument, or all in one
+        partition when it has none. Returns what Spark's rounds still have to join (None:
+        nothing), the relation's versions when that is nothing (one per version key), and the
+        rounds the tasks ran. Lower relations too large to ship leave every round to Spark."""
+        name = plan.relation
+        lower: dict[str, object] = {}
+        for r in sorted(plan.lower):
+            table = fix.held[r].limit(self.LOWER_ROWS + 1).toArrow()
+            if table.num_rows > self.LOWER_ROWS:
+                return delta, None, 0
+            lower[r] = table
+        pieces = [rows for rows, _ in fix.pieces[name]]
+        flagged = [
+            p.withColumn(rounds.NEW, F.lit(i == len(pieces) - 1)) for i, p in enumerate(pieces)
+        ]
+        rows = reduce(DataFrame.union, flagged)
+        if name in self._stable:
+            rows = rows.repartition(self._partitions, *self._spread[name])
+            budget, step = self.TASK_ROWS, None
+        else:
+            rows = rows.repartition(1)
+            budget, step = min(self.TASK_ROWS, self.SOLO_ROWS), self.SOLO_STEP
+        struct = StructType(
+            [
+                *self.structs[name].fields,
+                StructField(rounds.NEW, BooleanType()),
+                StructField(rounds.ROUNDS, LongType()),
+            ]
+        )
+        arrow = to_arrow_schema(struct)
+        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, budget, step)
+        out, seen = self._observed(
+            f"rounds-{name}",
+            rows.mapInArrow(run, struct),
+            F.count_if(F.col(rounds.NEW)).alias("waiting"),
+            F.max(rounds.ROUNDS).alias("rounds"),
+        )
+        ran = int(seen.get("rounds") or 0)
+        stored = out.select(*R.row_columns(self.schemas[name]))
+        if not seen.get("waiting"):
+            return None, stored, ran
+        # A task reached its limit: Spark's rounds go on from what the tasks know.
+        piece = self._piece(name, stored)
+        fix.pieces[name] = []
+        self._keep(fix, name, piece)
+        current[name] = piece
+        self._current[(epoch_key(epoch), name)] = piece
+        waiting = out.filter(F.col(rounds.NEW)).select(*R.row_columns(self.schemas[name]))
+        return {name: waiting}, None, ran
+
+    def _observed(
+        self, name: str, rows: DataFrame, *metrics: Column
+    ) -> tuple[DataFrame, dict[str, object]]:
+        """``rows`` stored in memory (one Spark job), with ``metrics`` over them worked out by
+        the same job, except under Spark Connect, whose checkpoints report no observed metrics
+        (a second job there)."""
+        if is_connect(self.spark):
+            stored = rows.localCheckpoint(eager=True)
+            return stored, stored.agg(*metrics).first().asDict()
+        seen = Observation(name)
+        stored = rows.observe(seen, *metrics).localCheckpoint(eager=True)
+        return stored, dict(seen.get)
+
+    def _piece(self, name: str, rows: DataFrame) -> DataFrame:
+        """``rows`` stored (one Spark job) laid out as :meth:`_laid_out` says."""
+        return self._laid_out(name, rows).localCheckpoint(eager=True)
 
     def _counted_piece(self, name: str, rows: DataFrame) -> tuple[DataFrame, int]:
-        """:meth:`_piece`, and how many rows it holds: counted by the same job, except under
-        Spark Connect, whose checkpoints report no observed metrics (a second job there)."""
-        if is_connect(self.spark):
-            piece = self._piece(name, rows)
-            return piece, piece.count()
-        counted = Observation(f"piece-{name}")
-        piece = self._piece(name, rows, counted)
-        return piece, counted.get.get("rows", 0)
+        """:meth:`_piece`, and how many rows it holds."""
+        count = F.count(F.lit(1)).alias("rows")
+        piece, seen = self._observed(f"piece-{name}", self._laid_out(name, rows), count)
+        return piece, int(seen.get("rows") or 0)
+
+    def _laid_out(self, name: str, rows: DataFrame) -> DataFrame:
+        """``rows`` hash-partitioned on the relation's spread and sorted on its version key.
+        The explicit repartition costs nothing where the rows are already so partitioned, and
+        lets a stored piece carry that partitioning in terms of its own columns, which later
+        joins rely on. Pieces have the stored column order, so their union goes by position."""
+        rows = rows.select(*R.row_columns(self.schemas[name]))
+        rows = rows.repartition(self._partitions, *self._spread[name])
+        return rows.sortWithinPartitions(*self._version_key(name))
 
     def _spread_on(self, stratum: Stratum, name: str) -> list[str]:
         """The columns a recursive relation's pieces are hash-partitioned on: its stable

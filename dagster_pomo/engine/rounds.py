@@ -1,0 +1,386 @@
+"""The rounds of a linear recursive stratum run to its fixpoint inside one Spark task.
+
+A Spark round costs a job, its stages and a plan built again from the rules, whatever
+the size of its data: the closure of a 1,000-node cycle takes 1,001 of them. When every
+recursive rule reads its relation once and otherwise only relations of lower strata,
+and those are small enough to ship with the task, a partition of the relation can be
+taken to its fixpoint on its own: either it holds all of the relation, or the relation is
+spread on an argument every rule keeps in place, so no match ever needs a row of
+another partition (see ``partitioning``). Each round joins the previous round's new
+versions with the lower relations in pandas, works out the versions' times as the
+Spark plans do (DESIGN §3.1), and keeps what no known version covers.
+
+This module imports nothing of the project: it is shipped to executors by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+NEW = "__new"  # a version some round made that no round has joined yet
+ROUNDS = "__rounds"  # how many rounds the task ran, on each of its rows
+
+
+@dataclass(frozen=True)
+class AtomPlan:
+    """A positive atom: the stored column each variable reads, and columns that must agree
+    (a variable written twice in the atom)."""
+
+    relation: str
+    reads: tuple[tuple[str, str], ...]  # (column, variable)
+    same: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RulePlan:
+    """A rule with exactly one atom of the recursive relation; the others are lower strata's.
+    ``head`` names the variable of each head argument."""
+
+    recursive: AtomPlan
+    others: tuple[AtomPlan, ...]
+    head: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LinearPlan:
+    relation: str
+    columns: tuple[str, ...]  # the relation's arguments, in order
+    lifetime: int | None  # of the relation's events; None: they never expire
+    never: int  # the time that stands for "never"
+    rules: tuple[RulePlan, ...]
+
+    @property
+    def key(self) -> list[str]:
+        """What tells versions apart."""
+        return [*self.columns, "t", "kt"]
+
+    @property
+    def lower(self) -> set[str]:
+        return {a.relation for r in self.rules for a in r.others}
+
+
+Cols = dict[str, np.ndarray]  # a frame as numpy columns: cheaper to cut and join than pandas
+SALTS = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0x8CB92BA72F3D8DD7, 0xA0761D6478BD642F)
+
+
+class _Collision(Exception):
+    """Two different version keys hashed alike: the rounds start again with another salt."""
+
+
+def _var(name: str) -> str:
+    return f"v_{name}"
+
+
+def _take(cols: Cols, at: np.ndarray) -> Cols:
+    return {c: v[at] for c, v in cols.items()}
+
+
+def _rows(cols: Cols) -> int:
+    return len(next(iter(cols.values()))) if cols else 0
+
+
+def _concat(parts: Sequence[Cols]) -> Cols:
+    return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise equality in which NaN equals NaN, as it does in a key."""
+    eq = a == b
+    if a.dtype.kind == "f":
+        eq |= np.isnan(a) & np.isnan(b)
+    return np.asarray(eq, dtype=bool)
+
+
+def _atom_cols(atom: AtomPlan, rows: pd.DataFrame | Cols, i: int) -> Cols:
+    """The atom's variables (``v_<name>``) and its versions' ``__kt<i>``/``__exp<i>``."""
+    keep = np.ones(len(rows["kt"]), dtype=bool)
+    for a, b in atom.same:
+        keep &= _same(np.asarray(rows[a]), np.asarray(rows[b]))
+    cols = {_var(v): np.asarray(rows[c])[keep] for c, v in atom.reads}
+    cols[f"__kt{i}"] = np.asarray(rows["kt"], dtype=np.int64)[keep]
+    cols[f"__exp{i}"] = np.asarray(rows["exp"], dtype=np.int64)[keep]
+    return cols
+
+
+@dataclass
+class _Lower:
+    """A lower atom's columns, sorted on the variables it shares with the atoms joined before
+    it (``on``), so each round finds a row's partners by binary search."""
+
+    cols: Cols
+    on: tuple[str, ...]
+
+    @classmethod
+    def of(cls, cols: Cols, bound: set[str]) -> _Lower:
+        on = tuple(c for c in cols if c.startswith("v_") and c in bound)
+        if len(on) == 1:
+            cols = _take(cols, np.argsort(cols[on[0]], kind="stable"))
+        return cls(cols, on)
+
+    def join(self, left: Cols) -> Cols:
+        n, m = _rows(left), _rows(self.cols)
+        if not self.on:
+            li, ri = np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
+        elif len(self.on) == 1:
+            keys, wanted = self.cols[self.on[0]], left[self.on[0]]
+            lo = np.searchsorted(keys, wanted, side="left")
+            runs = np.searchsorted(keys, wanted, side="right") - lo
+            li = np.repeat(np.arange(n), runs)
+            ri = np.repeat(lo, runs) + np.arange(len(li)) - np.repeat(np.cumsum(runs) - runs, runs)
+        else:
+            a = pd.DataFrame({c: left[c] for c in self.on}).assign(__l=np.arange(n))
+            b = pd.DataFrame({c: self.cols[c] for c in self.on}).assign(__r=np.arange(m))
+            both = a.merge(b, on=list(self.on), how="inner", sort=False)
+            li, ri = both["__l"].to_numpy(), both["__r"].to_numpy()
+        out = _take(left, li)
+        out.update({c: v[ri] for c, v in self.cols.items() if c not in self.on})
+        return out
+
+
+def _capped(t: np.ndarray, plan: LinearPlan) -> np.ndarray:
+    """When an event stamped ``t`` expires by its relation's lifetime alone."""
+    if plan.lifetime is None:
+        return np.full(len(t), plan.never, dtype=np.int64)
+    return np.where(t > plan.never - plan.lifetime, plan.never, t + plan.lifetime)
+
+
+def _derive(
+    plan: LinearPlan, rule: RulePlan, lower: Sequence[_Lower], delta: Cols, start: int, end: int
+) -> Cols | None:
+    """The versions ``rule`` makes from the new versions ``delta``, with match times in
+    ``[start, end)``: the latest ``kt`` of a match is its time, which it must be alive at."""
+    df = _atom_cols(rule.recursive, delta, 0)
+    for frame in lower:
+        if not _rows(df):
+            return None
+        df = frame.join(df)
+    if not _rows(df):
+        return None
+    count = 1 + len(lower)
+    tau = np.max([df[f"__kt{i}"] for i in range(count)], axis=0)
+    alive_until = np.min([df[f"__exp{i}"] for i in range(count)], axis=0)
+    ok = (alive_until > tau) & (tau >= start) & (tau < end)
+    if not ok.any():
+        return None
+    tau, alive_until = tau[ok], alive_until[ok]
+    out = {c: df[_var(v)][ok] for c, v in zip(plan.columns, rule.head, strict=True)}
+    out.update(t=tau, kt=tau, exp=np.minimum(alive_until, _capped(tau, plan)), _tau=tau)
+    return out
+
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """A 64-bit finalizer (splitmix64): nearby integers land far apart."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def _hash(rows: Cols, key: Sequence[str], salt: int) -> np.ndarray:
+    """A 64-bit hash of each row's ``key`` columns; integers by arithmetic, other types by
+    pandas' hashing of the values."""
+    h = np.full(_rows(rows), salt, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for c in key:
+            col = rows[c]
+            if col.dtype.kind in "iu":
+                part = col.astype(np.int64, copy=False).view(np.uint64)
+            else:
+                part = pd.util.hash_array(col, categorize=False)
+            h = _mix(h ^ _mix(part + np.uint64(salt)))
+    return h
+
+
+class _Known:
+    """The version keys known so far and their longest lifetimes: runs sorted on a 64-bit hash
+    of the key, merged as they grow (few runs, each row merged a few times). A hash is only
+    trusted once the key's columns compare equal; two keys hashing alike raise _Collision."""
+
+    def __init__(self, key: Sequence[str], salt: int) -> None:
+        self.key, self.salt = list(key), salt
+        self.runs: list[tuple[np.ndarray, Cols]] = []  # (sorted hashes, key columns and exp)
+
+    @property
+    def size(self) -> int:
+        return sum(len(h) for h, _ in self.runs)
+
+    def _check(self, a: Cols, at: np.ndarray, b: Cols, bt: np.ndarray) -> None:
+        """Rows ``at`` of ``a`` hashed like rows ``bt`` of ``b``: their keys must be equal."""
+        if not all(_same(a[c][at], b[c][bt]).all() for c in self.key):
+            raise _Collision
+
+    def add(self, rows: Cols) -> tuple[Cols, bool]:
+        """The rows no known version covers (one per key, the longest-living), now known; and
+        whether one of them outlives a known version of its key. Works on row numbers and
+        gathers the rows once, at the end."""
+        h = _hash(rows, self.key, self.salt)
+        order = np.argsort(h)
+        h = h[order]
+        exp, tau = rows["exp"][order], None
+        first = np.ones(len(h), dtype=bool)
+        first[1:] = h[1:] != h[:-1]
+        if first.all():
+            idx = order
+        else:  # one row per key: the longest-living, with the earliest match time
+            starts, repeat = np.flatnonzero(first), np.flatnonzero(~first)
+            self._check(rows, order[repeat], rows, order[repeat - 1])
+            exp = np.maximum.reduceat(exp, starts)
+            tau = np.minimum.reduceat(rows["_tau"][order], starts)
+            idx, h = order[starts], h[starts]
+        found = np.zeros(len(h), dtype=bool)
+        longer = np.zeros(len(h), dtype=bool)
+        for hashes, run in self.runs:
+            pos = np.minimum(np.searchsorted(hashes, h), len(hashes) - 1)
+            hit = np.flatnonzero(hashes[pos] == h)
+            if not len(hit):
+                continue
+            at = pos[hit]
+            self._check(run, at, rows, idx[hit])
+            found[hit] = True
+            outlives = exp[hit] > run["exp"][at]
+            run["exp"][at[outlives]] = exp[hit][outlives]
+            longer[hit[outlives]] = True
+        unseen = ~found
+        if unseen.any():
+            run = {c: rows[c][idx[unseen]] for c in self.key}
+            run["exp"] = exp[unseen]
+            self._push(h[unseen], run)
+        keep = unseen | longer
+        out = _take(rows, idx[keep])
+        out["exp"] = exp[keep]
+        if tau is not None:
+            out["_tau"] = tau[keep]
+        return out, bool(longer.any())
+
+    def _push(self, h: np.ndarray, run: Cols) -> None:
+        self.runs.append((h, run))
+        while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
+            (h1, a), (h2, b) = self.runs.pop(), self.runs.pop()
+            both = np.concatenate([h2, h1])
+            order = np.argsort(both, kind="stable")  # two sorted runs: a merge
+            self.runs.append((both[order], _take(_concat([b, a]), order)))
+
+
+def fixpoint(
+    plan: LinearPlan,
+    rows: pd.DataFrame,
+    lower: Mapping[str, pd.DataFrame],
+    start: int,
+    end: int,
+    budget: int,
+    step: int | None = None,
+) -> tuple[pd.DataFrame, int]:
+    """Run ``plan``'s rules on ``rows`` (stored columns and ``__new``: the versions the next
+    round joins) until no round makes a version that no known one covers (same key, living
+    at least as long), or until more than ``budget`` versions are known or more than
+    ``step`` new ones wait to be joined.
+
+    Returns one row per version key (the longest-living; ``__new`` on those no round has
+    joined yet, which is none at the fixpoint) and the number of rounds run."""
+    for salt in SALTS:
+        try:
+            return _fixpoint(plan, rows, lower, (start, end), (budget, step), salt)
+        except _Collision:
+            continue
+    raise RuntimeError(f"version keys of {plan.relation} hashed alike under every salt")
+
+
+def _fixpoint(
+    plan: LinearPlan,
+    rows: pd.DataFrame,
+    lower: Mapping[str, pd.DataFrame],
+    window: tuple[int, int],
+    limits: tuple[int, int | None],
+    salt: int,
+) -> tuple[pd.DataFrame, int]:
+    (start, end), (budget, step) = window, limits
+    frames = []
+    for rule in plan.rules:
+        bound = {_var(v) for _, v in rule.recursive.reads}
+        lows = []
+        for i, atom in enumerate(rule.others):
+            low = _Lower.of(_atom_cols(atom, lower[atom.relation], i + 1), bound)
+            bound |= {c for c in low.cols if c.startswith("v_")}
+            lows.append(low)
+        frames.append(lows)
+    columns = [c for c in rows.columns if c != NEW]
+    known = _Known(plan.key, salt)
+    given = {c: rows[c].to_numpy() for c in columns}
+    waiting = rows[NEW].to_numpy(dtype=bool)
+    # Versions of one key may repeat across the pieces that hold the relation: the longest.
+    first, merge = known.add(given)
+    kept = [first]
+    delta = _take(first, np.flatnonzero(_new_among(first, given, waiting, plan.key)))
+    rounds = 0
+    while _rows(delta) and known.size <= budget and (step is None or _rows(delta) <= step):
+        rounds += 1
+        made = [
+            m
+            for rule, lows in zip(plan.rules, frames, strict=True)
+            if (m := _derive(plan, rule, lows, delta, start, end)) is not None
+        ]
+        delta = {}
+        if made:
+            delta, longer = known.add(_concat(made))
+            merge |= longer
+            kept.append(delta)
+    out = pd.DataFrame(_concat([k for k in kept if _rows(k)]))[columns]
+    if merge:  # some key got a longer-living version: keep that one, with the earliest _tau
+        best = out.groupby(plan.key, sort=False, as_index=False)
+        out = best.agg(exp=("exp", "max"), _tau=("_tau", "min"))[columns]
+    out[NEW] = False
+    if _rows(delta):
+        left = pd.DataFrame({c: delta[c] for c in plan.key}).assign(**{NEW: True})
+        out = out.drop(columns=NEW).merge(left, on=plan.key, how="left")
+        out[NEW] = out[NEW].eq(True)  # the versions of no waiting key have none
+    return out, rounds
+
+
+def _new_among(kept: Cols, given: Cols, waiting: np.ndarray, key: list[str]) -> np.ndarray:
+    """Which of the ``kept`` versions came from a ``waiting`` row of ``given`` (the ones the
+    first round of the tasks joins)."""
+    if waiting.all():
+        return np.ones(_rows(kept), dtype=bool)
+    if not waiting.any():
+        return np.zeros(_rows(kept), dtype=bool)
+    a = pd.DataFrame({c: kept[c] for c in [*key, "exp"]}).assign(__k=np.arange(_rows(kept)))
+    b = pd.DataFrame({c: given[c][waiting] for c in [*key, "exp"]}).drop_duplicates()
+    hit = a.merge(b, on=[*key, "exp"], how="inner")["__k"].to_numpy()
+    out = np.zeros(_rows(kept), dtype=bool)
+    out[hit] = True
+    return out
+
+
+def task(
+    plan: LinearPlan,
+    lower: Mapping[str, pa.Table],
+    schema: pa.Schema,
+    start: int,
+    end: int,
+    budget: int,
+    step: int | None = None,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function ``mapInArrow`` runs on each partition of the relation's rows: their
+    fixpoint, in ``schema`` (the stored columns, ``__new`` and ``__rounds``)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = list(batches)
+        if not got or not any(b.num_rows for b in got):
+            return
+        rows = pa.Table.from_batches(got).to_pandas()
+        frames = {name: table.to_pandas() for name, table in lower.items()}
+        out, rounds = fixpoint(plan, rows, frames, start, end, budget, step)
+        out[ROUNDS] = rounds
+        table = pa.Table.from_pandas(out[schema.names], schema=schema, preserve_index=False)
+        yield from table.to_batches(max_chunksize=1 << 16)
+
+    return run

@@ -1,0 +1,106 @@
+"""Recursive strata whose later rounds run inside Spark tasks (``engine/rounds.py``): they give
+what the reference gives and what Spark's own rounds give, hand over to Spark's rounds when
+a task knows too many versions, and spare the Spark job a round would otherwise cost."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from dagster_pomo.engine.run import event_json, prepare, run
+from dagster_pomo.engine.spark.evaluator import SparkEvaluator, evaluator_for
+from dagster_pomo.lang import compile_corpus
+
+CLOSURE = """
+.decl edge(a: int, b: int) lifetime 30;
+.decl path(a: int, b: int);
+path(a, b) := edge(a, b);
+path(a, c) := path(a, b) ^ edge(b, c);
+"""
+CORPUS = (
+    CLOSURE
+    + """
+.decl sg(a: int, b: int);
+sg(x, y) := edge(p, x) ^ edge(p, y) if x != y;
+sg(x, y) := edge(a, x) ^ sg(a, b) ^ edge(b, y);
+"""
+)
+UNTIL, EPOCH = 60, 20
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory) -> Path:
+    """A 7-node cycle at time 0, that expires at 30, and edges arriving later, some of
+    them the same edge again (a longer-living version of a known path)."""
+    rng = random.Random(11)
+    lines = [{"relation": "edge", "t": 0, "args": [i, (i + 1) % 7]} for i in range(7)]
+    for _ in range(24):
+        a, b = rng.randrange(9), rng.randrange(9)
+        lines.append({"relation": "edge", "t": rng.randrange(UNTIL), "args": [a, b]})
+    path = tmp_path_factory.mktemp("edges") / "events.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def expected(events: Path) -> dict[str, list]:
+    return _outcome(events, "reference", UNTIL)
+
+
+def _outcome(events: Path, engine: str, epoch: int) -> dict[str, list]:
+    program = compile_corpus(CORPUS, "graph.pomo")
+    result = run(program, events, epoch, start=0, until=UNTIL, engine=engine)
+    return {
+        name: sorted(json.dumps(event_json(program, name, row)) for row in result.events(name))
+        for name in ("path", "sg")
+    }
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        # The tasks reach the fixpoint.
+        (SparkEvaluator.TASK_ROWS, SparkEvaluator.SOLO_ROWS, SparkEvaluator.SOLO_STEP),
+        # The tasks stop part-way, and Spark's rounds go on from there: the closure's for
+        # what its tasks know, same generation's (one task) for what a round would join.
+        (30, 10_000, 2),
+        (0, 0, 0),  # Spark's rounds only
+    ],
+)
+def test_rounds_in_tasks_give_what_the_reference_gives(
+    events: Path, expected: dict[str, list], monkeypatch, limits: tuple[int, int, int]
+) -> None:
+    for name, value in zip(("TASK_ROWS", "SOLO_ROWS", "SOLO_STEP"), limits, strict=True):
+        monkeypatch.setattr(SparkEvaluator, name, value)
+    assert len(expected["path"]) > 60 and expected["sg"], "the case must recurse a fair amount"
+    # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
+    for size in (EPOCH, UNTIL) if limits[0] == SparkEvaluator.TASK_ROWS else (EPOCH,):
+        assert _outcome(events, "spark", size) == expected, size
+
+
+def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path) -> None:
+    """The closure of a 30-node cycle needs 31 rounds; in tasks they are one Spark job."""
+    program = compile_corpus(CLOSURE, "closure.pomo")
+    lines = [{"relation": "edge", "t": 0, "args": [i, (i + 1) % 30]} for i in range(30)]
+    events = tmp_path / "cycle.jsonl"
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    prepared = prepare(program, events, 10, 0, 10)
+
+    def closure(warehouse: str) -> tuple[int, int | None, int]:
+        evaluator = evaluator_for(program, prepared, str(tmp_path / warehouse))
+        stats = evaluator.evaluate_epoch(evaluator.epochs[0])
+        (path,) = [s for s in stats.strata if s.relations == ("path",)]
+        return path.rounds, stats.spark_jobs, path.rows["path"]
+
+    rounds, jobs, rows = closure("tasks")
+    assert (rounds, rows) == (31, 30 * 30)
+    assert jobs is not None and jobs < 20
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SparkEvaluator, "TASK_ROWS", 0)
+        spark_rounds, spark_jobs, spark_rows = closure("spark")
+    assert (spark_rounds, spark_rows) == (31, 30 * 30)
+    assert spark_jobs is not None and spark_jobs > 31

@@ -1,0 +1,142 @@
+"""Which recursive strata run their later rounds in tasks, and the rounds themselves on plain
+frames: the fixpoint, the versions' lifetimes, a task's limit, and keys that hash alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dagster_pomo.engine import rounds
+from dagster_pomo.engine.linear import linear_plan
+from dagster_pomo.engine.schema import infer_schemas
+from dagster_pomo.lang import compile_corpus
+
+DECLS = ".decl edge(a: int, b: int);\n.decl name(a: int, s: str);\n.decl path(a: int, b: int);\n"
+NEVER = 1 << 62
+
+
+def _plan(rules: str):
+    program = compile_corpus(DECLS + rules, "p.pomo")
+    stratum = next(s for s in program.strata if s.recursive)
+    return linear_plan(stratum, infer_schemas(program, {}), program.catalog)
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        "path(a, b) := edge(a, b);\npath(a, c) := path(a, b) ^ edge(b, c);",
+        "path(a, b) := edge(a, b) if a < b;\npath(a, c) := edge(a, b) ^ path(b, c) ^ edge(c, _);",
+        "path(a, b) := edge(a, b);\npath(x, y) := edge(p, x) ^ path(p, q) ^ edge(q, y);",
+    ],
+)
+def test_linear_recursions_of_variables_run_in_tasks(rules: str) -> None:
+    plan = _plan(rules)
+    assert plan is not None and plan.relation == "path" and len(plan.rules) == 1
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        # A guard, a negation, an explicit time or an expression needs Spark's expressions.
+        "path(a, b) := edge(a, b);\npath(a, c) := path(a, b) ^ edge(b, c) if a != c;",
+        "path(a, b) := edge(a, b);\npath(a, c) := path(a, b) ^ edge(b, c) ^ !edge(c, a);",
+        "path(a, b) := edge(a, b);\npath(a, c) @time(t + 1) := path(a, b) @time(t) ^ edge(b, c);",
+        "path(a, b) := edge(a, b);\npath(a, c + 1) := path(a, b) ^ edge(b, c);",
+        # Two atoms of the relation: the other would have to be every version so far.
+        "path(a, b) := edge(a, b);\npath(a, c) := path(a, b) ^ path(b, c);",
+        # A variable read from columns of two types.
+        "path(a, b) := edge(a, b);\npath(a, c) := path(a, b) ^ name(b, c) ^ edge(c, _);",
+    ],
+)
+def test_other_recursions_keep_spark_rounds(rules: str) -> None:
+    assert _plan(rules) is None
+
+
+def _frame(pairs, t=0, exp=NEVER, new=True) -> pd.DataFrame:
+    a, b = zip(*pairs, strict=True) if pairs else ((), ())
+    n = len(a)
+    return pd.DataFrame(
+        {
+            "a": np.array(a, dtype=np.int64),
+            "b": np.array(b, dtype=np.int64),
+            "t": np.full(n, t, dtype=np.int64),
+            "kt": np.full(n, t, dtype=np.int64),
+            "exp": np.full(n, exp, dtype=np.int64),
+            "_tau": np.full(n, t, dtype=np.int64),
+            rounds.NEW: np.full(n, new, dtype=bool),
+        }
+    )
+
+
+TC = "path(a, b) := edge(a, b);\npath(a, c) := path(a, b) ^ edge(b, c);"
+
+
+def _closure(edges, rows, budget=10**9):
+    plan = _plan(TC)
+    lower = {"edge": _frame(edges).drop(columns=rounds.NEW)}
+    return rounds.fixpoint(plan, rows, lower, -NEVER, NEVER, budget)
+
+
+def test_a_cycles_closure_is_every_pair_after_as_many_rounds_as_nodes() -> None:
+    cycle = [(i, (i + 1) % 6) for i in range(6)]
+    out, ran = _closure(cycle, _frame(cycle))
+    assert sorted(zip(out["a"], out["b"], strict=True)) == [
+        (i, j) for i in range(6) for j in range(6)
+    ]
+    assert ran == 6 and not out[rounds.NEW].any()
+    assert list(out.columns) == ["a", "b", "t", "kt", "exp", "_tau", rounds.NEW]
+
+
+def test_a_path_lives_as_long_as_its_shortest_lived_edge() -> None:
+    """The time of a match is its latest version's, and it lives until its first expires."""
+    plan = _plan(TC)
+    edges = pd.concat([_frame([(0, 1)], t=0, exp=50), _frame([(1, 2)], t=10, exp=30)])
+    lower = {"edge": edges.drop(columns=rounds.NEW)}
+    out, _ = rounds.fixpoint(plan, _frame([(0, 1)], t=0, exp=50), lower, -NEVER, NEVER, 10**9)
+    got = {(r.a, r.b): (r.t, r.kt, r.exp) for r in out.itertuples()}
+    assert got == {(0, 1): (0, 0, 50), (0, 2): (10, 10, 30)}
+    # Matches are only made at times in the epoch.
+    out, _ = rounds.fixpoint(plan, _frame([(0, 1)], t=0, exp=50), lower, -NEVER, 10, 10**9)
+    assert set(zip(out["a"], out["b"], strict=True)) == {(0, 1)}
+
+
+def test_a_known_version_that_lives_less_is_replaced_by_a_longer_one() -> None:
+    """Known (0, 2) dies at 5; a path through 1 makes it again, living for ever: it is new."""
+    rows = pd.concat([_frame([(0, 2)], exp=5, new=False), _frame([(0, 1)])], ignore_index=True)
+    out, _ = _closure([(1, 2)], rows)
+    got = {(r.a, r.b): r.exp for r in out.itertuples()}
+    assert got == {(0, 1): NEVER, (0, 2): NEVER}
+    assert len(out) == 2
+
+
+def test_a_task_that_knows_too_much_stops_and_names_the_versions_still_to_join() -> None:
+    chain = [(i, i + 1) for i in range(10)]
+    out, ran = _closure(chain, _frame(chain), budget=20)
+    assert 20 < len(out) < 55 and ran < 9
+    waiting = out[out[rounds.NEW]]
+    assert len(waiting) > 0
+    # What waits is the last round's: paths one edge longer than all the others.
+    lengths = (out["b"] - out["a"]).to_numpy()
+    assert set(lengths[out[rounds.NEW].to_numpy()]) == {lengths.max()}
+
+
+def test_keys_that_hash_alike_start_the_rounds_again_with_another_salt(monkeypatch) -> None:
+    """A 64-bit hash finds keys; equal hashes are trusted only when the keys are equal."""
+    cycle = [(i, (i + 1) % 5) for i in range(5)]
+    expected, _ = _closure(cycle, _frame(cycle))
+    real = rounds._hash
+    salts = []
+
+    def colliding(rows, key, salt):
+        salts.append(salt)
+        h = real(rows, key, salt)
+        return np.zeros_like(h) if salt == rounds.SALTS[0] else h
+
+    monkeypatch.setattr(rounds, "_hash", colliding)
+    out, _ = _closure(cycle, _frame(cycle))
+    assert rounds.SALTS[1] in salts
+    key = ["a", "b", "t", "kt", "exp"]
+    assert (
+        out[key].sort_values(key).values.tolist() == expected[key].sort_values(key).values.tolist()
+    )
