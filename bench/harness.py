@@ -3,8 +3,9 @@
 Every case runs ``repeat`` times; the table shows the median and the ratio of
 dagster-pomo to each peer. Peak memory is the high-water mark of resident memory,
 reset before each case through ``/proc/<pid>/clear_refs``, of this process (where
-DuckDB, SQLite and the Python side of Spark run) and, separately, of the Spark
-driver JVM (which keeps the heap it has grown, so its figure is mostly its size).
+DuckDB, SQLite and the Python side of Spark run) and, separately, the sum over the
+Spark driver JVM (which keeps the heap it has grown, so its figure is mostly its size)
+and the Python workers under it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class Measurement:
     system: str
     seconds: list[float] = field(default_factory=list)
     peak_mb: float = 0.0  # this process
-    jvm_mb: float = 0.0  # the Spark driver JVM
+    jvm_mb: float = 0.0  # the Spark driver JVM and its Python workers
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -46,7 +47,8 @@ class Measurement:
 
 
 def _jvm_pids() -> list[int]:
-    """The local Spark driver JVM (and whatever it started), when a session runs."""
+    """The local Spark driver JVM and every process under it: the Python daemon and the
+    workers it forks, which run sliding aggregates and recursive rounds."""
     try:
         from pyspark import SparkContext
     except ImportError:
@@ -54,11 +56,16 @@ def _jvm_pids() -> list[int]:
     proc = getattr(SparkContext._gateway, "proc", None)  # type: ignore[attr-defined]
     if proc is None:
         return []
-    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-    return [
-        proc.pid,
-        *(int(p) for p in (children.read_text().split() if children.exists() else [])),
-    ]
+    found, todo = [], [proc.pid]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                todo += [int(p) for p in task.read_text().split()]
+            except OSError:
+                pass
+    return found
 
 
 def reset_peaks() -> None:
