@@ -65,6 +65,7 @@ class LinearPlan:
 
 
 Cols = dict[str, np.ndarray]  # a frame as numpy columns: cheaper to cut and join than pandas
+CHUNK = 1 << 17  # new versions joined at once (see `_fixpoint`)
 SALTS = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0x8CB92BA72F3D8DD7, 0xA0761D6478BD642F)
 
 
@@ -323,15 +324,23 @@ def _fixpoint(
     rounds = 0
     while _rows(delta) and known.size <= budget and (step is None or _rows(delta) <= step):
         rounds += 1
-        made = [
-            m
-            for rule, lows in zip(plan.rules, frames, strict=True)
-            if (m := _derive(plan, rule, lows, delta, start, end)) is not None
-        ]
-        delta = {}
-        if made:
-            delta, longer = known.add(_concat(made))
-            merge |= longer
+        fresh = []
+        # A slice of the new versions at a time: what one round makes from them can be many
+        # times their number, and only a slice's worth is held at once. What a slice finds is
+        # known at once, so later slices only add what is still new.
+        for at in range(0, _rows(delta), CHUNK):
+            part = {c: v[at : at + CHUNK] for c, v in delta.items()}
+            made = [
+                m
+                for rule, lows in zip(plan.rules, frames, strict=True)
+                if (m := _derive(plan, rule, lows, part, start, end)) is not None
+            ]
+            if made:
+                found, longer = known.add(_concat(made))
+                merge |= longer
+                fresh.append(found)
+        delta = _concat(fresh) if fresh else {}
+        if fresh:
             kept.append(delta)
     out = pd.DataFrame(_concat([k for k in kept if _rows(k)]))[columns]
     if merge:  # some key got a longer-living version: keep that one, with the earliest _tau
