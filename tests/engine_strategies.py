@@ -75,7 +75,18 @@ def corpora(draw: st.DrawFn) -> str:
             )
         else:
             lines.append(f"{d}(x, y) := {p}(x, y);")
-            lines.append(f"{d}(x, z) := {d}(x, y) ^ {q}(y, z);")
+            step = draw(
+                st.sampled_from(
+                    [
+                        f"{d}(x, z) := {d}(x, y) ^ {q}(y, z);",
+                        f"{d}(x, z) := {d}(x, y) ^ {q}(y, z) if x != z;",
+                        f"{d}(x, z) := {d}(x, y) ^ {q}(y, z) ^ !c(z);",
+                        # Same generation: no argument passes through unchanged.
+                        f"{d}(x, y) := {p}(a, x) ^ {d}(a, b) ^ {q}(b, y);",
+                    ]
+                )
+            )
+            lines.append(step)
         pairs.append(d)
     return "\n".join(lines) + "\n"
 

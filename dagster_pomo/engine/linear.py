@@ -3,17 +3,18 @@
 The rounds after the first join only new versions of the recursive relation, so
 only the rules that read it matter to them, and those must be simple enough to
 evaluate without Spark's expression compiler: one atom of the relation, the
-others of lower strata, every argument a variable or ``_``, no guards, ``where``,
-negation, aggregates, annotations or explicit head time, and a variable read from
-columns of one type that its head column has too. The first round, which may use
-everything the language has, runs on Spark as before.
+others (and any negated ones) of lower strata, every argument a variable or ``_``,
+guards only comparisons of variables and constants of one type (integers,
+strings, booleans), no ``where``, aggregates, annotations or explicit head time,
+and a variable read from columns of one type that its head column has too. The
+first round, which may use everything the language has, runs on Spark as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dagster_pomo.engine.rounds import AtomPlan, LinearPlan, RulePlan
+from dagster_pomo.engine.rounds import OPS, AtomPlan, GuardPlan, LinearPlan, RulePlan
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.lang import Stratum, ast
@@ -41,7 +42,7 @@ def linear_plan(
 
 
 def _rule_plan(rule: ast.Rule, name: str, schemas: Mapping[str, Schema]) -> RulePlan | None:
-    if rule.negative or rule.guards or rule.defs or rule.head.annotations:
+    if rule.defs or rule.head.annotations:
         return None
     if rule.head.time is not None or rule.is_inductive:
         return None
@@ -60,10 +61,41 @@ def _rule_plan(rule: ast.Rule, name: str, schemas: Mapping[str, Schema]) -> Rule
         if not isinstance(arg, ast.Var) or types.get(arg.name) != typ:
             return None
         head.append(arg.name)
+    negated = []
+    for atom in rule.negative:
+        plan = _atom_plan(atom, schemas[atom.relation], types)
+        if plan is None or atom.relation == name:
+            return None
+        negated.append(plan)
+    guards = []
+    for guard in rule.guards:
+        check = _guard_plan(guard, types)
+        if check is None:
+            return None
+        guards.append(check)
     recursive = atoms[rule.positive.index(own[0])]
-    return RulePlan(
-        recursive, _joinable([a for a in atoms if a is not recursive], recursive), tuple(head)
-    )
+    others = _joinable([a for a in atoms if a is not recursive], recursive)
+    return RulePlan(recursive, others, tuple(head), tuple(guards), tuple(negated))
+
+
+_KINDS = {"int": "int", "duration": "int", "str": "str", "bool": "bool"}
+
+
+def _guard_plan(guard: ast.Expr, types: dict[str, str]) -> GuardPlan | None:
+    """A comparison of variables and constants of one type among integers, strings and
+    booleans; None for anything else (arithmetic, calls, floats, whose NaN Spark orders)."""
+    if not isinstance(guard, ast.BinOp) or guard.op not in OPS:
+        return None
+    sides = []
+    for expr in (guard.left, guard.right):
+        if isinstance(expr, ast.Var) and types.get(expr.name) in ("int", "str", "bool"):
+            sides.append((("var", expr.name), types[expr.name]))
+        elif isinstance(expr, ast.Const) and expr.kind in _KINDS:
+            sides.append((("const", expr.value), _KINDS[expr.kind]))
+        else:
+            return None
+    (left, lt), (right, rt) = sides
+    return GuardPlan(guard.op, left, right) if lt == rt else None
 
 
 def _joinable(atoms: list[AtomPlan], first: AtomPlan) -> tuple[AtomPlan, ...]:

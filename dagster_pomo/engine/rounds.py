@@ -15,8 +15,10 @@ This module imports nothing of the project: it is shipped to executors by value.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,13 +39,35 @@ class AtomPlan:
 
 
 @dataclass(frozen=True)
+class GuardPlan:
+    """``left op right``, each side a variable (its name) or a constant (its value), of one
+    type: integers, strings or booleans, which numpy compares as Spark does."""
+
+    op: str
+    left: tuple[str, Any]  # ("var", name) or ("const", value)
+    right: tuple[str, Any]
+
+
+OPS = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+@dataclass(frozen=True)
 class RulePlan:
-    """A rule with exactly one atom of the recursive relation; the others are lower strata's.
-    ``head`` names the variable of each head argument."""
+    """A rule with exactly one atom of the recursive relation; the others are lower strata's,
+    as are the ``negated`` atoms. ``head`` names the variable of each head argument."""
 
     recursive: AtomPlan
     others: tuple[AtomPlan, ...]
     head: tuple[str, ...]
+    guards: tuple[GuardPlan, ...] = ()
+    negated: tuple[AtomPlan, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,10 +85,11 @@ class LinearPlan:
 
     @property
     def lower(self) -> set[str]:
-        return {a.relation for r in self.rules for a in r.others}
+        return {a.relation for r in self.rules for a in (*r.others, *r.negated)}
 
 
 Cols = dict[str, np.ndarray]  # a frame as numpy columns: cheaper to cut and join than pandas
+NEGATED = 1000  # negated atoms' columns are numbered from here: apart from the positive ones
 CHUNK = 1 << 17  # new versions joined at once (see `_fixpoint`)
 SALTS = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0x8CB92BA72F3D8DD7, 0xA0761D6478BD642F)
 
@@ -150,22 +175,55 @@ def _capped(t: np.ndarray, plan: LinearPlan) -> np.ndarray:
     return np.where(t > plan.never - plan.lifetime, plan.never, t + plan.lifetime)
 
 
+def _side(side: tuple[str, Any], df: Cols) -> Any:
+    kind, value = side
+    return df[_var(value)] if kind == "var" else value
+
+
+def _negated(lows: Sequence[_Lower], df: Cols, tau: np.ndarray) -> np.ndarray:
+    """Which matches some version of a negated atom, agreeing with them, is alive at their
+    time ``tau``: the ones the rule does not make."""
+    hit = np.zeros(len(tau), dtype=bool)
+    for k, low in enumerate(lows):
+        probe = {c: df[c] for c in low.on}
+        probe["__row"], probe["__tau"] = np.arange(len(tau)), tau
+        met = low.join(probe)
+        i = NEGATED + k
+        alive = (met[f"__kt{i}"] <= met["__tau"]) & (met[f"__exp{i}"] > met["__tau"])
+        hit[met["__row"][alive]] = True
+    return hit
+
+
 def _derive(
-    plan: LinearPlan, rule: RulePlan, lower: Sequence[_Lower], delta: Cols, start: int, end: int
+    plan: LinearPlan,
+    rule: RulePlan,
+    lower: Sequence[_Lower],
+    delta: Cols,
+    start: int,
+    end: int,
+    negated: Sequence[_Lower] = (),
 ) -> Cols | None:
     """The versions ``rule`` makes from the new versions ``delta``, with match times in
-    ``[start, end)``: the latest ``kt`` of a match is its time, which it must be alive at."""
+    ``[start, end)``: the latest ``kt`` of a match is its time, which it must be alive at,
+    where its guards hold and no version of a negated atom agreeing with it is alive."""
     df = _atom_cols(rule.recursive, delta, 0)
     for frame in lower:
         if not _rows(df):
             return None
         df = frame.join(df)
+    for guard in rule.guards:
+        if not _rows(df):
+            return None
+        keep = OPS[guard.op](_side(guard.left, df), _side(guard.right, df))
+        df = _take(df, np.flatnonzero(np.asarray(keep, dtype=bool)))
     if not _rows(df):
         return None
     count = 1 + len(lower)
     tau = np.max([df[f"__kt{i}"] for i in range(count)], axis=0)
     alive_until = np.min([df[f"__exp{i}"] for i in range(count)], axis=0)
     ok = (alive_until > tau) & (tau >= start) & (tau < end)
+    if negated and ok.any():
+        ok &= ~_negated(negated, df, tau)
     if not ok.any():
         return None
     tau, alive_until = tau[ok], alive_until[ok]
@@ -304,7 +362,7 @@ def _fixpoint(
     salt: int,
 ) -> tuple[pd.DataFrame, int]:
     (start, end), (budget, step) = window, limits
-    frames = []
+    frames, negations = [], []
     for rule in plan.rules:
         bound = {_var(v) for _, v in rule.recursive.reads}
         lows = []
@@ -313,6 +371,12 @@ def _fixpoint(
             bound |= {c for c in low.cols if c.startswith("v_")}
             lows.append(low)
         frames.append(lows)
+        negations.append(
+            [
+                _Lower.of(_atom_cols(a, lower[a.relation], NEGATED + k), bound)
+                for k, a in enumerate(rule.negated)
+            ]
+        )
     columns = [c for c in rows.columns if c != NEW]
     known = _Known(plan.key, salt)
     given = {c: rows[c].to_numpy() for c in columns}
@@ -332,8 +396,8 @@ def _fixpoint(
             part = {c: v[at : at + CHUNK] for c, v in delta.items()}
             made = [
                 m
-                for rule, lows in zip(plan.rules, frames, strict=True)
-                if (m := _derive(plan, rule, lows, part, start, end)) is not None
+                for rule, lows, nots in zip(plan.rules, frames, negations, strict=True)
+                if (m := _derive(plan, rule, lows, part, start, end, nots)) is not None
             ]
             if made:
                 found, longer = known.add(_concat(made))
