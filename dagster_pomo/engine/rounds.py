@@ -7,8 +7,9 @@ and those are small enough to ship with the task, a partition of the relation ca
 taken to its fixpoint on its own: either it holds all of the relation, or the relation is
 spread on an argument every rule keeps in place, so no match ever needs a row of
 another partition (see ``partitioning``). Each round joins the previous round's new
-versions with the lower relations in pandas, works out the versions' times as the
-Spark plans do (DESIGN §3.1), and keeps what no known version covers.
+versions with the lower relations on numpy columns, applies the guards and negations,
+works out the versions' times as the Spark plans do (DESIGN §3.1), and keeps what no
+known version covers.
 
 This module imports nothing of the project: it is shipped to executors by value.
 """

@@ -18,6 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import reduce
 
+import pyarrow as pa
 from pyspark import cloudpickle, inheritable_thread_target
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -149,9 +150,10 @@ class SparkEvaluator:
         self._partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
         self.concurrency = max(1, concurrency)
         recursive = [(s, n) for s in program.strata if s.recursive for n in s.relations]
-        self._spread = {n: self._spread_on(s, n) for s, n in recursive}
+        stable = {n: stable_argument(s, n) for s, n in recursive}
+        self._stable = {n for n, j in stable.items() if j is not None}
+        self._spread = {n: self._spread_on(n, j) for n, j in stable.items()}
         self._covers = {n: self._covering(n) for _, n in recursive}
-        self._stable = {n for s, n in recursive if stable_argument(s, n) is not None}
         self._linear = {s.index: linear_plan(s, schemas, self.catalog) for s, _ in recursive}
         self._nothing: dict[str, DataFrame] = {}  # see `_empty`
 
@@ -560,7 +562,7 @@ class SparkEvaluator:
         nothing), the relation's versions when that is nothing (one per version key), and the
         rounds the tasks ran. Lower relations too large to ship leave every round to Spark."""
         name = plan.relation
-        lower: dict[str, object] = {}
+        lower: dict[str, pa.Table] = {}
         for r in sorted(plan.lower):
             table = fix.held[r].limit(self.LOWER_ROWS + 1).toArrow()
             if table.num_rows > self.LOWER_ROWS:
@@ -637,11 +639,10 @@ class SparkEvaluator:
         rows = rows.repartition(self._partitions, *self._spread[name])
         return rows.sortWithinPartitions(*self._version_key(name))
 
-    def _spread_on(self, stratum: Stratum, name: str) -> list[str]:
+    def _spread_on(self, name: str, j: int | None) -> list[str]:
         """The columns a recursive relation's pieces are hash-partitioned on: its stable
-        argument when it has one (then a round with broadcast partners shuffles nothing),
-        else its whole version key."""
-        j = stable_argument(stratum, name)
+        argument ``j`` when it has one (then a round with broadcast partners shuffles
+        nothing), else its whole version key."""
         return [self.schemas[name].columns[j]] if j is not None else self._version_key(name)
 
     def _keep(self, fix: _Fixpoint, name: str, piece: DataFrame) -> None:
