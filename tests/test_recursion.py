@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dagster_pomo.engine import rounds
 from dagster_pomo.engine.run import event_json, prepare, run
 from dagster_pomo.engine.spark.evaluator import SparkEvaluator, evaluator_for
 from dagster_pomo.lang import compile_corpus
@@ -66,24 +67,23 @@ def _outcome(events: Path, engine: str, epoch: int) -> dict[str, list]:
 
 
 @pytest.mark.parametrize(
-    "limits",
+    ("task_rows", "cells"),
     [
-        # The tasks reach the fixpoint.
-        (SparkEvaluator.TASK_ROWS, SparkEvaluator.SOLO_ROWS, SparkEvaluator.SOLO_STEP),
-        # The tasks stop part-way, and Spark's rounds go on from there: the closure's for
-        # what its tasks know, same generation's (one task) for what a round would join.
-        (30, 10_000, 2),
-        (0, 0, 0),  # Spark's rounds only
+        # The tasks reach the fixpoint, finding versions by address (small integer keys).
+        (SparkEvaluator.TASK_ROWS, rounds.CELLS),
+        # The tasks stop part-way, and Spark's rounds go on from there; versions by hash.
+        (30, 0),
+        (0, rounds.CELLS),  # Spark's rounds only
     ],
 )
 def test_rounds_in_tasks_give_what_the_reference_gives(
-    events: Path, expected: dict[str, list], monkeypatch, limits: tuple[int, int, int]
+    events: Path, expected: dict[str, list], monkeypatch, task_rows: int, cells: int
 ) -> None:
-    for name, value in zip(("TASK_ROWS", "SOLO_ROWS", "SOLO_STEP"), limits, strict=True):
-        monkeypatch.setattr(SparkEvaluator, name, value)
+    monkeypatch.setattr(SparkEvaluator, "TASK_ROWS", task_rows)
+    monkeypatch.setattr(rounds, "CELLS", cells)  # tasks get the module by value: as patched
     assert len(expected["path"]) > 60 and expected["sg"], "the case must recurse a fair amount"
     # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
-    for size in (EPOCH, UNTIL) if limits[0] == SparkEvaluator.TASK_ROWS else (EPOCH,):
+    for size in (EPOCH, UNTIL) if task_rows == SparkEvaluator.TASK_ROWS else (EPOCH,):
         assert _outcome(events, "spark", size) == expected, size
 
 

@@ -64,6 +64,14 @@ def test_other_recursions_keep_spark_rounds(rules: str) -> None:
     assert _plan(rules) is None
 
 
+@pytest.fixture(params=["cells", "hashes"])
+def way(request, monkeypatch) -> str:
+    """Rounds find known versions by address (small integer keys) or else by hash: both."""
+    if request.param == "hashes":
+        monkeypatch.setattr(rounds, "CELLS", 0)
+    return request.param
+
+
 def _frame(pairs, t=0, exp=NEVER, new=True) -> pd.DataFrame:
     a, b = zip(*pairs, strict=True) if pairs else ((), ())
     n = len(a)
@@ -89,6 +97,7 @@ def _closure(edges, rows, budget=10**9):
     return rounds.fixpoint(plan, rows, lower, -NEVER, NEVER, budget)
 
 
+@pytest.mark.usefixtures("way")
 def test_a_cycles_closure_is_every_pair_after_as_many_rounds_as_nodes() -> None:
     cycle = [(i, (i + 1) % 6) for i in range(6)]
     out, ran = _closure(cycle, _frame(cycle))
@@ -99,6 +108,7 @@ def test_a_cycles_closure_is_every_pair_after_as_many_rounds_as_nodes() -> None:
     assert list(out.columns) == ["a", "b", "t", "kt", "exp", "_tau", rounds.NEW]
 
 
+@pytest.mark.usefixtures("way")
 def test_a_path_lives_as_long_as_its_shortest_lived_edge() -> None:
     """The time of a match is its latest version's, and it lives until its first expires."""
     plan = _plan(TC)
@@ -112,6 +122,7 @@ def test_a_path_lives_as_long_as_its_shortest_lived_edge() -> None:
     assert set(zip(out["a"], out["b"], strict=True)) == {(0, 1)}
 
 
+@pytest.mark.usefixtures("way")
 def test_a_known_version_that_lives_less_is_replaced_by_a_longer_one() -> None:
     """Known (0, 2) dies at 5; a path through 1 makes it again, living for ever: it is new."""
     rows = pd.concat([_frame([(0, 2)], exp=5, new=False), _frame([(0, 1)])], ignore_index=True)
@@ -121,6 +132,7 @@ def test_a_known_version_that_lives_less_is_replaced_by_a_longer_one() -> None:
     assert len(out) == 2
 
 
+@pytest.mark.usefixtures("way")
 def test_a_task_that_knows_too_much_stops_and_names_the_versions_still_to_join() -> None:
     chain = [(i, i + 1) for i in range(10)]
     out, ran = _closure(chain, _frame(chain), budget=20)
@@ -134,6 +146,7 @@ def test_a_task_that_knows_too_much_stops_and_names_the_versions_still_to_join()
 
 def test_keys_that_hash_alike_start_the_rounds_again_with_another_salt(monkeypatch) -> None:
     """A 64-bit hash finds keys; equal hashes are trusted only when the keys are equal."""
+    monkeypatch.setattr(rounds, "CELLS", 0)
     cycle = [(i, (i + 1) % 5) for i in range(5)]
     expected, _ = _closure(cycle, _frame(cycle))
     real = rounds._hash
@@ -153,6 +166,7 @@ def test_keys_that_hash_alike_start_the_rounds_again_with_another_salt(monkeypat
     )
 
 
+@pytest.mark.usefixtures("way")
 def test_guards_and_negations_are_judged_as_spark_judges_them() -> None:
     """``a != c`` keeps a node from reaching itself; ``!blocked(c)`` holds at a match's time
     unless a version of ``blocked(c)`` is alive then (from its ``kt`` until its ``exp``)."""
@@ -176,3 +190,50 @@ def test_guards_and_negations_are_judged_as_spark_judges_them() -> None:
     out, _ = rounds.fixpoint(plan, later, lower, -NEVER, NEVER, 10**9)
     pairs = {(a, b) for a in range(4) for b in range(4) if a != b}
     assert set(zip(out["a"], out["b"], strict=True)) == pairs
+
+
+def test_keys_outside_the_ranges_of_their_cells_fall_back_on_hashes(monkeypatch) -> None:
+    """Cells are laid out for the ranges of the given rows and lower relations; a key outside
+    them (here: ranges made too narrow) starts the rounds again the general way."""
+    chain = [(i, i + 1) for i in range(8)]
+    expected, _ = _closure(chain, _frame(chain))
+    assert len(expected) == 8 * 9 // 2
+    monkeypatch.setattr(rounds, "_range", lambda columns: (0, 3))
+    made = []
+    real = rounds._Known.__init__
+
+    def known(self, key, salt):
+        made.append(salt)
+        real(self, key, salt)
+
+    monkeypatch.setattr(rounds._Known, "__init__", known)
+    out, _ = _closure(chain, _frame(chain))
+    assert made == [rounds.SALTS[0]]
+    key = ["a", "b", "t", "kt", "exp"]
+    assert out[key].sort_values(key).values.tolist() == (
+        expected[key].sort_values(key).values.tolist()
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cells_and_hashes_find_the_same_versions(seed: int, monkeypatch) -> None:
+    """Random graphs whose edges live for different spans, at different times, in a window:
+    the rounds give the same versions whichever way they find them."""
+    rng = np.random.default_rng(seed)
+    n = 60
+    edges = pd.DataFrame(
+        {"a": rng.integers(0, 30, n), "b": rng.integers(0, 30, n), "t": rng.integers(0, 40, n)}
+    ).astype("int64")
+    edges["kt"] = edges["t"]
+    edges["exp"] = edges["t"] + rng.integers(1, 60, n)
+    rows = edges.assign(_tau=edges["t"], **{rounds.NEW: True})
+    plan = _plan(TC)
+
+    def run() -> list:
+        out, _ = rounds.fixpoint(plan, rows, {"edge": edges}, 5, 50, 10**9)
+        return out.sort_values(list(out.columns)).values.tolist()
+
+    cells = run()
+    monkeypatch.setattr(rounds, "CELLS", 0)
+    assert run() == cells
+    assert len(cells) > n  # some paths were made

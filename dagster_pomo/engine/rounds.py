@@ -9,7 +9,9 @@ spread on an argument every rule keeps in place, so no match ever needs a row of
 another partition (see ``partitioning``). Each round joins the previous round's new
 versions with the lower relations on numpy columns, applies the guards and negations,
 works out the versions' times as the Spark plans do (DESIGN §3.1), and keeps what no
-known version covers.
+known version covers. Known versions are found by address when their key columns are
+integers of small ranges (`_Cells`: a graph's node numbers, one epoch's times), else by a
+64-bit hash checked against the key (`_Known`).
 
 This module imports nothing of the project: it is shipped to executors by value.
 """
@@ -93,10 +95,20 @@ Cols = dict[str, np.ndarray]  # a frame as numpy columns: cheaper to cut and joi
 NEGATED = 1000  # negated atoms' columns are numbered from here: apart from the positive ones
 CHUNK = 1 << 17  # new versions joined at once (see `_fixpoint`)
 SALTS = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0x8CB92BA72F3D8DD7, 0xA0761D6478BD642F)
+CELLS = 1 << 23  # the most version keys a task finds by address (8 bytes of lifetime each)
+UNKNOWN = np.iinfo(np.int64).min  # the lifetime of a key no version has
 
 
-class _Collision(Exception):
-    """Two different version keys hashed alike: the rounds start again with another salt."""
+class _Restart(Exception):
+    """The way versions are found cannot go on: the rounds start again with the next one."""
+
+
+class _Collision(_Restart):
+    """Two different version keys hashed alike."""
+
+
+class _Outside(_Restart):
+    """A version key fell outside the integer ranges its cells were laid out for."""
 
 
 def _var(name: str) -> str:
@@ -137,26 +149,47 @@ def _atom_cols(atom: AtomPlan, rows: pd.DataFrame | Cols, i: int) -> Cols:
 @dataclass
 class _Lower:
     """A lower atom's columns, sorted on the variables it shares with the atoms joined before
-    it (``on``), so each round finds a row's partners by binary search."""
+    it (``on``), so each round finds a row's partners by binary search; or, on one integer
+    column of a small range, by where each value's rows start (``starts[value - base]``)."""
 
     cols: Cols
     on: tuple[str, ...]
+    starts: np.ndarray | None = None
+    base: int = 0
 
     @classmethod
     def of(cls, cols: Cols, bound: set[str]) -> _Lower:
         on = tuple(c for c in cols if c.startswith("v_") and c in bound)
-        if len(on) == 1:
-            cols = _take(cols, np.argsort(cols[on[0]], kind="stable"))
-        return cls(cols, on)
+        if len(on) != 1:
+            return cls(cols, on)
+        cols = _take(cols, np.argsort(cols[on[0]], kind="stable"))
+        keys = cols[on[0]]
+        if keys.dtype.kind not in "iu" or not len(keys):
+            return cls(cols, on)
+        base, top = int(keys[0]), int(keys[-1])
+        if top - base > 4 * len(keys) + 1024:  # sparse: binary search it is
+            return cls(cols, on)
+        starts = np.searchsorted(keys, np.arange(base, top + 2), side="left")
+        return cls(cols, on, starts, base)
+
+    def _spans(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each wanted value's rows start among the sorted keys, and how many there are."""
+        if self.starts is None:
+            keys = self.cols[self.on[0]]
+            lo = np.searchsorted(keys, wanted, side="left")
+            return lo, np.searchsorted(keys, wanted, side="right") - lo
+        at = wanted.astype(np.int64, copy=False) - self.base
+        inside = (at >= 0) & (at < len(self.starts) - 1)
+        at = np.where(inside, at, 0)
+        lo = self.starts[at]
+        return lo, np.where(inside, self.starts[at + 1] - lo, 0)
 
     def join(self, left: Cols) -> Cols:
         n, m = _rows(left), _rows(self.cols)
         if not self.on:
             li, ri = np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
         elif len(self.on) == 1:
-            keys, wanted = self.cols[self.on[0]], left[self.on[0]]
-            lo = np.searchsorted(keys, wanted, side="left")
-            runs = np.searchsorted(keys, wanted, side="right") - lo
+            lo, runs = self._spans(left[self.on[0]])
             li = np.repeat(np.arange(n), runs)
             ri = np.repeat(lo, runs) + np.arange(len(li)) - np.repeat(np.cumsum(runs) - runs, runs)
         else:
@@ -206,23 +239,33 @@ def _derive(
 ) -> Cols | None:
     """The versions ``rule`` makes from the new versions ``delta``, with match times in
     ``[start, end)``: the latest ``kt`` of a match is its time, which it must be alive at,
-    where its guards hold and no version of a negated atom agreeing with it is alive."""
+    where its guards hold and no version of a negated atom agreeing with it is alive.
+
+    The match's time so far (``__kt``, the latest) and end of life (``__exp``, the first)
+    are kept up to date join by join; as the one only grows and the other only shrinks, a
+    partial match already dead or already past the epoch is dropped at once, as are guards'
+    losers as soon as their variables are bound and variables nothing later reads."""
     df = _atom_cols(rule.recursive, delta, 0)
-    for frame in lower:
+    df["__kt"], df["__exp"] = df.pop("__kt0"), df.pop("__exp0")
+    guards = list(rule.guards)
+    head = {_var(v) for v in rule.head}
+    for i in range(len(lower) + 1):
+        if i:
+            df = lower[i - 1].join(df)
+            df["__kt"] = np.maximum(df["__kt"], df.pop(f"__kt{i}"))
+            df["__exp"] = np.minimum(df["__exp"], df.pop(f"__exp{i}"))
+        keep = (df["__exp"] > df["__kt"]) & (df["__kt"] < end)
+        for guard in [g for g in guards if all(_var(v) in df for v in _guard_vars(g))]:
+            guards.remove(guard)
+            keep &= np.asarray(OPS[guard.op](_side(guard.left, df), _side(guard.right, df)))
+        later = {c for low in (*lower[i:], *negated) for c in low.on}
+        later |= {_var(v) for g in guards for v in _guard_vars(g)}
+        cols = [c for c in df if not c.startswith("v_") or c in head or c in later]
+        df = {c: df[c] for c in cols} if keep.all() else _take({c: df[c] for c in cols}, keep)
         if not _rows(df):
             return None
-        df = frame.join(df)
-    for guard in rule.guards:
-        if not _rows(df):
-            return None
-        keep = OPS[guard.op](_side(guard.left, df), _side(guard.right, df))
-        df = _take(df, np.flatnonzero(np.asarray(keep, dtype=bool)))
-    if not _rows(df):
-        return None
-    count = 1 + len(lower)
-    tau = np.max([df[f"__kt{i}"] for i in range(count)], axis=0)
-    alive_until = np.min([df[f"__exp{i}"] for i in range(count)], axis=0)
-    ok = (alive_until > tau) & (tau >= start) & (tau < end)
+    tau, alive_until = df["__kt"], df["__exp"]
+    ok = tau >= start
     if negated and ok.any():
         ok &= ~_negated(negated, df, tau)
     if not ok.any():
@@ -231,6 +274,10 @@ def _derive(
     out = {c: df[_var(v)][ok] for c, v in zip(plan.columns, rule.head, strict=True)}
     out.update(t=tau, kt=tau, exp=np.minimum(alive_until, _capped(tau, plan)), _tau=tau)
     return out
+
+
+def _guard_vars(guard: GuardPlan) -> list[str]:
+    return [value for kind, value in (guard.left, guard.right) if kind == "var"]
 
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -258,6 +305,49 @@ def _hash(rows: Cols, key: Sequence[str], salt: int) -> np.ndarray:
                 part = pd.util.hash_array(col, categorize=False)
             h = _mix(h ^ _mix(part + np.uint64(salt)))
     return h
+
+
+class _Cells:
+    """The version keys known so far when all their columns are integers of small ranges: a
+    key's address (its columns as digits of mixed radix) is the cell holding its longest
+    lifetime, so a key is found by one lookup, exactly, with no sort and no hash to doubt.
+    Any row outside the ranges raises _Outside (and the rounds fall back on `_Known`)."""
+
+    def __init__(self, key: Sequence[str], ranges: Sequence[tuple[int, int]]) -> None:
+        self.key, self.lows = list(key), [lo for lo, _ in ranges]
+        self.spans = [hi - lo + 1 for lo, hi in ranges]
+        self.strides = np.cumprod([1, *self.spans[:-1]]).tolist()
+        cells = int(np.prod(self.spans))
+        self.exp = np.full(cells, UNKNOWN, dtype=np.int64)
+        self.claim = np.empty(cells, dtype=np.int32)  # a scratch: which row a cell went to
+        self.size = 0
+
+    def _address(self, rows: Cols) -> np.ndarray:
+        at = np.zeros(_rows(rows), dtype=np.int64)
+        for c, lo, span, stride in zip(self.key, self.lows, self.spans, self.strides, strict=True):
+            digit = rows[c].astype(np.int64, copy=False) - lo
+            if len(digit) and (digit.min() < 0 or digit.max() >= span):
+                raise _Outside
+            at += digit * stride
+        return at
+
+    def add(self, rows: Cols) -> tuple[Cols, bool]:
+        """As `_Known.add`. The rows that beat their key's known lifetime raise it to their
+        greatest; of those reaching it, one per key is kept (whichever claims the cell)."""
+        if not np.array_equal(rows["_tau"], rows["t"]):
+            raise _Outside  # keeping the earliest match time of a key needs the general way
+        at, exp = self._address(rows), rows["exp"]
+        beat = np.flatnonzero(exp > self.exp[at])
+        at, exp = at[beat], exp[beat]
+        before = self.exp[at]
+        np.maximum.at(self.exp, at, exp)
+        top = np.flatnonzero(exp == self.exp[at])
+        mine = np.arange(len(top), dtype=np.int32)
+        self.claim[at[top]] = mine
+        one = top[self.claim[at[top]] == mine]
+        fresh = before[one] == UNKNOWN
+        self.size += int(fresh.sum())
+        return _take(rows, beat[one]), not fresh.all()
 
 
 class _Known:
@@ -337,21 +427,46 @@ def fixpoint(
     start: int,
     end: int,
     budget: int,
-    step: int | None = None,
 ) -> tuple[pd.DataFrame, int]:
     """Run ``plan``'s rules on ``rows`` (stored columns and ``__new``: the versions the next
     round joins) until no round makes a version that no known one covers (same key, living
-    at least as long), or until more than ``budget`` versions are known or more than
-    ``step`` new ones wait to be joined.
+    at least as long), or until more than ``budget`` versions are known.
 
     Returns one row per version key (the longest-living; ``__new`` on those no round has
     joined yet, which is none at the fixpoint) and the number of rounds run."""
-    for salt in SALTS:
+    for known in _ways(plan, rows, lower):
         try:
-            return _fixpoint(plan, rows, lower, (start, end), (budget, step), salt)
-        except _Collision:
+            return _fixpoint(plan, rows, lower, (start, end), budget, known)
+        except _Restart:
             continue
     raise RuntimeError(f"version keys of {plan.relation} hashed alike under every salt")
+
+
+def _ways(
+    plan: LinearPlan, rows: pd.DataFrame, lower: Mapping[str, pd.DataFrame]
+) -> Iterator[Callable[[], _Cells | _Known]]:
+    """How the rounds find known versions, best first: by address when every key column is an
+    integer and the ranges they can take hold at most CELLS keys, else by hash, salt by salt.
+    A version's arguments come from the given rows or the lower relations, its times are some
+    version's ``kt``: the ranges are those of all such columns."""
+    frames = [rows, *lower.values()]
+    if all(rows[c].dtype.kind in "iu" for c in plan.key) and len(rows):
+        times = ("t", "kt")
+        values = [f[c] for f in frames for c in f.columns if c not in (*times, "exp", "_tau", NEW)]
+        ranges = [_range([v for v in values if v.dtype.kind in "iu"])] * len(plan.columns)
+        ranges += [_range([f[c] for f in frames for c in times])] * len(times)
+        if np.prod([float(hi - lo + 1) for lo, hi in ranges]) <= CELLS:
+            yield lambda: _Cells(plan.key, ranges)
+    for salt in SALTS:
+        yield lambda salt=salt: _Known(plan.key, salt)
+
+
+def _range(columns: Sequence[pd.Series]) -> tuple[int, int]:
+    """The smallest and largest value of some integer columns."""
+    filled = [c for c in columns if len(c)]
+    if not filled:
+        return 0, 0
+    return int(min(c.min() for c in filled)), int(max(c.max() for c in filled))
 
 
 def _fixpoint(
@@ -359,10 +474,10 @@ def _fixpoint(
     rows: pd.DataFrame,
     lower: Mapping[str, pd.DataFrame],
     window: tuple[int, int],
-    limits: tuple[int, int | None],
-    salt: int,
+    budget: int,
+    way: Callable[[], _Cells | _Known],
 ) -> tuple[pd.DataFrame, int]:
-    (start, end), (budget, step) = window, limits
+    start, end = window
     frames, negations = [], []
     for rule in plan.rules:
         bound = {_var(v) for _, v in rule.recursive.reads}
@@ -379,7 +494,7 @@ def _fixpoint(
             ]
         )
     columns = [c for c in rows.columns if c != NEW]
-    known = _Known(plan.key, salt)
+    known = way()
     given = {c: rows[c].to_numpy() for c in columns}
     waiting = rows[NEW].to_numpy(dtype=bool)
     # Versions of one key may repeat across the pieces that hold the relation: the longest.
@@ -387,7 +502,7 @@ def _fixpoint(
     kept = [first]
     delta = _take(first, np.flatnonzero(_new_among(first, given, waiting, plan.key)))
     rounds = 0
-    while _rows(delta) and known.size <= budget and (step is None or _rows(delta) <= step):
+    while _rows(delta) and known.size <= budget:
         rounds += 1
         fresh = []
         # A slice of the new versions at a time: what one round makes from them can be many
@@ -441,7 +556,6 @@ def task(
     start: int,
     end: int,
     budget: int,
-    step: int | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs on each partition of the relation's rows: their
     fixpoint, in ``schema`` (the stored columns, ``__new`` and ``__rounds``)."""
@@ -452,7 +566,7 @@ def task(
             return
         rows = pa.Table.from_batches(got).to_pandas()
         frames = {name: table.to_pandas() for name, table in lower.items()}
-        out, rounds = fixpoint(plan, rows, frames, start, end, budget, step)
+        out, rounds = fixpoint(plan, rows, frames, start, end, budget)
         out[ROUNDS] = rounds
         table = pa.Table.from_pandas(out[schema.names], schema=schema, preserve_index=False)
         yield from table.to_batches(max_chunksize=1 << 16)

@@ -104,15 +104,11 @@ class SparkEvaluator:
     """Evaluates one corpus epoch by epoch into a warehouse."""
 
     PIECES = 16  # rounds' pieces a recursive relation's union holds before it is stored as one
-    # Rounds run inside tasks (see `rounds`) while a task knows at most TASK_ROWS versions;
-    # when one task holds all of a relation that has no stable argument, while it knows at
-    # most SOLO_ROWS and a round joins at most SOLO_STEP new ones (then Spark's rounds, on
-    # every core, go on from there); and only when the lower relations they join have at
-    # most LOWER_ROWS rows each: all are shipped with every task. TASK_ROWS = 0: Spark's
-    # rounds only.
+    # Rounds run inside tasks (see `rounds`) while a task knows at most TASK_ROWS versions
+    # (then Spark's rounds go on from there), and only when the lower relations they join
+    # have at most LOWER_ROWS rows each: all are shipped with every task. TASK_ROWS = 0:
+    # Spark's rounds only.
     TASK_ROWS = 4_000_000
-    SOLO_ROWS = 500_000
-    SOLO_STEP = 50_000
     LOWER_ROWS = 200_000
 
     def __init__(
@@ -575,10 +571,8 @@ class SparkEvaluator:
         rows = reduce(DataFrame.union, flagged)
         if name in self._stable:
             rows = rows.repartition(self._partitions, *self._spread[name])
-            budget, step = self.TASK_ROWS, None
         else:
             rows = rows.repartition(1)
-            budget, step = min(self.TASK_ROWS, self.SOLO_ROWS), self.SOLO_STEP
         struct = StructType(
             [
                 *self.structs[name].fields,
@@ -587,7 +581,7 @@ class SparkEvaluator:
             ]
         )
         arrow = to_arrow_schema(struct)
-        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, budget, step)
+        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, self.TASK_ROWS)
         out, seen = self._observed(
             f"rounds-{name}",
             rows.mapInArrow(run, struct),
