@@ -101,8 +101,8 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
         (path,) = [s for s in stats.strata if s.relations == ("path",)]
         return path.rounds, stats.spark_jobs, path.rows["path"]
 
-    rounds, jobs, rows = closure("tasks")
-    assert (rounds, rows) == (31, 30 * 30)
+    ran, jobs, rows = closure("tasks")
+    assert (ran, rows) == (31, 30 * 30)
     assert jobs is not None and jobs < 20
 
     with pytest.MonkeyPatch.context() as patch:
@@ -110,3 +110,35 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
         spark_rounds, spark_jobs, spark_rows = closure("spark")
     assert (spark_rounds, spark_rows) == (31, 30 * 30)
     assert spark_jobs is not None and spark_jobs > 31
+
+
+def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    """The rounds' tasks write the relation's epoch themselves; when one fails, the epoch
+    written before is still there whole, and nothing half-written is left beside it."""
+    program = compile_corpus(CLOSURE, "closure.pomo")
+    lines = [{"relation": "edge", "t": 0, "args": [i, (i + 1) % 12]} for i in range(12)]
+    events = tmp_path / "cycle.jsonl"
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    prepared = prepare(program, events, 10, 0, 10)
+    warehouse = tmp_path / "wh"
+    evaluator = evaluator_for(program, prepared, str(warehouse))
+    stats = evaluator.evaluate_epoch(evaluator.epochs[0])
+    assert stats.strata[-1].rows["path"] == 12 * 12
+    stored = warehouse / "closure" / "path"
+
+    def files() -> dict[str, bytes]:
+        return {str(f.relative_to(stored)): f.read_bytes() for f in stored.rglob("*.parquet")}
+
+    before = files()
+    assert before
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a task ran out of luck")
+
+    monkeypatch.setattr(rounds, "fixpoint", broken)  # tasks get the module by value
+    again = evaluator_for(program, prepared, str(warehouse))
+    with pytest.raises(Exception, match="out of luck"):
+        again.evaluate_epoch(again.epochs[0])
+    assert files() == before
+    staging = warehouse / "closure" / "_staging"
+    assert not staging.exists() or not any(staging.iterdir())

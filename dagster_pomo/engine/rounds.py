@@ -19,6 +19,8 @@ This module imports nothing of the project: it is shipped to executors by value.
 from __future__ import annotations
 
 import operator
+import os
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 NEW = "__new"  # a version some round made that no round has joined yet
 ROUNDS = "__rounds"  # how many rounds the task ran, on each of its rows
@@ -556,9 +559,15 @@ def task(
     start: int,
     end: int,
     budget: int,
+    folder: str | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs on each partition of the relation's rows: their
-    fixpoint, in ``schema`` (the stored columns, ``__new`` and ``__rounds``)."""
+    fixpoint, in ``schema`` (the stored columns, ``__new`` and ``__rounds``).
+
+    With a ``folder`` (local to the task), each task writes its rows there as one Parquet
+    file and returns only a `SUMMARY` row: what Spark would spend taking millions of rows
+    into the JVM and writing them again is saved. The stored columns only, unless versions
+    wait to be joined (then ``__new`` too: the files are read back, not kept)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         got = list(batches)
@@ -567,8 +576,33 @@ def task(
         rows = pa.Table.from_batches(got).to_pandas()
         frames = {name: table.to_pandas() for name, table in lower.items()}
         out, rounds = fixpoint(plan, rows, frames, start, end, budget)
-        out[ROUNDS] = rounds
-        table = pa.Table.from_pandas(out[schema.names], schema=schema, preserve_index=False)
-        yield from table.to_batches(max_chunksize=1 << 16)
+        if folder is None:
+            out[ROUNDS] = rounds
+            table = pa.Table.from_pandas(out[schema.names], schema=schema, preserve_index=False)
+            yield from table.to_batches(max_chunksize=1 << 16)
+            return
+        waiting = int(out[NEW].sum())
+        names = [n for n in schema.names if n != ROUNDS and (n != NEW or waiting)]
+        kept = pa.schema([schema.field(n) for n in names])
+        _write(pa.Table.from_pandas(out[names], schema=kept, preserve_index=False), folder)
+        yield pa.RecordBatch.from_pylist(
+            [{"rows": len(out), "waiting": waiting, "rounds": rounds}], schema=SUMMARY
+        )
 
     return run
+
+
+SUMMARY = pa.schema([("rows", pa.int64()), ("waiting", pa.int64()), ("rounds", pa.int64())])
+
+
+def _write(table: pa.Table, folder: str) -> None:
+    """``table`` as the task's one Parquet file in ``folder``, named after its partition, so a
+    retried task replaces what an earlier attempt wrote; the name appears only once the file
+    is whole."""
+    from pyspark import TaskContext  # present where tasks run
+
+    context = TaskContext.get()
+    part = context.partitionId() if context is not None else 0
+    partial = os.path.join(folder, f".part-{part:05d}-{uuid.uuid4().hex}.tmp")
+    pq.write_table(table, partial, compression="snappy")
+    os.replace(partial, os.path.join(folder, f"part-{part:05d}.snappy.parquet"))

@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark import cloudpickle, inheritable_thread_target
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     DoubleType,
@@ -98,6 +98,8 @@ class _Fixpoint:
     # Each relation's versions so far: one stored piece per round, each paired with its
     # version key renamed for the anti-join (built once: building plans is not free).
     pieces: dict[str, list[tuple[DataFrame, DataFrame]]] = field(default_factory=dict)
+    # Relations whose epoch the rounds' tasks wrote themselves, and how many rows each.
+    written: dict[str, int] = field(default_factory=dict)
 
 
 class SparkEvaluator:
@@ -449,6 +451,7 @@ class SparkEvaluator:
         seeds = {n: self._seeds(n, epoch, carried) for n in names}
         rules = [r for r in stratum.rules if r.body]
         rows: dict[str, DataFrame] = {}
+        written: dict[str, int] = {}
         if stratum.recursive:
             current = {n: self._empty(n) if s is None else s for n, s in seeds.items()}
             below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
@@ -466,7 +469,9 @@ class SparkEvaluator:
             while delta is not None:
                 stats.rounds += 1
                 delta = self._round(fix, rules, epoch, names, current, delta)
-            rows = rows or {n: self._dedupe(n, current[n]) for n in names}
+            written = fix.written
+            if not rows and not written:
+                rows = {n: self._dedupe(n, current[n]) for n in names}
         else:
             stats.rounds = 1
             for n in names:
@@ -482,7 +487,10 @@ class SparkEvaluator:
                 rows[n] = self._dedupe(n, merged)
         key = epoch_key(epoch)
         for n in names:
-            if n in self.defers:
+            if n in written:
+                stats.rows[n] = written[n]
+                self._current[(key, n)] = self.wh.read(n, self.structs[n], [key])
+            elif n in self.defers:
                 stats.rows[n] = self._write_deferring(n, key, epoch.end, rows[n])
             else:
                 stats.rows[n] = self._write_counted(n, key, rows[n])
@@ -555,8 +563,9 @@ class SparkEvaluator:
         """The rounds after the first in one Spark job, each partition of the relation taken to
         its fixpoint by a task (see `rounds`): spread on its stable argument, or all in one
         partition when it has none. Returns what Spark's rounds still have to join (None:
-        nothing), the relation's versions when that is nothing (one per version key), and the
-        rounds the tasks ran. Lower relations too large to ship leave every round to Spark."""
+        nothing), the relation's versions when that is nothing (one per version key; None
+        when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran. Lower
+        relations too large to ship leave every round to Spark."""
         name = plan.relation
         lower: dict[str, pa.Table] = {}
         for r in sorted(plan.lower):
@@ -581,16 +590,35 @@ class SparkEvaluator:
             ]
         )
         arrow = to_arrow_schema(struct)
-        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, self.TASK_ROWS)
-        out, seen = self._observed(
-            f"rounds-{name}",
-            rows.mapInArrow(run, struct),
-            F.count_if(F.col(rounds.NEW)).alias("waiting"),
-            F.max(rounds.ROUNDS).alias("rounds"),
-        )
-        ran = int(seen.get("rounds") or 0)
+        staging = self._tasks_write(name)
+        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, self.TASK_ROWS, staging)
+        if staging is None:
+            out, seen = self._observed(
+                f"rounds-{name}",
+                rows.mapInArrow(run, struct),
+                F.count_if(F.col(rounds.NEW)).alias("waiting"),
+                F.max(rounds.ROUNDS).alias("rounds"),
+            )
+            ran, pending = int(seen.get("rounds") or 0), int(seen.get("waiting") or 0)
+        else:
+            try:
+                summary = rows.mapInArrow(run, from_arrow_schema(rounds.SUMMARY)).collect()
+            except BaseException:
+                self.wh.discard(staging)
+                raise
+            ran = max((r["rounds"] for r in summary), default=0)
+            pending = sum(r["waiting"] for r in summary)
+            if not pending:
+                self.wh.promote(staging, name, epoch_key(epoch))
+                fix.written[name] = sum(r["rows"] for r in summary)
+                return None, None, ran
+            # The tasks' files, in memory again (files without ``__new`` hold no waiting row).
+            read = self.spark.read.schema(struct).parquet(staging)
+            out = read.withColumn(rounds.NEW, F.coalesce(F.col(rounds.NEW), F.lit(False)))
+            out = out.localCheckpoint(eager=True)
+            self.wh.discard(staging)
         stored = out.select(*R.row_columns(self.schemas[name]))
-        if not seen.get("waiting"):
+        if not pending:
             return None, stored, ran
         # A task reached its limit: Spark's rounds go on from what the tasks know.
         piece = self._piece(name, stored)
@@ -600,6 +628,16 @@ class SparkEvaluator:
         self._current[(epoch_key(epoch), name)] = piece
         waiting = out.filter(F.col(rounds.NEW)).select(*R.row_columns(self.schemas[name]))
         return {name: waiting}, None, ran
+
+    def _tasks_write(self, name: str) -> str | None:
+        """A staging folder for the rounds' tasks to write the relation's epoch into, when
+        they can: Spark runs in this process's machine (local mode, not Connect), the
+        warehouse is on its file system, and every version belongs to the epoch (none is
+        deferred). Otherwise None: the tasks' rows go through Spark as usual."""
+        local = not is_connect(self.spark) and self.spark.sparkContext.master.startswith("local")
+        if not local or name in self.defers:
+            return None
+        return self.wh.staging(name)
 
     def _observed(
         self, name: str, rows: DataFrame, *metrics: Column

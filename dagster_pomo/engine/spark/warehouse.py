@@ -3,7 +3,9 @@
 Writing an epoch replaces exactly that epoch's directory (also with no rows), so
 every step can be re-run. Events stamped after the epoch that made them (an
 explicit future ``@time``) wait in ``<root>/<corpus>/_deferred/<relation>/``
-until the epoch that knows them reads them.
+until the epoch that knows them reads them. Files that tasks write themselves
+(see ``staging``) gather in ``<root>/<corpus>/_staging/`` until they replace an
+epoch whole.
 """
 
 from __future__ import annotations
@@ -54,6 +56,31 @@ class Warehouse:
             return
         fs, hadoop_path = self._filesystem(path)
         fs.delete(hadoop_path, True)
+
+    def staging(self, relation: str) -> str | None:
+        """A new empty local folder, beside the relation's epochs, for files that Spark tasks
+        write themselves; None when the warehouse is not on the local file system."""
+        local = _local(self.path(relation))
+        if not local:
+            return None
+        base = Path(local).parent / "_staging"
+        base.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix=f"{relation}-", dir=base)
+
+    def promote(self, staging: str, relation: str, key: str) -> None:
+        """Make the files of ``staging`` epoch ``key`` of ``relation``: the old directory is
+        moved aside and the new one moved in (two renames), so a reader sees one or the other
+        whole, and a failure before leaves the old one as it was."""
+        target = Path(_local(self.path(relation, key)))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        old = Path(staging).with_name(Path(staging).name + ".old")
+        if target.exists():
+            target.rename(old)
+        Path(staging).rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def discard(self, staging: str) -> None:
+        shutil.rmtree(staging, ignore_errors=True)
 
     def write_text(self, name: str, text: str) -> str:
         """Replace the file ``<root>/<corpus>/<name>`` with ``text``; its path (any scheme
