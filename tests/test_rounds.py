@@ -199,7 +199,18 @@ def test_keys_outside_the_ranges_of_their_cells_fall_back_on_hashes(monkeypatch)
     expected, _ = _closure(chain, _frame(chain))
     assert len(expected) == 8 * 9 // 2
     monkeypatch.setattr(rounds, "_range", lambda columns: (0, 3))
-    made = []
+    made = _hash_ways(monkeypatch)
+    out, _ = _closure(chain, _frame(chain))
+    assert made == [rounds.SALTS[0]]
+    key = ["a", "b", "t", "kt", "exp"]
+    assert out[key].sort_values(key).values.tolist() == (
+        expected[key].sort_values(key).values.tolist()
+    )
+
+
+def _hash_ways(monkeypatch) -> list[int]:
+    """The salts of the hash ways the rounds take, as they take them."""
+    made: list[int] = []
     real = rounds._Known.__init__
 
     def known(self, key, salt):
@@ -207,12 +218,7 @@ def test_keys_outside_the_ranges_of_their_cells_fall_back_on_hashes(monkeypatch)
         real(self, key, salt)
 
     monkeypatch.setattr(rounds._Known, "__init__", known)
-    out, _ = _closure(chain, _frame(chain))
-    assert made == [rounds.SALTS[0]]
-    key = ["a", "b", "t", "kt", "exp"]
-    assert out[key].sort_values(key).values.tolist() == (
-        expected[key].sort_values(key).values.tolist()
-    )
+    return made
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -237,3 +243,18 @@ def test_cells_and_hashes_find_the_same_versions(seed: int, monkeypatch) -> None
     monkeypatch.setattr(rounds, "CELLS", 0)
     assert run() == cells
     assert len(cells) > n  # some paths were made
+
+
+def test_versions_stamped_before_they_were_known_are_found_by_hash(monkeypatch) -> None:
+    """Cells hold one version per key and ``kt``, which holds for what rounds make
+    (``t`` = ``kt``); a given version stamped before it was known (``t`` < ``kt``) sends
+    the rounds the general way, with the same outcome."""
+    chain = [(i, i + 1) for i in range(5)]
+    rows = _frame(chain)
+    rows.loc[0, "t"] = -3  # known at 0, stamped at -3
+    plan = _plan(TC)
+    lower = {"edge": _frame(chain).drop(columns=rounds.NEW)}
+    made = _hash_ways(monkeypatch)
+    out, _ = rounds.fixpoint(plan, rows, lower, -NEVER, NEVER, 10**9)
+    assert made and len(out) == 5 * 6 // 2
+    assert ((out["a"] == 0) & (out["b"] == 1) & (out["t"] == -3)).sum() == 1

@@ -314,7 +314,10 @@ class _Cells:
     """The version keys known so far when all their columns are integers of small ranges: a
     key's address (its columns as digits of mixed radix) is the cell holding its longest
     lifetime, so a key is found by one lookup, exactly, with no sort and no hash to doubt.
-    Any row outside the ranges raises _Outside (and the rounds fall back on `_Known`)."""
+    The key's columns are the relation's and ``kt``: a version a round makes is stamped
+    when it is known (``t`` = ``kt`` = its match time), so rows are only taken when that
+    holds. Any row outside the ranges, or not so stamped, raises _Outside (and the rounds
+    fall back on `_Known`)."""
 
     def __init__(self, key: Sequence[str], ranges: Sequence[tuple[int, int]]) -> None:
         self.key, self.lows = list(key), [lo for lo, _ in ranges]
@@ -337,8 +340,8 @@ class _Cells:
     def add(self, rows: Cols) -> tuple[Cols, bool]:
         """As `_Known.add`. The rows that beat their key's known lifetime raise it to their
         greatest; of those reaching it, one per key is kept (whichever claims the cell)."""
-        if not np.array_equal(rows["_tau"], rows["t"]):
-            raise _Outside  # keeping the earliest match time of a key needs the general way
+        if not (np.array_equal(rows["t"], rows["kt"]) and np.array_equal(rows["_tau"], rows["t"])):
+            raise _Outside
         at, exp = self._address(rows), rows["exp"]
         beat = np.flatnonzero(exp > self.exp[at])
         at, exp = at[beat], exp[beat]
@@ -450,16 +453,16 @@ def _ways(
 ) -> Iterator[Callable[[], _Cells | _Known]]:
     """How the rounds find known versions, best first: by address when every key column is an
     integer and the ranges they can take hold at most CELLS keys, else by hash, salt by salt.
-    A version's arguments come from the given rows or the lower relations, its times are some
+    A version's arguments come from the given rows or the lower relations, its time is some
     version's ``kt``: the ranges are those of all such columns."""
     frames = [rows, *lower.values()]
     if all(rows[c].dtype.kind in "iu" for c in plan.key) and len(rows):
         times = ("t", "kt")
         values = [f[c] for f in frames for c in f.columns if c not in (*times, "exp", "_tau", NEW)]
         ranges = [_range([v for v in values if v.dtype.kind in "iu"])] * len(plan.columns)
-        ranges += [_range([f[c] for f in frames for c in times])] * len(times)
+        ranges.append(_range([f[c] for f in frames for c in times]))
         if np.prod([float(hi - lo + 1) for lo, hi in ranges]) <= CELLS:
-            yield lambda: _Cells(plan.key, ranges)
+            yield lambda: _Cells([*plan.columns, "kt"], ranges)
     for salt in SALTS:
         yield lambda salt=salt: _Known(plan.key, salt)
 
