@@ -64,8 +64,12 @@ class Warehouse:
         if not local:
             return None
         base = Path(local).parent / "_staging"
-        base.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkdtemp(prefix=f"{relation}-", dir=base)
+        while True:
+            base.mkdir(parents=True, exist_ok=True)
+            try:
+                return tempfile.mkdtemp(prefix=f"{relation}-", dir=base)
+            except FileNotFoundError:  # another writer removed the emptied base just now
+                continue
 
     def promote(self, staging: str, relation: str, key: str) -> None:
         """Make the files of ``staging`` epoch ``key`` of ``relation``: the old directory is
@@ -78,9 +82,11 @@ class Warehouse:
             target.rename(old)
         Path(staging).rename(target)
         shutil.rmtree(old, ignore_errors=True)
+        _tidy(Path(staging).parent)
 
     def discard(self, staging: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
+        _tidy(Path(staging).parent)
 
     def write_text(self, name: str, text: str) -> str:
         """Replace the file ``<root>/<corpus>/<name>`` with ``text``; its path (any scheme
@@ -157,3 +163,12 @@ def _local(path: str) -> str:
     if "://" not in path or path.startswith("file:"):
         return path.removeprefix("file://").removeprefix("file:")
     return ""
+
+
+def _tidy(base: Path) -> None:
+    """Remove the staging base once nothing is staged in it, so a warehouse holds only
+    relations when no write is under way (another writer's folder keeps it)."""
+    try:
+        base.rmdir()
+    except OSError:
+        pass
