@@ -4,18 +4,17 @@ When a match of a group lives exactly ``reach`` (or for ever), it is alive at a 
 exactly when made in ``(x - reach, x]``: such matches alive at ``x`` are a contiguous slice
 of the group's matches sorted by time, and each aggregate a reduction over that slice,
 which numpy does in compiled loops. A match cut short covers a run of the sorted times
-instead, and is paired with each. The functions run inside Spark tasks, one group's Arrow
-table at a time, so this module imports nothing of the project: it is shipped to
-executors by value.
+instead, and is paired with each. The functions run inside Spark tasks, a batch of a
+partition's groups at a time, so this module imports nothing of the project: it is
+shipped to executors by value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 # How each aggregate reduces a slice; ``min`` skips NaN and ``max`` lets it win, as Spark does.
 REDUCERS = {"sum": np.add, "average": np.add, "min": np.fmin, "max": np.maximum}
@@ -89,71 +88,158 @@ def sweep(
     never: int,
     start: int,
 ) -> pa.Table:
-    """One row per distinct ``__at`` at or after ``start`` of one group's ``table`` of
-    segments (``__at`` to ``__until``, expiry ``__mexp``): the count ``__n`` of those alive
-    then, the least expiry among them ``__least_exp``, and one ``__part<i>`` per aggregate
+    """One row per group and distinct ``__at`` at or after ``start`` of ``table``'s segments
+    (``__at`` to ``__until``, expiry ``__mexp``): the count ``__n`` of those alive then, the
+    least expiry among them ``__least_exp``, and one ``__part<i>`` per aggregate
     ``(name, value column)``: the count, the sum (an average's sum), the least or greatest
     value.
 
     Full-length segments (``__full``) are found as slices of the sorted times; the others
-    are paired with each time they cover."""
+    are paired with each time they cover. All groups are swept at once: each one's times
+    are moved to a stretch of the time line of its own, far enough from the next that no
+    slice reaches across (a few calls into numpy whatever the number of groups)."""
+    table = table.sort_by([(name, "ascending") for name in group]) if group else table
+    firsts = group_starts(table, group)
+    if table.num_rows == 0:
+        none = np.zeros(0, dtype=np.int64)
+        columns = {"__at": none, "__n": none, "__least_exp": none}
+        parts = {i: none for i, (_, column) in enumerate(aggregates) if column is not None}
+        return _swept(table, group, aggregates, columns, parts, none)
     at = table.column("__at").to_numpy()
-    queries = np.unique(at[at >= start])
+    low = int(at.min())
+    span = int(at.max()) - low + (reach or 0) + 1
+    if len(firsts) * span >= 2**62:  # too far apart to line up: one group at a time
+        ends = [*firsts[1:], table.num_rows]
+        return pa.concat_tables(
+            sweep(table.slice(a, b - a), group, aggregates, reach, never, start)
+            for a, b in zip(firsts, ends, strict=True)
+        )
+    sizes = np.diff(np.append(firsts, table.num_rows))
+    shift = np.repeat(np.arange(len(firsts), dtype=np.int64) * span - low, sizes)
+    moved = at + shift  # group g's times now fall in [g * span, (g + 1) * span - reach)
+    queries = np.unique(moved[at >= start])
     size = len(queries)
-    full = table.filter(table.column("__full"))
-    full = full.take(np.argsort(full.column("__at").to_numpy(), kind="stable"))
-    short = table.filter(pc.invert(table.column("__full")))
-    times = full.column("__at").to_numpy()
-    lo, hi = frames(times, queries, reach)
+    of_query = queries // span
+    is_full = table.column("__full").to_numpy(zero_copy_only=False)
+    order = np.flatnonzero(is_full)
+    order = order[np.argsort(moved[order], kind="stable")]
+    times = moved[order]
+    if reach is None:  # whatever the group made up to the time
+        lo = np.searchsorted(times, of_query * span, side="left")
+        hi = np.searchsorted(times, queries, side="right")
+    else:
+        lo, hi = frames(times, queries, reach)
     has_full = hi > lo
-    slot, row = pairs(short.column("__at").to_numpy(), short.column("__until").to_numpy(), queries)
+    short = np.flatnonzero(~is_full)
+    # A short segment's end, moved with its group, is cut to just after the group's times.
+    ends = np.minimum(table.column("__until").to_numpy()[short], int(at.max()) + 1)
+    slot, row = pairs(moved[short], ends + shift[short], queries)
+    row = short[row]
     paired_n = np.bincount(slot, minlength=size)
     has_short = paired_n > 0
     n = (hi - lo) + paired_n
     if reach is None:
         least = np.full(size, never)
     elif len(times):  # full rows all live ``reach``: the first to die is the first made
-        least = times[np.minimum(lo, len(times) - 1)] + reach
+        least = at[order[np.minimum(lo, len(times) - 1)]] + reach
     else:
         least = np.zeros(size, dtype=np.int64)
-    cut = _scatter("min", size, slot, short.column("__mexp").to_numpy()[row])
+    cut = _scatter("min", size, slot, _column(table, "__mexp")[row])
     least = _either("min", least, has_full, cut, has_short)
-    empty = n == 0
-    columns: dict[str, pa.Array] = {name: pa.repeat(table.column(name)[0], size) for name in group}
-    columns["__at"] = pa.array(queries, type=pa.int64())
-    columns["__n"] = pa.array(n, type=pa.int64())
-    columns["__least_exp"] = pa.array(least, type=pa.int64(), mask=empty)
+    parts: dict[int, np.ndarray] = {}
     for i, (fn, column) in enumerate(aggregates):
         if column is None:  # a count
-            columns[f"__part{i}"] = pa.array(n, type=pa.int64())
             continue
-        kind = table.schema.field(column).type
-        if fn == "average":
-            kind = pa.float64()
-        elif fn == "sum" and pa.types.is_integer(kind):
-            kind = pa.int64()
-        dtype = kind.to_pandas_dtype()
-        slices = full.column(column).to_numpy().astype(dtype)
-        reduced = reduce_frames(REDUCERS[fn], slices, lo, hi, running=reach is None)
-        paired = _scatter(fn, size, slot, short.column(column).to_numpy().astype(dtype)[row])
+        values = _column(table, column).astype(_kind(table, fn, column).to_pandas_dtype())
+        running = reach is None and len(firsts) == 1
+        reduced = reduce_frames(REDUCERS[fn], values[order], lo, hi, running)
+        paired = _scatter(fn, size, slot, values[row])
         if fn in ("sum", "average"):  # an absent part adds nothing
-            value = np.where(has_full, reduced, 0) + np.where(has_short, paired, 0)
+            parts[i] = np.where(has_full, reduced, 0) + np.where(has_short, paired, 0)
         else:
-            value = _either(fn, reduced, has_full, paired, has_short)
-        columns[f"__part{i}"] = pa.array(value, type=kind, mask=empty)
-    return pa.table(columns)
+            parts[i] = _either(fn, reduced, has_full, paired, has_short)
+    columns = {"__at": queries - of_query * span + low, "__n": n, "__least_exp": least}
+    return _swept(table, group, aggregates, columns, parts, firsts[of_query])
 
 
-def per_group(
+def group_starts(table: pa.Table, group: Sequence[str]) -> np.ndarray:
+    """Where each group begins in ``table``, whose rows are sorted by ``group`` (never null;
+    NaN is one value, as for Spark)."""
+    change = np.zeros(table.num_rows, dtype=bool)
+    change[:1] = True
+    for name in group:
+        values = _column(table, name)
+        differ = values[1:] != values[:-1]
+        if values.dtype.kind == "f":
+            differ &= ~(np.isnan(values[1:]) & np.isnan(values[:-1]))
+        change[1:] |= differ
+    return np.flatnonzero(change)
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def _kind(table: pa.Table, fn: str, column: str) -> pa.DataType:
+    """The Arrow type of an aggregate's part: averages and sums of integers widen."""
+    kind = table.schema.field(column).type
+    if fn == "average":
+        return pa.float64()
+    if fn == "sum" and pa.types.is_integer(kind):
+        return pa.int64()
+    return kind
+
+
+def _swept(
+    table: pa.Table,
+    group: Sequence[str],
+    aggregates: Sequence[tuple[str, str | None]],
+    columns: Mapping[str, np.ndarray],
+    parts: Mapping[int, np.ndarray],
+    rows: np.ndarray,
+) -> pa.Table:
+    """The output: each time's group (the values of ``table``'s row ``rows``), its counts and
+    parts, null where no segment is alive then."""
+    n = columns["__n"]
+    empty = n == 0
+    at = pa.array(rows, type=pa.int64())
+    out: dict[str, pa.Array] = {name: table.column(name).take(at) for name in group}
+    out["__at"] = pa.array(columns["__at"], type=pa.int64())
+    out["__n"] = pa.array(n, type=pa.int64())
+    out["__least_exp"] = pa.array(columns["__least_exp"], type=pa.int64(), mask=empty)
+    for i, (fn, column) in enumerate(aggregates):
+        if column is None:
+            out[f"__part{i}"] = pa.array(n, type=pa.int64())
+        else:
+            kind = _kind(table, fn, column)
+            value = parts[i].astype(kind.to_pandas_dtype())
+            out[f"__part{i}"] = pa.array(value, type=kind, mask=empty)
+    return pa.table(out)
+
+
+def streamed(
     group: Sequence[str],
     aggregates: Sequence[tuple[str, str | None]],
     reach: int | None,
     never: int,
     start: int,
-) -> Callable[[pa.Table], pa.Table]:
-    """:func:`sweep` as the function Spark calls with each group's table."""
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """:func:`sweep` as the function Spark maps over a partition's batches, whose rows come
+    sorted by ``group``: the groups a batch ends are swept together, and the last one,
+    which the next batch may go on with, waits for it. One call a batch, not one a group."""
 
-    def run(table: pa.Table) -> pa.Table:
-        return sweep(table, group, aggregates, reach, never, start)
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        held: pa.Table | None = None
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            table = table if held is None else pa.concat_tables([held, table])
+            firsts = group_starts(table, group)
+            last = int(firsts[-1]) if len(firsts) else 0
+            if last > 0:
+                ended = table.slice(0, last)
+                yield from sweep(ended, group, aggregates, reach, never, start).to_batches()
+            held = table.slice(last)
+        if held is not None and held.num_rows:
+            yield from sweep(held, group, aggregates, reach, never, start).to_batches()
 
     return run

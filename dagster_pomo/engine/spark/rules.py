@@ -445,8 +445,8 @@ def _by_sweep(
     b: int,
     buckets: Buckets,
 ) -> DataFrame:
-    """The same parts, for numeric values, in one pass: each group's segments go to
-    :func:`sweep.sweep` as one Arrow table."""
+    """The same parts, for numeric values, in one pass: a partition's segments, sorted by
+    group, go to :func:`sweep.sweep` a batch of many groups at a time."""
     rows = made.select(*group, "__at", "__until", "__mexp", "__full", *values)
     typed = {f.name: f.dataType for f in rows.schema.fields}
     fields = [StructField(g, typed[g]) for g in group]
@@ -460,8 +460,10 @@ def _by_sweep(
             kind = DoubleType()
         fields.append(StructField(f"__part{i}", kind))
     reach = None if buckets.reach >= NEVER else buckets.reach
-    run = sweep.per_group(group, aggregates, reach, NEVER, a)
-    return rows.groupBy(*group).applyInArrow(run, StructType(fields))
+    run = sweep.streamed(group, aggregates, reach, NEVER, a)
+    # Already so when the rows come from the window over the group's versions: no sort.
+    rows = rows.sortWithinPartitions(*group) if group else rows.repartition(1)
+    return rows.mapInArrow(run, StructType(fields))
 
 
 def aggregate(
