@@ -113,15 +113,20 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
 
 
 def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkeypatch) -> None:
-    """The rounds' tasks write the relation's epoch themselves; when one fails, the epoch
-    written before is still there whole, and nothing half-written is left beside it."""
+    """The rounds' tasks write the relation's epoch themselves (also under a warehouse
+    named relative to the folder the run started in, which Spark's Python workers need
+    not share); when one fails, the epoch written before is still there whole, and
+    nothing half-written is left beside it."""
     program = compile_corpus(CLOSURE, "closure.pomo")
     lines = [{"relation": "edge", "t": 0, "args": [i, (i + 1) % 12]} for i in range(12)]
     events = tmp_path / "cycle.jsonl"
     events.write_text("".join(json.dumps(line) + "\n" for line in lines))
     prepared = prepare(program, events, 10, 0, 10)
     warehouse = tmp_path / "wh"
-    evaluator = evaluator_for(program, prepared, str(warehouse))
+    evaluator = evaluator_for(program, prepared, str(warehouse))  # workers start here
+    assert evaluator.evaluate_epoch(evaluator.epochs[0]).strata[-1].rows["path"] == 12 * 12
+    monkeypatch.chdir(tmp_path)
+    evaluator = evaluator_for(program, prepared, "wh")
     stats = evaluator.evaluate_epoch(evaluator.epochs[0])
     assert stats.strata[-1].rows["path"] == 12 * 12
     stored = warehouse / "closure" / "path"
@@ -138,7 +143,7 @@ def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkey
         raise RuntimeError("a task ran out of luck")
 
     monkeypatch.setattr(rounds, "fixpoint", broken)  # tasks get the module by value
-    again = evaluator_for(program, prepared, str(warehouse))
+    again = evaluator_for(program, prepared, "wh")
     with pytest.raises(Exception, match="out of luck"):
         again.evaluate_epoch(again.epochs[0])
     assert files() == before

@@ -25,7 +25,10 @@ from dagster_pomo.engine.spark.frames import empty
 class Warehouse:
     def __init__(self, spark: SparkSession, root: str, corpus: str) -> None:
         self.spark = spark
-        self.root = root.rstrip("/")
+        # A folder named relative to where the run started: the JVM and Spark's Python
+        # workers have folders of their own, so every part is given the same full path.
+        plain = "://" not in root and not root.startswith("file:")
+        self.root = (os.path.abspath(root) if plain else root).rstrip("/")
         self.corpus = corpus
 
     def path(self, relation: str, key: str | None = None, deferred: bool = False) -> str:
