@@ -110,3 +110,6 @@ def test_groups_too_far_apart_to_line_up_are_swept_one_by_one() -> None:
     got = sweep(table, ["g"], AGGREGATES, 10, NEVER, 0).to_pylist()
     assert len(got) == 4
     _check(got, _expected(rows, 0))
+    one = [(0, True, 1, 0, 1, 1.0, "a"), (2**62, True, 1, 0, 8, 8.0, "a")]  # one group, far
+    rows, table = _table(one, 10)
+    _check(sweep(table, ["g"], AGGREGATES, 10, NEVER, 0).to_pylist(), _expected(rows, 0))

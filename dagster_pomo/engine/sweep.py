@@ -108,7 +108,7 @@ def sweep(
     at = table.column("__at").to_numpy()
     low = int(at.min())
     span = int(at.max()) - low + (reach or 0) + 1
-    if len(firsts) * span >= 2**62:  # too far apart to line up: one group at a time
+    if len(firsts) > 1 and len(firsts) * span >= 2**62:  # too far apart: one at a time
         ends = [*firsts[1:], table.num_rows]
         return pa.concat_tables(
             sweep(table.slice(a, b - a), group, aggregates, reach, never, start)
@@ -147,11 +147,11 @@ def sweep(
     cut = _scatter("min", size, slot, _column(table, "__mexp")[row])
     least = _either("min", least, has_full, cut, has_short)
     parts: dict[int, np.ndarray] = {}
+    running = reach is None and len(firsts) == 1  # every slice starts at the first row
     for i, (fn, column) in enumerate(aggregates):
         if column is None:  # a count
             continue
         values = _column(table, column).astype(_kind(table, fn, column).to_pandas_dtype())
-        running = reach is None and len(firsts) == 1
         reduced = reduce_frames(REDUCERS[fn], values[order], lo, hi, running)
         paired = _scatter(fn, size, slot, values[row])
         if fn in ("sum", "average"):  # an absent part adds nothing
