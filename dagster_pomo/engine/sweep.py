@@ -228,18 +228,28 @@ def streamed(
     sorted by ``group``: the groups a batch ends are swept together, and the last one,
     which the next batch may go on with, waits for it. One call a batch, not one a group."""
 
+    def swept(table: pa.Table) -> Iterator[pa.RecordBatch]:
+        return iter(sweep(table, group, aggregates, reach, never, start).to_batches())
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        held: pa.Table | None = None
+        held: pa.Table | None = None  # the rows of one group, which may go on
         for batch in batches:
             table = pa.Table.from_batches([batch])
-            table = table if held is None else pa.concat_tables([held, table])
-            firsts = group_starts(table, group)
-            last = int(firsts[-1]) if len(firsts) else 0
-            if last > 0:
-                ended = table.slice(0, last)
-                yield from sweep(ended, group, aggregates, reach, never, start).to_batches()
+            if table.num_rows == 0:
+                continue
+            if held is not None:
+                edge = pa.concat_tables([held.slice(held.num_rows - 1), table.slice(0, 1)])
+                if len(group_starts(edge, group)) > 1:  # the batch starts a group of its own
+                    yield from swept(held)
+                    held = None
+            last = int(group_starts(table, group)[-1])  # the batch's last group starts here
+            if last == 0:
+                held = table if held is None else pa.concat_tables([held, table])
+                continue
+            ended = table.slice(0, last)
+            yield from swept(ended if held is None else pa.concat_tables([held, ended]))
             held = table.slice(last)
-        if held is not None and held.num_rows:
-            yield from sweep(held, group, aggregates, reach, never, start).to_batches()
+        if held is not None:
+            yield from swept(held)
 
     return run
