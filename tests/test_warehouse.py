@@ -254,3 +254,26 @@ def test_files_beside_the_warehouse_are_replaced_whole_by_writers_at_once(tmp_pa
     assert errors == []
     assert wh.read_text("_landing.json") in texts
     assert [p.name for p in (tmp_path / "sensors").iterdir()] == ["_landing.json"]
+
+
+def test_staging_folders_a_killed_run_left_go_a_day_later(tmp_path: Path) -> None:
+    """Tasks stage their files in folders of their own; one a killed run left is removed
+    by the next writer once a day old, while another writer's fresh folder is kept."""
+    import os
+
+    from dagster_pomo.engine.spark.session import spark_session
+    from dagster_pomo.engine.spark.warehouse import STALE_SECONDS, Warehouse
+
+    wh = Warehouse(spark_session(), str(tmp_path), "graph")
+    base = tmp_path / "graph" / "_staging"
+    left, busy = base / "path-left", base / "path-busy"
+    for folder in (left, busy):
+        folder.mkdir(parents=True)
+        (folder / "part-00000.snappy.parquet").write_bytes(b"half")
+    old = os.stat(left).st_mtime - STALE_SECONDS - 60
+    os.utime(left, (old, old))
+    mine = wh.staging("path")
+    assert mine is not None and Path(mine).parent == base
+    assert sorted(p.name for p in base.iterdir()) == sorted(["path-busy", Path(mine).name])
+    wh.discard(mine)
+    assert [p.name for p in base.iterdir()] == ["path-busy"]

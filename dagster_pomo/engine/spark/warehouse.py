@@ -10,9 +10,11 @@ epoch whole.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,6 +22,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dagster_pomo.engine.spark.frames import empty
+
+STALE_SECONDS = 24 * 3600  # a staging folder this old was left by a run that died
 
 
 class Warehouse:
@@ -62,11 +66,17 @@ class Warehouse:
 
     def staging(self, relation: str) -> str | None:
         """A new empty local folder, beside the relation's epochs, for files that Spark tasks
-        write themselves; None when the warehouse is not on the local file system."""
+        write themselves; None when the warehouse is not on the local file system. Folders
+        untouched for a day are removed first: a run killed part-way left them."""
         local = _local(self.path(relation))
         if not local:
             return None
         base = Path(local).parent / "_staging"
+        if base.is_dir():
+            for left in base.iterdir():
+                with contextlib.suppress(OSError):  # another writer may remove it too
+                    if left.stat().st_mtime < time.time() - STALE_SECONDS:
+                        shutil.rmtree(left, ignore_errors=True)
         while True:
             base.mkdir(parents=True, exist_ok=True)
             try:
