@@ -30,3 +30,16 @@ def test_the_harness_runs_every_workload_on_tiny_sizes(tmp_path: Path, capsys) -
     assert [e["epoch"] for e in ours["per_epoch"]] == [1, 2]
     assert ours["per_epoch"][-1]["state_rows_read"] > 0, "later epochs read earlier state"
     assert all(m["duplicates"] == 0 for m in results["w3"])
+
+
+def test_the_cold_start_report_names_each_step_and_the_jvm_threads(capsys) -> None:  # noqa: ANN001
+    """`python -m bench.cold_start` times a run's steps and splits the JVM's CPU by thread
+    (here in the test run's warm process: only that it reports, not what)."""
+    from bench.cold_start import main as cold
+
+    assert cold(["--readings", "600", "--hours", "2"]) == 0
+    printed = capsys.readouterr().out
+    for step in ("starting Spark", "reading and storing the inputs", "epoch 1", "epoch 2"):
+        assert step in printed
+    assert "JVM CPU during the epochs, by thread:" in printed
+    assert "Executor task" in printed

@@ -1,0 +1,102 @@
+"""What a fresh process pays, as a scheduled Dagster run does: ``python -m bench.cold_start``.
+
+A run of one partition starts Python, then Spark's JVM, stores its inputs and evaluates
+an epoch or a few, all with a cold JIT compiler. This prints each step's time and, on
+Linux, the CPU the JVM's threads used while the epochs ran, by kind of thread (the JIT
+compiler's, the tasks', the garbage collector's). ``--java-options`` passes options to
+the driver JVM (``spark.driver.extraJavaOptions``), to compare e.g.
+``-XX:TieredStopAtLevel=1``. Run it once per setting: the point is a new process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _jvm_threads() -> dict[str, tuple[str, float]]:
+    """Each thread of this process's Spark JVM: its kind (digits dropped) and CPU seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    proc = Path("/proc")
+    mine = str(os.getpid())
+    jvms = [
+        p
+        for p in proc.iterdir()
+        if p.name.isdigit()
+        and (p / "stat").is_file()
+        and (p / "stat").read_text().rsplit(")", 1)[1].split()[1] == mine
+        and b"java" in (p / "cmdline").read_bytes()
+    ]
+    out: dict[str, tuple[str, float]] = {}
+    for jvm in jvms:
+        for task in (jvm / "task").iterdir():
+            try:
+                raw = (task / "stat").read_text()
+            except OSError:
+                continue
+            name = re.sub(r"[0-9]+", "#", raw[raw.index("(") + 1 : raw.rindex(")")])
+            fields = raw.rsplit(")", 1)[1].split()
+            out[f"{jvm.name}/{task.name}"] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cold_start", description=__doc__)
+    parser.add_argument("--readings", type=int, default=30_000)
+    parser.add_argument("--hours", type=int, default=3, help="hourly epochs")
+    parser.add_argument("--java-options", default="", help="driver JVM options")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+
+    from bench.w2_epochs import CORPUS, START
+    from dagster_pomo.engine.run import prepare
+    from dagster_pomo.engine.spark.evaluator import evaluator_for
+    from dagster_pomo.engine.spark.session import SparkSettings, spark_session
+    from dagster_pomo.examples import HOUR, water_tank_events
+    from dagster_pomo.lang import load_program
+
+    steps: list[tuple[str, float]] = [("imports", time.perf_counter() - began)]
+    clock = time.perf_counter()
+    conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options else {}
+    spark = spark_session(SparkSettings(conf=conf))
+    steps.append(("starting Spark", time.perf_counter() - clock))
+    program = load_program(CORPUS)
+    with tempfile.TemporaryDirectory(prefix="pomo-cold-") as tmp:
+        landing = Path(tmp) / "landing"
+        landing.mkdir()
+        until = START + args.hours * HOUR
+        water_tank_events(
+            landing / "r.jsonl", args.readings, tanks=3, hours=args.hours, start=START
+        )
+        clock = time.perf_counter()
+        prepared = prepare(program, landing, HOUR, start=START, until=until)
+        evaluator = evaluator_for(program, prepared, f"{tmp}/wh", spark)
+        steps.append(("reading and storing the inputs", time.perf_counter() - clock))
+        before = _jvm_threads() if sys.platform == "linux" else {}
+        for index, epoch in enumerate(evaluator.epochs, start=1):
+            clock = time.perf_counter()
+            evaluator.evaluate_epoch(epoch)
+            steps.append((f"epoch {index}", time.perf_counter() - clock))
+        after = _jvm_threads() if sys.platform == "linux" else {}
+    print(f"java options: {args.java_options or '(none)'}")
+    for step, seconds in steps:
+        print(f"  {step:32} {seconds:7.2f} s")
+    print(f"  {'in all':32} {time.perf_counter() - began:7.2f} s")
+    by_kind: collections.Counter[str] = collections.Counter()
+    for key, (kind, cpu) in after.items():
+        by_kind[kind] += cpu - before.get(key, (kind, 0.0))[1]
+    if by_kind:
+        print("JVM CPU during the epochs, by thread:")
+        for kind, cpu in by_kind.most_common(4):
+            print(f"  {kind:32} {cpu:7.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
