@@ -102,6 +102,19 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     assert stored(program, warehouse) == got, "re-materializing a partition changes nothing"
 
 
+def test_a_run_starts_spark_once_its_steps_share_one_process(tmp_path: Path) -> None:
+    """Spark is a JVM that takes seconds to start and to warm up: the runs the schedule,
+    the sensor and the UI launch execute their steps (inputs, strata, actions) in one
+    process, which keeps one Spark session, not a process and a JVM per multi-asset."""
+    defs = _defs(RULES / "water_tanks.pomo", PARTITIONS, tmp_path / "wh", tmp_path / "landing")
+    (schedule,) = defs.schedules
+    scheduled = defs.resolve_job_def(schedule.job_name)
+    assert len(scheduled.all_node_defs) > 3, "the scheduled run holds every step"
+    assert scheduled.executor_def.name == "in_process"
+    # The sensor's and the UI's runs target assets, through the implicit asset job.
+    assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"
+
+
 def test_pipelines_need_declared_inputs() -> None:
     program_text = "p(x) := q(x);"
     path = Path("undeclared.pomo")

@@ -317,7 +317,7 @@ def pomo_definitions(
     sensor, the epoch schedule (each epoch ``skew`` after it ends; a duration such as
     ``"5m"``, or ms) and the resources. ``ledger`` is the folder of the action ledger
     (default: the warehouse, when local)."""
-    from dagster import AssetSelection, Definitions
+    from dagster import AssetSelection, Definitions, in_process_executor
 
     from dagster_pomo.engine.timeline import parse_duration
     from dagster_pomo.lang import load_program
@@ -345,6 +345,9 @@ def pomo_definitions(
             "spark": spark or SparkResource(),
             "storage": PomoStorage(warehouse=warehouse, landing=landing, ledger=ledger),
         },
+        # A run's steps share one process, so Spark (a JVM, some seconds to start and to
+        # warm) starts once a run, not once a multi-asset.
+        executor=in_process_executor,
     )
 
 
