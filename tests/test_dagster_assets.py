@@ -315,3 +315,20 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
         check, metadata = store(KEYS[2], KEYS[2])
         assert metadata["pomo/landing_files_read"].value == "3 of 3"
         assert check.metadata["pomo/quarantined"].value == 1
+
+
+def test_short_runs_start_spark_with_the_quick_compiler_only() -> None:
+    """A run of one to three epochs in a new local JVM is over before the JIT's optimizing
+    tier pays for itself (bench/cold_start.py); longer runs, remote Spark and Java options
+    the user sets are left as they are."""
+    from dagster_pomo.orchestration.resources import JAVA_OPTIONS, QUICK_JIT, SparkResource
+
+    local = SparkResource()
+    assert local.settings(1).conf[JAVA_OPTIONS] == QUICK_JIT
+    assert local.settings(3).conf[JAVA_OPTIONS] == QUICK_JIT
+    assert JAVA_OPTIONS not in local.settings(4).conf, "a backfill: the optimizing tier pays"
+    assert JAVA_OPTIONS not in local.settings().conf
+    mine = SparkResource(conf={JAVA_OPTIONS: "-Xss4m", "spark.sql.shuffle.partitions": "8"})
+    assert mine.settings(1).conf == mine.conf
+    assert JAVA_OPTIONS not in SparkResource(remote="sc://spark:15002").settings(1).conf
+    assert JAVA_OPTIONS not in SparkResource(master="spark://host:7077").settings(1).conf

@@ -74,7 +74,7 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
     def act(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult]:
-        session = spark.get_session()
+        session = spark.get_session(len(context.partition_keys))
         warehouse = Warehouse(session, storage.warehouse, program.name)
         ledger = Ledger(storage.ledger_path(program.name))
         total = ActionReport(name)

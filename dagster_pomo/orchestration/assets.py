@@ -152,7 +152,7 @@ class CorpusAssets:
         """An evaluator over every epoch up to the end of the run's range, and the range's
         epochs in time order."""
         epochs = epochs_through(self.partitions_def, context.partition_keys[-1])
-        session = spark.get_session()
+        session = spark.get_session(len(context.partition_keys))
         warehouse = Warehouse(session, storage.warehouse, self.program.name)
         evaluator = SparkEvaluator(
             session,

@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+SHORT_RUN = 3  # epochs: a fresh process's first three were a fifth faster with QUICK_JIT
+
+
 class SparkResource(ConfigurableResource):
     """The Spark session: local by default, a master URL or a Spark Connect URL otherwise."""
 
@@ -22,8 +27,20 @@ class SparkResource(ConfigurableResource):
     remote: str | None = Field(default=None, description="Spark Connect URL (wins over master)")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
 
-    def get_session(self) -> SparkSession:
-        return spark_session(SparkSettings(master=self.master, remote=self.remote, conf=self.conf))
+    def get_session(self, epochs: int | None = None) -> SparkSession:
+        """The process's session; ``epochs``, how many the run evaluates, picks the JVM's
+        compiler when this call starts Spark (see :meth:`settings`)."""
+        return spark_session(self.settings(epochs))
+
+    def settings(self, epochs: int | None = None) -> SparkSettings:
+        """A run of a few epochs in a new local JVM is over before the JIT's optimizing
+        tier pays for itself: such runs compile with its quick tier only, unless ``conf``
+        sets the driver's Java options (measured in ``bench/cold_start.py``)."""
+        conf = dict(self.conf)
+        local = not self.remote and self.master.startswith("local")
+        if local and epochs is not None and epochs <= SHORT_RUN and JAVA_OPTIONS not in conf:
+            conf[JAVA_OPTIONS] = QUICK_JIT
+        return SparkSettings(master=self.master, remote=self.remote, conf=conf)
 
 
 class PomoStorage(ConfigurableResource):
