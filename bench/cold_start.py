@@ -23,16 +23,16 @@ from pathlib import Path
 def _jvm_threads() -> dict[str, tuple[str, float]]:
     """Each thread of this process's Spark JVM: its kind (digits dropped) and CPU seconds."""
     tick = os.sysconf("SC_CLK_TCK")
-    proc = Path("/proc")
     mine = str(os.getpid())
-    jvms = [
-        p
-        for p in proc.iterdir()
-        if p.name.isdigit()
-        and (p / "stat").is_file()
-        and (p / "stat").read_text().rsplit(")", 1)[1].split()[1] == mine
-        and b"java" in (p / "cmdline").read_bytes()
-    ]
+
+    def is_my_jvm(p: Path) -> bool:
+        try:  # other processes come and go while we look
+            parent = (p / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            return parent == mine and b"java" in (p / "cmdline").read_bytes()
+        except OSError:
+            return False
+
+    jvms = [p for p in Path("/proc").iterdir() if p.name.isdigit() and is_my_jvm(p)]
     out: dict[str, tuple[str, float]] = {}
     for jvm in jvms:
         for task in (jvm / "task").iterdir():

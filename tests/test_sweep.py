@@ -97,7 +97,7 @@ def test_a_partition_swept_batch_by_batch_gives_each_group_once(data, reach, cut
     pieces = zip(bounds, bounds[1:], strict=False)
     batches = [table.slice(a, b - a).to_batches()[0] for a, b in pieces]
     out = streamed(["g"], AGGREGATES, reach, NEVER, 0)(iter(batches))
-    got = pa.Table.from_batches(list(out), schema=None).to_pylist() if batches else []
+    got = pa.Table.from_batches(list(out)).to_pylist()
     _check(sorted(got, key=lambda r: (r["g"], r["__at"])), _expected(rows, 0))
 
 

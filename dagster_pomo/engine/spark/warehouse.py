@@ -31,8 +31,7 @@ class Warehouse:
         self.spark = spark
         # A folder named relative to where the run started: the JVM and Spark's Python
         # workers have folders of their own, so every part is given the same full path.
-        plain = "://" not in root and not root.startswith("file:")
-        self.root = (os.path.abspath(root) if plain else root).rstrip("/")
+        self.root = (os.path.abspath(root) if _local(root) == root else root).rstrip("/")
         self.corpus = corpus
 
     def path(self, relation: str, key: str | None = None, deferred: bool = False) -> str:
