@@ -202,7 +202,7 @@ def valid(
     m: Matches, rule: ast.Rule, negated: Sequence[DataFrame], schemas: Mapping[str, Schema]
 ) -> DataFrame:
     """Matches whose versions are all alive at ``__tau`` and whose negations hold there."""
-    df = m.df.withColumn("__tau", _tau(m)).withColumn("__mexp", _min_exp(m))
+    df = m.df.withColumns({"__tau": _tau(m), "__mexp": _min_exp(m)})
     df = df.filter(F.col("__mexp") > F.col("__tau"))
     for k, (atom, source) in enumerate(zip(rule.negative, negated, strict=True)):
         df = anti_join(
@@ -488,35 +488,31 @@ def aggregate(
     df = valid(m, rule, negated, schemas)
     df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
     schema = schemas[rule.head.relation]
-    group: list[str] = []
+    # The group's and the aggregates' columns in one step: Spark analyses the plan again at
+    # every step, whatever the size of the data.
+    added: dict[str, Column] = {}
     for j, arg in enumerate(rule.head.args):
         value, _ = compile_expr(arg, m.env)
-        df = df.withColumn(f"__g{j}", value.cast(SPARK_TYPES[schema.types[j]]))
-        group.append(f"__g{j}")
+        added[f"__g{j}"] = value.cast(SPARK_TYPES[schema.types[j]])
     if rule.head.time is not None:
-        df = df.withColumn("__gt", time_column(rule.head.time, m.env))
-        group.append("__gt")
-    values = []
+        added["__gt"] = time_column(rule.head.time, m.env)
+    group = list(added)
     for i, ann in enumerate(rule.aggregates):
-        if ann.args:
-            value, _ = compile_expr(ann.args[0], m.env)
-        else:
-            value = F.lit(1)
-        df = df.withColumn(f"__val{i}", value)
-        values.append(f"__val{i}")
-    df = df.dropna(subset=group + values)
-    key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)]).alias("__key")
+        added[f"__val{i}"] = compile_expr(ann.args[0], m.env)[0] if ann.args else F.lit(1)
+    values = [c for c in added if c not in group]
+    df = df.withColumns(added).dropna(subset=group + values)
+    key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)])
     # Everything below works on a group's rows together: one shuffle by the group serves.
-    made = df.select(*group, "__tau", "__mexp", *values, key)
+    # Sorted by the group first (what the per-group pass after it wants too), then by the
+    # key's hash, so the sort seldom compares the nested key itself.
+    hashed = F.xxhash64(key).alias("__hash")
+    made = df.select(*group, "__tau", "__mexp", *values, key.alias("__key"), hashed)
     made = made.repartition(*group) if group else made
     # A combination of events may match in several versions. At time x it counts once, with
     # the latest expiry among its versions made by x and alive at x: cut its time line into
     # segments, from each version's tau to the next one's, alive while that running latest
     # expiry lasts. A time falls in at most one segment of a combination, and every time
     # asked about (a distinct tau) in at least one.
-    # Sorted by the group first (what the per-group pass after it wants too), then by the
-    # key's hash, so the sort seldom compares the nested key itself.
-    made = made.withColumn("__hash", F.xxhash64("__key"))
     versions = Window.partitionBy(*group, "__hash", "__key").orderBy("__tau")
     made = made.withColumn(
         "__mexp", F.max("__mexp").over(versions.rowsBetween(Window.unboundedPreceding, 0))
