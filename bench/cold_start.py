@@ -5,7 +5,9 @@ an epoch or a few, all with a cold JIT compiler. This prints each step's time an
 Linux, the CPU the JVM's threads used while the epochs ran, by kind of thread (the JIT
 compiler's, the tasks', the garbage collector's). ``--java-options`` passes options to
 the driver JVM (``spark.driver.extraJavaOptions``), to compare e.g.
-``-XX:TieredStopAtLevel=1``. Run it once per setting: the point is a new process.
+``-XX:TieredStopAtLevel=1``; ``--remote`` runs against a Spark Connect server instead,
+whose JVM outlives the process (its threads are then not this process's to count). Run it
+once per setting: the point is a new process.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readings", type=int, default=30_000)
     parser.add_argument("--hours", type=int, default=3, help="hourly epochs")
     parser.add_argument("--java-options", default="", help="driver JVM options")
+    parser.add_argument(
+        "--remote", default=None, help="a Spark Connect URL (sc://host:port) to use instead"
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
 
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     steps: list[tuple[str, float]] = [("imports", time.perf_counter() - began)]
     clock = time.perf_counter()
     conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options else {}
-    spark = spark_session(SparkSettings(conf=conf))
+    spark = spark_session(SparkSettings(remote=args.remote, conf=conf))
     steps.append(("starting Spark", time.perf_counter() - clock))
     program = load_program(CORPUS)
     with tempfile.TemporaryDirectory(prefix="pomo-cold-") as tmp:
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             evaluator.evaluate_epoch(epoch)
             steps.append((f"epoch {index}", time.perf_counter() - clock))
         after = _jvm_threads() if sys.platform == "linux" else {}
-    print(f"java options: {args.java_options or '(none)'}")
+    print(f"spark: {args.remote or 'local'}; java options: {args.java_options or '(none)'}")
     for step, seconds in steps:
         print(f"  {step:32} {seconds:7.2f} s")
     print(f"  {'in all':32} {time.perf_counter() - began:7.2f} s")
