@@ -90,11 +90,28 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         # Python workers run some aggregates; locally they need this interpreter's
         # packages, not whatever ``python3`` is first on the PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    for key, value in {**DEFAULT_CONF, **settings.conf}.items():
+    for key, value in session_conf(settings).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR") if not settings.remote else None
     return session
+
+
+def session_conf(settings: SparkSettings) -> dict[str, str]:
+    """The conf a new session is given: the defaults, then the user's.
+
+    A Spark Connect server's JVM, UI and console were set up when it started; a client
+    can only set session (SQL and Hadoop) settings, and Spark warns about each other
+    one. So the defaults send a Connect server only those; what the user asks for is
+    sent as asked.
+    """
+    defaults = DEFAULT_CONF
+    if settings.remote:
+        defaults = {k: v for k, v in DEFAULT_CONF.items() if k.startswith(_SESSION_PREFIXES)}
+    return {**defaults, **settings.conf}
+
+
+_SESSION_PREFIXES = ("spark.sql.", "spark.hadoop.")
 
 
 def is_connect(spark: SparkSession) -> bool:
