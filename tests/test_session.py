@@ -16,6 +16,7 @@ def test_a_connect_server_is_sent_session_settings_only() -> None:
     assert remote["spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version"] == "2"
     for launch_only in ("spark.driver.memory", "spark.ui.enabled", "spark.default.parallelism"):
         assert launch_only in local and launch_only not in remote
+    assert session_conf(SparkSettings(remote="local")) == local, "a server started here"
     mine = {"spark.driver.memory": "8g", "spark.sql.shuffle.partitions": "16"}
     asked = session_conf(SparkSettings(remote="sc://spark:15002", conf=mine))
     assert asked["spark.driver.memory"] == "8g" and asked["spark.sql.shuffle.partitions"] == "16"

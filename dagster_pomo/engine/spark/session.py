@@ -100,13 +100,14 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
 def session_conf(settings: SparkSettings) -> dict[str, str]:
     """The conf a new session is given: the defaults, then the user's.
 
-    A Spark Connect server's JVM, UI and console were set up when it started; a client
-    can only set session (SQL and Hadoop) settings, and Spark warns about each other
-    one. So the defaults send a Connect server only those; what the user asks for is
-    sent as asked.
+    A running Spark Connect server (``sc://``) set up its JVM, UI and console when it
+    started; a client can only set session (SQL and Hadoop) settings, and Spark warns
+    about each other one. So the defaults send such a server only those; a server that
+    PySpark starts here (``local``) takes them all, and what the user asks for is sent
+    as asked.
     """
     defaults = DEFAULT_CONF
-    if settings.remote:
+    if settings.remote and settings.remote.startswith("sc://"):
         defaults = {k: v for k, v in DEFAULT_CONF.items() if k.startswith(_SESSION_PREFIXES)}
     return {**defaults, **settings.conf}
 
