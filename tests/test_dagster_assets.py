@@ -317,6 +317,26 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
         assert check.metadata["pomo/quarantined"].value == 1
 
 
+def test_the_spark_resource_follows_the_same_variables_as_pomo_run(monkeypatch) -> None:
+    """A deployment points its runs at a Spark Connect server or a cluster by environment,
+    as `pomo run` is pointed; a master or URL given to the resource wins."""
+    from dagster_pomo.orchestration.resources import SparkResource
+
+    monkeypatch.delenv("POMO_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("POMO_SPARK_REMOTE", raising=False)
+    plain = SparkResource().settings()
+    assert (plain.master, plain.remote) == ("local[*]", None)
+    monkeypatch.setenv("POMO_SPARK_REMOTE", "sc://spark:15002")
+    assert SparkResource().settings(1).remote == "sc://spark:15002"
+    assert SparkResource().settings(1).conf == {}, "no JVM options for a server's JVM"
+    assert SparkResource(master="local[2]").settings().remote is None
+    assert SparkResource(remote="sc://other:15002").settings().remote == "sc://other:15002"
+    monkeypatch.delenv("POMO_SPARK_REMOTE")
+    monkeypatch.setenv("POMO_SPARK_MASTER", "spark://host:7077")
+    assert SparkResource().settings().master == "spark://host:7077"
+    assert SparkResource(master="local[2]").settings().master == "local[2]"
+
+
 def test_short_runs_start_spark_with_the_quick_compiler_only() -> None:
     """A run of one to three epochs in a new local JVM is over before the JIT's optimizing
     tier pays for itself (bench/cold_start.py); longer runs, remote Spark and Java options

@@ -69,8 +69,8 @@ def _import(target: str) -> object:
 
 
 class SparkSettingsModel(dg.Model):
-    master: str = "local[*]"
-    remote: str | None = None
+    master: str | None = None  # default: $POMO_SPARK_MASTER, or local[*]
+    remote: str | None = None  # default: $POMO_SPARK_REMOTE when no master is given
     conf: dict[str, str] = Field(default_factory=dict)
 
 

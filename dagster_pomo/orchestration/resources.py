@@ -23,8 +23,14 @@ SHORT_RUN = 3  # epochs: a fresh process's first three were a fifth faster with 
 class SparkResource(ConfigurableResource):
     """The Spark session: local by default, a master URL or a Spark Connect URL otherwise."""
 
-    master: str = Field(default="local[*]", description="Spark master URL")
-    remote: str | None = Field(default=None, description="Spark Connect URL (wins over master)")
+    master: str | None = Field(
+        default=None, description="Spark master URL (default: $POMO_SPARK_MASTER, or local[*])"
+    )
+    remote: str | None = Field(
+        default=None,
+        description="Spark Connect URL, which wins over master (default: $POMO_SPARK_REMOTE "
+        "when no master is given)",
+    )
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
 
     def get_session(self, epochs: int | None = None) -> SparkSession:
@@ -37,10 +43,13 @@ class SparkResource(ConfigurableResource):
         tier pays for itself: such runs compile with its quick tier only, unless ``conf``
         sets the driver's Java options (measured in ``bench/cold_start.py``)."""
         conf = dict(self.conf)
-        local = not self.remote and self.master.startswith("local")
+        env = SparkSettings.from_env()  # what `pomo run` follows too
+        remote = self.remote or (None if self.master else env.remote)
+        master = self.master or env.master
+        local = not remote and master.startswith("local")
         if local and epochs is not None and epochs <= SHORT_RUN and JAVA_OPTIONS not in conf:
             conf[JAVA_OPTIONS] = QUICK_JIT
-        return SparkSettings(master=self.master, remote=self.remote, conf=conf)
+        return SparkSettings(master=master, remote=remote, conf=conf)
 
 
 class PomoStorage(ConfigurableResource):
