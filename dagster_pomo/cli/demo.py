@@ -1,7 +1,8 @@
 """``pomo demo``: the water-tank pipeline through Dagster, end to end, on the defaults.
 
 Generates readings, builds the corpus's Dagster definitions, materializes every
-epoch in one run on a throw-away Dagster instance with local Spark, and prints
+epoch in one run on a throw-away Dagster instance with local Spark (or the Spark
+that ``POMO_SPARK_MASTER`` or ``POMO_SPARK_REMOTE`` names), and prints
 what each relation holds and what each action handler did.
 """
 
@@ -37,6 +38,7 @@ def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
 
     from dagster_pomo.examples import HOUR, outbox_handlers, water_tank_events
     from dagster_pomo.orchestration import pomo_definitions
+    from dagster_pomo.orchestration.resources import SparkResource
 
     began = time.perf_counter()
     landing, warehouse, home = work / "landing", work / "warehouse", work / "dagster_home"
@@ -54,9 +56,12 @@ def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
         _range(partitions, start, start + hours * HOUR - 1)
     )
     assets = list(defs.assets)
+    spark = SparkResource().settings()
+    where = f"Spark at {spark.remote}" if spark.remote else f"Spark ({spark.master})"
+    where = "local Spark" if spark.master == "local[*]" and not spark.remote else where
     print(
         f"2. {CORPUS.name}: {len(assets)} Dagster asset definitions, {len(keys)} hourly partitions "
-        f"({keys[0]} to {keys[-1]}); materializing them in one run on local Spark..."
+        f"({keys[0]} to {keys[-1]}); materializing them in one run on {where}..."
     )
     result = materialize(
         assets,
