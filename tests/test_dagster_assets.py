@@ -19,6 +19,7 @@ from dagster_pomo.errors import UsageError
 from dagster_pomo.examples import HOUR, outbox_handlers, water_tank_events
 from dagster_pomo.lang import compile_corpus, load_program
 from dagster_pomo.orchestration import epochs_through, pomo_definitions
+from tests.compare import rounded
 from tests.conftest import RULES
 
 START = 1_700_000_000_000 // HOUR * HOUR  # 2023-11-14T22:00Z, where the generator starts
@@ -32,18 +33,12 @@ def _defs(corpus: Path, partitions, warehouse: Path, landing: Path):
     return pomo_definitions(corpus, partitions, str(warehouse), str(landing), handlers=handlers)
 
 
-def _rounded(values: tuple) -> tuple:
-    """Floats to 9 places: Spark and the reference sum an average's terms in different orders,
-    and a derived value (in the aggregates or carried on into a head) may differ in the last bit."""
-    return tuple(round(v, 9) if isinstance(v, float) else v for v in values)
-
-
 def _normal(rows):
-    return sorted((r.t, _rounded(r.args), r.exp, _rounded(r.aggs)) for r in rows)
+    return sorted((r.t, rounded(r.args), r.exp, rounded(r.aggs)) for r in rows)
 
 
-def stored(program, warehouse: Path) -> dict[str, list]:
-    """Each derived relation's events as the warehouse holds them."""
+def stored(program, warehouse: Path, names: set[str] | None = None) -> dict[str, list]:
+    """Each derived relation's events (or those of ``names``) as the warehouse holds them."""
     spark = spark_session()
     wh = Warehouse(spark, str(warehouse), program.name)
     evaluator = SparkEvaluator(
@@ -52,7 +47,7 @@ def stored(program, warehouse: Path) -> dict[str, list]:
     return {
         r.name: _normal(merge_versions(evaluator.versions(r.name), bool(r.aggregates)))
         for r in program.catalog
-        if r.derived
+        if r.derived and (names is None or r.name in names)
     }
 
 

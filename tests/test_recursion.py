@@ -33,7 +33,7 @@ path(a, c) := path(a, b) ^ edge(b, c) ^ !blocked(c);
 sg(x, y) := edge(p, x) ^ edge(p, y) if x != y;
 sg(x, y) := edge(a, x) ^ sg(a, b) ^ edge(b, y) if x != y;
 """
-UNTIL, EPOCH = 60, 20
+UNTIL, EPOCH = 40, 20
 
 
 @pytest.fixture(scope="module")
