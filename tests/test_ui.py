@@ -213,9 +213,9 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
             # A backfill of three historical hours of the inputs and the ten-minute average,
             # launched as the UI's dialog launches it: the daemon runs each multi-asset once
             # over the whole range (a self-dependent asset gets a run of its own, after its
-            # parents), never a run per partition, and it derives what `pomo run` derives
-            # from the same events. (The whole graph, actions included, is a chain of five
-            # such runs, each waiting for the daemon's next 30-second tick; the tests of
+            # parents), never a run per partition, and it derives what the reference
+            # evaluator derives from the same events. (The whole graph, actions included, is
+            # a chain of five such runs, each waiting for the daemon's next 30-second tick;
             # tests/test_dagster_assets.py and tests/test_actions.py run it in process.)
             backfill, state = _backfill(url, KEYS, BACKFILLED)
             assert state["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), state
