@@ -43,3 +43,23 @@ def test_the_cold_start_report_names_each_step_and_the_jvm_threads(capsys) -> No
         assert step in printed
     assert "JVM CPU during the epochs, by thread:" in printed
     assert "Executor task" in printed
+
+
+def test_the_epoch_profile_lists_the_last_epochs_jobs_and_who_called_the_jvm(capsys) -> None:  # noqa: ANN001
+    """`python -m bench.epoch_profile` breaks each epoch down (JVM calls, Spark jobs,
+    compiled classes) and lists the last epoch's jobs stage by stage (what it reports,
+    not how fast)."""
+    from bench.epoch_profile import main as profile
+
+    assert profile(["--readings", "600", "--hours", "2", "--callers"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in printed if line[:5].strip().isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2]
+    jobs = int(rows[-1][2])
+    listed = [line for line in printed if line.startswith("  job ")]
+    assert jobs > 0 and len(listed) == jobs, "every Spark job of the last epoch is listed"
+    assert any(line.strip().startswith("stage ") for line in printed)
+    assert int(rows[-1][3].replace(",", "")) > 0
+    callers = printed[printed.index("the last epoch's JVM calls by engine function:") + 1 :]
+    modules = {p.stem for p in (Path(__file__).parents[1] / "dagster_pomo").rglob("*.py")}
+    assert callers and all(line.split()[1].split(".")[0] in modules for line in callers)

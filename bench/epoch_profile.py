@@ -1,0 +1,199 @@
+"""Where a warm epoch's time goes: ``python -m bench.epoch_profile``.
+
+Runs the W2 water tanks epoch by epoch in one process (local Spark only) and prints, for
+each epoch, its seconds and Spark jobs, the calls the driver made into the JVM (short ones
+build plans and read schemas; long ones run jobs and writes; seconds summed over the
+threads of strata that run at once), how many classes Spark's
+code generator compiled, and each stratum's seconds. For the last epoch it lists every
+Spark job with its stages: tasks, wall time, the tasks' run and CPU time, and rows read,
+shuffled and written. ``--callers`` adds which engine functions made the short calls.
+A fixed cost that is spread over many small parts shows here, where a sampling profiler
+of the Python process sees only waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SHORT = 0.03  # a JVM call under 30 ms builds or asks; a longer one runs a job
+
+
+@dataclass
+class JvmCalls:
+    """The driver's calls into the JVM while counting (from any thread)."""
+
+    callers: bool = False
+    count: int = 0
+    lookups: int = 0  # of which questions about what a name is (reflection)
+    released: int = 0  # and objects Python let go of (sent from a thread of their own)
+    short_seconds: float = 0.0
+    long_seconds: float = 0.0
+    by_caller: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def reset(self) -> None:
+        self.count, self.lookups, self.released = 0, 0, 0
+        self.short_seconds, self.long_seconds = 0.0, 0.0
+        self.by_caller.clear()
+
+    def _seen(self, command: str, seconds: float) -> None:
+        self.count += 1
+        self.lookups += command.startswith("r\n")
+        self.released += command.startswith("m\nd\n")
+        if seconds < SHORT:
+            self.short_seconds += seconds
+        else:
+            self.long_seconds += seconds
+        if self.callers:
+            for frame in reversed(traceback.extract_stack(limit=40)):
+                if "dagster_pomo" in frame.filename:
+                    self.by_caller[f"{Path(frame.filename).stem}.{frame.name}"] += 1
+                    break
+
+
+@contextmanager
+def counting(calls: JvmCalls) -> Iterator[JvmCalls]:
+    """Count every command PySpark sends to the JVM, and how long each took."""
+    from py4j.java_gateway import GatewayClient
+
+    send = GatewayClient.send_command
+
+    def timed(self: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return send(self, command, *args, **kwargs)
+        finally:
+            calls._seen(command, time.perf_counter() - began)
+
+    GatewayClient.send_command = timed  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        GatewayClient.send_command = send  # type: ignore[method-assign]
+
+
+def epoch_jobs(spark: Any, group: str) -> list[dict[str, Any]]:
+    """The Spark jobs of one job group, each with its stages, from Spark's status store."""
+    sc = spark.sparkContext
+    store = sc._jsc.sc().statusStore()
+    jobs = []
+    for job_id in sorted(sc.statusTracker().getJobIdsForGroup(group)):
+        job = store.job(job_id)
+        stages = []
+        ids = job.stageIds()
+        for k in range(ids.size()):
+            try:
+                stage = store.lastStageAttempt(ids.apply(k))
+            except Exception:  # noqa: BLE001 (skipped stages have no attempt)
+                continue
+            if stage.submissionTime().isEmpty() or stage.completionTime().isEmpty():
+                continue
+            stages.append(
+                {
+                    "stage": stage.stageId(),
+                    "tasks": stage.numTasks(),
+                    "wall_ms": _millis(stage),
+                    "run_ms": stage.executorRunTime(),
+                    "cpu_ms": stage.executorCpuTime() // 1_000_000,
+                    "rows_in": stage.inputRecords(),
+                    "shuffled": stage.shuffleWriteRecords(),
+                    "rows_out": stage.outputRecords(),
+                }
+            )
+        jobs.append({"job": job_id, "wall_ms": _millis(job), "stages": stages})
+    return jobs
+
+
+def _millis(data: Any) -> int:
+    return int(data.completionTime().get().getTime() - data.submissionTime().get().getTime())
+
+
+def _compiles(spark: Any) -> tuple[int, float]:
+    """Classes compiled by Spark's code generator so far, and their recent mean ms."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    histogram = metrics.METRIC_COMPILATION_TIME()
+    return int(histogram.getCount()), float(histogram.getSnapshot().getMean())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.epoch_profile", description=__doc__)
+    parser.add_argument("--readings", type=int, default=120_000)
+    parser.add_argument("--hours", type=int, default=12, help="hourly epochs")
+    parser.add_argument(
+        "--concurrency", type=int, default=2, help="strata at once (1: one after another)"
+    )
+    parser.add_argument("--callers", action="store_true", help="short JVM calls by caller")
+    args = parser.parse_args(argv)
+
+    from bench.w2_epochs import CORPUS, START
+    from dagster_pomo.engine.run import prepare
+    from dagster_pomo.engine.spark.evaluator import epoch_key, evaluator_for
+    from dagster_pomo.engine.spark.session import is_connect, spark_session
+    from dagster_pomo.examples import HOUR, water_tank_events
+    from dagster_pomo.lang import load_program
+
+    spark = spark_session()
+    if is_connect(spark):
+        parser.error("the profile reads the driver's JVM: it needs local Spark, not Connect")
+    program = load_program(CORPUS)
+    calls = JvmCalls(callers=args.callers)
+    seconds: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="pomo-profile-") as tmp:
+        landing = Path(tmp) / "landing"
+        landing.mkdir()
+        water_tank_events(
+            landing / "r.jsonl", args.readings, tanks=3, hours=args.hours, start=START
+        )
+        until = START + args.hours * HOUR
+        prepared = prepare(program, landing, HOUR, start=START, until=until)
+        evaluator = evaluator_for(program, prepared, f"{tmp}/wh", spark)
+        evaluator.concurrency = max(1, args.concurrency)
+        print(
+            f"{args.readings:,} readings over {args.hours} hourly epochs, "
+            f"{evaluator.concurrency} strata at once"
+        )
+        print("epoch  seconds  jobs  JVM calls  lookups  short s  long s  compiles  strata (s)")
+        with counting(calls):
+            for index, epoch in enumerate(evaluator.epochs, start=1):
+                calls.reset()
+                compiled, _ = _compiles(spark)
+                stats = evaluator.evaluate_epoch(epoch)
+                compiled_after, mean_ms = _compiles(spark)
+                seconds.append(stats.seconds)
+                strata = ", ".join(f"{s.relations[0]} {s.seconds:.2f}" for s in stats.strata)
+                print(
+                    f"{index:5}  {stats.seconds:7.2f}  {stats.spark_jobs:4}  {calls.count:9,}"
+                    f"  {calls.lookups:7,}"
+                    f"  {calls.short_seconds:7.2f}  {calls.long_seconds:6.2f}"
+                    f"  {compiled_after - compiled:8}  {strata}"
+                )
+        group = f"pomo-{program.name}-{epoch_key(evaluator.epochs[-1])}"
+        print(f"the last epoch's Spark jobs (codegen: about {mean_ms:.0f} ms a class):")
+        for job in epoch_jobs(spark, group):
+            print(f"  job {job['job']}: {job['wall_ms']} ms")
+            for s in job["stages"]:
+                print(
+                    f"    stage {s['stage']}: {s['tasks']} tasks, {s['wall_ms']} ms"
+                    f" (tasks ran {s['run_ms']} ms, CPU {s['cpu_ms']} ms); rows in"
+                    f" {s['rows_in']:,}, shuffled {s['shuffled']:,}, out {s['rows_out']:,}"
+                )
+    warm = seconds[len(seconds) // 2 :]
+    print(f"median of the last {len(warm)} epochs: {statistics.median(warm):.2f} s")
+    if args.callers:
+        print("the last epoch's JVM calls by engine function:")
+        for caller, n in calls.by_caller.most_common(15):
+            print(f"  {n:6,}  {caller}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
