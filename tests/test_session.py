@@ -20,3 +20,28 @@ def test_a_connect_server_is_sent_session_settings_only() -> None:
     mine = {"spark.driver.memory": "8g", "spark.sql.shuffle.partitions": "16"}
     asked = session_conf(SparkSettings(remote="sc://spark:15002", conf=mine))
     assert asked["spark.driver.memory"] == "8g" and asked["spark.sql.shuffle.partitions"] == "16"
+
+
+def test_a_column_function_is_one_call_into_the_jvm() -> None:
+    """An epoch builds thousands of columns; PySpark asks the JVM what a class and its
+    method are before each call. The session remembers both: one round trip per column,
+    with the same results (and a static field is still read afresh each time)."""
+    from pyspark import SparkContext
+    from pyspark.sql import functions as F
+
+    from bench.epoch_profile import JvmCalls, counting
+    from dagster_pomo.engine.spark.session import spark_session
+
+    spark = spark_session()
+    F.col("a"), F.lit(1), F.max("a")  # the first use of each looks it up
+    with counting(JvmCalls()) as calls:
+        F.col("a"), F.lit(1), F.max("a")
+    # Calls from other threads (the release of objects Python no longer holds) may interleave.
+    assert calls.lookups == 0
+    assert calls.count - calls.released == 4  # col, lit, and max over the column "a" names
+    assert spark.range(5).select(F.max("id") + F.lit(1)).first()[0] == 5
+    jvm = SparkContext._jvm
+    with counting(JvmCalls()) as calls:
+        assert jvm.java.lang.Integer.MAX_VALUE == 2**31 - 1
+        assert jvm.java.lang.Integer.MAX_VALUE == 2**31 - 1
+    assert calls.lookups >= 2, "a field's value is asked for each time"

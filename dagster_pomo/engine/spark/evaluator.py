@@ -41,6 +41,7 @@ from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark.lookups import remember_lookups
 from dagster_pomo.engine.spark.session import is_connect
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.timeline import NEVER, Epoch, first_tick
@@ -127,6 +128,7 @@ class SparkEvaluator:
         """``concurrency``: how many strata of an epoch may run at once (those that read
         nothing the others make); their Spark jobs then overlap each other's fixed costs."""
         self.spark = spark
+        remember_lookups(spark)  # a session made elsewhere: the engine builds many columns
         self.program = program
         self.catalog = program.catalog
         self.schemas = schemas

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dagster_pomo.engine.java import require_java
+from dagster_pomo.engine.spark.lookups import remember_lookups
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,6 +80,7 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     settings = settings or SparkSettings.from_env()
     active = SparkSession.getActiveSession()
     if active is not None:
+        remember_lookups(active)
         return active
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.remote:
@@ -94,6 +96,7 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR") if not settings.remote else None
+    remember_lookups(session)
     return session
 
 

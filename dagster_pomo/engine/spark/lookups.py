@@ -1,0 +1,56 @@
+"""JVM classes and static methods looked up once per process, not once per use.
+
+Every PySpark column function (``F.col``, ``F.lit``, ``F.max``...) first asks the JVM,
+over the Py4J socket, what ``org.apache.spark.sql.functions`` is and then what its member
+is, and only then calls it: three round trips where one does. The engine builds thousands
+of columns an epoch, so more than a quarter of its calls into the JVM were these
+questions, asked again with the same answer. :func:`remember_lookups` gives the Spark
+context a view of the JVM that keeps the classes it found and their static methods
+(never the values of static fields, which may change), and otherwise behaves as before,
+for the engine and for any other code of the process alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from py4j.java_gateway import JavaClass, JavaMember, JVMView
+
+
+class _RememberedClass(JavaClass):
+    """A Java class whose static methods and nested classes are looked up once."""
+
+    def __getattr__(self, name: str) -> Any:
+        found = super().__getattr__(name)
+        if isinstance(found, JavaClass):
+            found = _RememberedClass(found._fqn, found._gateway_client)
+        if isinstance(found, JavaClass | JavaMember):  # a method holds no state of a call
+            self.__dict__[name] = found  # later look-ups find it without asking the JVM
+        return found
+
+
+class _RememberingView(JVMView):
+    """The same JVM view (same id, so the same imports), remembering the classes found."""
+
+    def __init__(self, view: JVMView) -> None:
+        super().__init__(view._gateway_client, view._jvm_name, id=view._id)
+
+    def __getattr__(self, name: str) -> Any:
+        found = super().__getattr__(name)
+        if isinstance(found, JavaClass):
+            found = _RememberedClass(found._fqn, found._gateway_client)
+            self.__dict__[name] = found
+        return found
+
+
+def remember_lookups(spark: Any) -> None:
+    """Make the JVM view of ``spark``'s context remember its look-ups (once per context; a
+    Spark Connect session has no JVM here and is left as it is)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return
+    from pyspark import SparkContext
+
+    view = SparkContext._jvm
+    if view is None or isinstance(view, _RememberingView):
+        return
+    SparkContext._jvm = _RememberingView(view)
