@@ -81,12 +81,17 @@ def counting(calls: JvmCalls) -> Iterator[JvmCalls]:
         GatewayClient.send_command = send  # type: ignore[method-assign]
 
 
-def epoch_jobs(spark: Any, group: str) -> list[dict[str, Any]]:
-    """The Spark jobs of one job group, each with its stages, from Spark's status store."""
-    sc = spark.sparkContext
-    store = sc._jsc.sc().statusStore()
+def group_jobs(spark: Any, group: str) -> set[int]:
+    """The ids of the Spark jobs of a job group so far."""
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def epoch_jobs(spark: Any, group: str, earlier: set[int]) -> list[dict[str, Any]]:
+    """The Spark jobs of one job group but ``earlier`` ones (an epoch evaluated before in the
+    process has the same group), each with its stages, from Spark's status store."""
+    store = spark.sparkContext._jsc.sc().statusStore()
     jobs = []
-    for job_id in sorted(sc.statusTracker().getJobIdsForGroup(group)):
+    for job_id in sorted(group_jobs(spark, group) - earlier):
         job = store.job(job_id)
         stages = []
         ids = job.stageIds()
@@ -164,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         print("epoch  seconds  jobs  JVM calls  lookups  short s  long s  compiles  strata (s)")
         with counting(calls):
             for index, epoch in enumerate(evaluator.epochs, start=1):
+                group = f"pomo-{program.name}-{epoch_key(epoch)}"
+                earlier = group_jobs(spark, group)
                 calls.reset()
                 compiled, _ = _compiles(spark)
                 stats = evaluator.evaluate_epoch(epoch)
@@ -176,9 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {calls.short_seconds:7.2f}  {calls.long_seconds:6.2f}"
                     f"  {compiled_after - compiled:8}  {strata}"
                 )
-        group = f"pomo-{program.name}-{epoch_key(evaluator.epochs[-1])}"
         print(f"the last epoch's Spark jobs (codegen: about {mean_ms:.0f} ms a class):")
-        for job in epoch_jobs(spark, group):
+        for job in epoch_jobs(spark, group, earlier):
             print(f"  job {job['job']}: {job['wall_ms']} ms")
             for s in job["stages"]:
                 print(
