@@ -5,9 +5,10 @@ an epoch or a few, all with a cold JIT compiler. This prints each step's time an
 Linux, the CPU the JVM's threads used while the epochs ran, by kind of thread (the JIT
 compiler's, the tasks', the garbage collector's). ``--java-options`` passes options to
 the driver JVM (``spark.driver.extraJavaOptions``), to compare e.g.
-``-XX:TieredStopAtLevel=1``; ``--remote`` runs against a Spark Connect server instead,
-whose JVM outlives the process (its threads are then not this process's to count). Run it
-once per setting: the point is a new process.
+``-XX:TieredStopAtLevel=1`` (they replace the class-data archive of ``pomo jvm-cache``,
+which a local session otherwise starts on when there is one); ``--remote`` runs against a
+Spark Connect server instead, whose JVM outlives the process (its threads are then not
+this process's to count). Run it once per setting: the point is a new process.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.w2_epochs import CORPUS, START
     from dagster_pomo.engine.run import prepare
+    from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import SparkSettings, spark_session
     from dagster_pomo.examples import HOUR, water_tank_events
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     steps: list[tuple[str, float]] = [("imports", time.perf_counter() - began)]
     clock = time.perf_counter()
-    conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options else {}
+    conf = {JAVA_OPTIONS: args.java_options} if args.java_options else {}
     spark = spark_session(SparkSettings(remote=args.remote, conf=conf))
     steps.append(("starting Spark", time.perf_counter() - clock))
     program = load_program(CORPUS)
@@ -89,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             evaluator.evaluate_epoch(epoch)
             steps.append((f"epoch {index}", time.perf_counter() - clock))
         after = _jvm_threads() if sys.platform == "linux" else {}
-    print(f"spark: {args.remote or 'local'}; java options: {args.java_options or '(none)'}")
+    given = "" if args.remote else spark.sparkContext.getConf().get(JAVA_OPTIONS, "")
+    # Spark adds options of its own (module access and the like); ours are -XX ones.
+    ours = [o for o in given.split() if o.startswith("-XX:") and "Unrecognized" not in o]
+    print(f"spark: {args.remote or 'local'}; driver JVM options: {' '.join(ours) or '(none)'}")
     for step, seconds in steps:
         print(f"  {step:32} {seconds:7.2f} s")
     print(f"  {'in all':32} {time.perf_counter() - began:7.2f} s")

@@ -155,6 +155,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise _Usage(str(exc)) from None
 
 
+def cmd_jvm_cache(args: argparse.Namespace) -> int:
+    from dagster_pomo.cli.jvm_cache import make_archive
+
+    try:
+        return make_archive()
+    except UsageError as exc:
+        raise _Usage(str(exc)) from None
+
+
 def _spark_settings(args: argparse.Namespace):  # noqa: ANN202 - SparkSettings, imported lazily
     from dagster_pomo.engine.spark.session import SparkSettings
 
@@ -275,6 +284,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--dir", metavar="DIR", help="keep the landing files, warehouse and ledger in DIR"
     )
     demo.set_defaults(func=cmd_demo)
+
+    jvm_cache = sub.add_parser(
+        "jvm-cache",
+        help="make local Spark start faster in every later process",
+        description="Run a few water-tank epochs on local Spark and keep the classes its JVM "
+        "loaded in a class-data archive (under $POMO_CACHE_DIR, else ~/.cache/dagster-pomo); "
+        "later local sessions with the same Java and PySpark start from it. Run it once per "
+        "machine or image, e.g. where the Dagster daemon runs.",
+    )
+    jvm_cache.set_defaults(func=cmd_jvm_cache)
     return parser
 
 

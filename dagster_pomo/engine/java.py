@@ -37,6 +37,7 @@ class JavaNotFoundError(PomoError):
 class Java:
     path: Path
     major: int
+    banner: str = ""  # what `java -version` printed: tells builds of one version apart
 
 
 def _candidate(env: dict[str, str]) -> Path | None:
@@ -73,4 +74,4 @@ def require_java(env: dict[str, str] | None = None) -> Java:
         raise JavaNotFoundError(f"{path} -version did not print a version it could read")
     if major < MIN_JAVA:
         raise JavaNotFoundError(JAVA_TOO_OLD.format(min=MIN_JAVA, path=path, found=major))
-    return Java(path, major)
+    return Java(path, major, (result.stderr + result.stdout).strip())

@@ -8,15 +8,14 @@ from typing import TYPE_CHECKING
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from dagster_pomo.engine.spark.session import SparkSettings, spark_session
+from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
+from dagster_pomo.engine.spark.session import QUICK_JIT, SparkSettings, spark_session
 from dagster_pomo.errors import UsageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
 SHORT_RUN = 3  # epochs: a fresh process's first three were a fifth faster with QUICK_JIT
 
 

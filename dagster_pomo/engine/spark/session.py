@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dagster_pomo.engine.java import require_java
+from dagster_pomo.engine.spark.class_archive import with_archive
 from dagster_pomo.engine.spark.lookups import remember_lookups
 
 if TYPE_CHECKING:
@@ -54,6 +55,13 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
+# The JIT compiler's quick tier only: a run of a few epochs in a new JVM is over before the
+# optimizing tier pays for itself (the Dagster resource picks it for short runs).
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# Driver Java options the project picks; a class-data archive is added to these, never
+# to options the user sets (see `class_archive`).
+OUR_JAVA_OPTIONS = frozenset({QUICK_JIT})
+
 
 @dataclass(frozen=True)
 class SparkSettings:
@@ -83,16 +91,19 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         remember_lookups(active)
         return active
     builder = SparkSession.builder.appName(settings.app_name)
+    conf = session_conf(settings)
     if settings.remote:
         builder = builder.remote(settings.remote)
     else:
-        require_java()
+        java = require_java()
         builder = builder.master(settings.master)
+        if settings.master.startswith("local"):  # this process starts the driver's JVM
+            conf = with_archive(conf, java, OUR_JAVA_OPTIONS)
     if (settings.remote or settings.master).startswith("local"):
         # Python workers run some aggregates; locally they need this interpreter's
         # packages, not whatever ``python3`` is first on the PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    for key, value in session_conf(settings).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR") if not settings.remote else None

@@ -1,0 +1,72 @@
+"""``pomo jvm-cache``: make the class-data archive that later local Spark sessions start on.
+
+A local session evaluates a few hourly water-tank epochs (Parquet reads and writes,
+shuffles, broadcasts, Python workers: the classes a run loads), then its JVM is asked to
+exit and writes the classes it loaded; once it has exited cleanly the archive takes its
+final name (see ``engine.spark.class_archive``).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dagster_pomo.errors import UsageError
+
+HOURS = 3
+READINGS = 6_000
+EXIT_SECONDS = 600  # writing the archive takes a while on a slow disk
+
+
+def make_archive() -> int:
+    from pyspark import SparkContext
+
+    from dagster_pomo.engine.java import require_java
+    from dagster_pomo.engine.run import prepare
+    from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS, archive_for, staged
+    from dagster_pomo.engine.spark.evaluator import evaluator_for
+    from dagster_pomo.engine.spark.session import SparkSettings, session_conf, spark_session
+    from dagster_pomo.examples import CORPORA, HOUR, water_tank_events
+    from dagster_pomo.lang import load_program
+
+    if SparkContext._gateway is not None:
+        raise UsageError("a JVM already runs in this process; run `pomo jvm-cache` on its own")
+    began = time.perf_counter()
+    java = require_java()
+    target = archive_for(java, session_conf(SparkSettings()))
+    partial = staged(target)
+    # The JVM names each class it cannot keep (signed JARs, generated ones): not news.
+    options = f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds*=error"
+    settings = SparkSettings(conf={JAVA_OPTIONS: options})
+    print(f"starting Spark on {java.path} (Java {java.major}) to record the classes it loads")
+    try:
+        spark = spark_session(settings)
+        program = load_program(CORPORA / "water_tanks.pomo")
+        with tempfile.TemporaryDirectory(prefix="pomo-jvm-cache-") as tmp:
+            landing = Path(tmp) / "landing"
+            landing.mkdir()
+            water_tank_events(landing / "readings.jsonl", READINGS, tanks=3, hours=HOURS)
+            prepared = prepare(program, landing, HOUR)
+            evaluator = evaluator_for(program, prepared, f"{tmp}/warehouse", spark)
+            for epoch in evaluator.epochs:
+                evaluator.evaluate_epoch(epoch)
+            evaluator.versions("overflow_alert")
+        spark.stop()
+        jvm = SparkContext._gateway.proc  # type: ignore[union-attr]
+        jvm.stdin.close()  # the JVM exits when this process's end of the pipe closes
+        code = jvm.wait(timeout=EXIT_SECONDS)
+        if code != 0 or not partial.is_file() or partial.stat().st_size == 0:
+            print(f"pomo: error: the JVM exited with {code} and wrote no archive", file=sys.stderr)
+            return 1
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+    size = target.stat().st_size / 2**20
+    print(f"{target}: {size:,.0f} MB, made in {time.perf_counter() - began:.0f} s")
+    print(
+        "local Spark sessions started with this Java and PySpark now load Spark's classes "
+        "from it (unless spark.driver.extraJavaOptions is set); delete the file to stop"
+    )
+    return 0
