@@ -26,7 +26,7 @@ JAVA = Java(Path("/usr/bin/java"), 17, 'openjdk version "17.0.15" 2025-04-15')
 def test_an_archive_is_used_only_by_the_java_and_settings_it_was_made_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A JVM of another build, or with another heap, cannot use the archive (and one given a
+    """A JVM of another build, heap or class path cannot use the archive (and one given a
     broken archive crashes): each gets a name of its own, and nothing is added to a session
     until the archive is there."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
@@ -35,6 +35,8 @@ def test_an_archive_is_used_only_by_the_java_and_settings_it_was_made_for(
     assert archive.parent == tmp_path
     assert archive_for(other_build, {"spark.driver.memory": "4g"}) != archive
     assert archive_for(JAVA, {"spark.driver.memory": "8g"}) != archive
+    more = {"spark.driver.memory": "4g", "spark.driver.extraClassPath": "/opt/jdbc.jar"}
+    assert archive_for(JAVA, more) != archive
     assert archive_for(JAVA, {"spark.driver.memory": "4g"}) == archive
 
     conf = {"spark.driver.memory": "4g"}

@@ -4,8 +4,8 @@ Every scheduled run is a new process whose JVM loads, parses and verifies Spark'
 again before its first epoch. Java's class-data sharing keeps them, already parsed, in an
 archive file that a JVM maps when it starts. ``pomo jvm-cache`` makes the archive once: a
 local Spark session evaluates a few water-tank epochs, and its JVM writes the classes it
-loaded when it exits. Every later local session started with the same Java, PySpark and
-driver memory uses it, unless the user sets the driver's Java options themselves.
+loaded when it exits. Every later local session started with the same Java, PySpark,
+driver memory and class path uses it, unless the user sets the driver's Java options.
 
 The archive's name holds a digest of what it depends on, so another Java build or PySpark
 never sees it. It is written under a name of its own and renamed only once its JVM has
@@ -35,11 +35,12 @@ def cache_dir() -> Path:
 
 
 def archive_for(java: Java, conf: Mapping[str, str]) -> Path:
-    """Where the archive for this Java, this PySpark and this driver memory lives."""
+    """Where the archive for this Java, this PySpark, this driver memory and class path
+    lives (a JVM with another heap or class path cannot use it, and says so)."""
     import pyspark
 
     parts = [str(java.path.resolve()), java.banner, pyspark.__version__]
-    parts.append(conf.get("spark.driver.memory", ""))
+    parts += [conf.get("spark.driver.memory", ""), conf.get("spark.driver.extraClassPath", "")]
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return cache_dir() / f"spark-classes-{java.major}-{digest}.jsa"
 
