@@ -290,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="make local Spark start faster in every later process",
         description="Run a few water-tank epochs on local Spark and keep the classes its JVM "
         "loaded in a class-data archive (under $POMO_CACHE_DIR, else ~/.cache/dagster-pomo); "
-        "later local sessions with the same Java and PySpark start from it. Run it once per "
+        "later local sessions with the same Java, PySpark and driver memory start from it. "
+        "Run it once per "
         "machine or image, e.g. where the Dagster daemon runs.",
     )
     jvm_cache.set_defaults(func=cmd_jvm_cache)
