@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--callers", action="store_true", help="short JVM calls by caller")
     args = parser.parse_args(argv)
+    if args.hours < 1 or args.readings < 1:
+        parser.error("--hours and --readings must be at least 1")
 
     from bench.w2_epochs import CORPUS, START
     from dagster_pomo.engine.run import prepare
