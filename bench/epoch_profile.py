@@ -4,17 +4,21 @@ Runs the W2 water tanks epoch by epoch in one process (local Spark only) and pri
 each epoch, its seconds and Spark jobs, the calls the driver made into the JVM (short ones
 build plans and read schemas; long ones run jobs and writes; seconds summed over the
 threads of strata that run at once), how many classes Spark's
-code generator compiled, and each stratum's seconds. For the last epoch it lists every
+code generator compiled, the CPU time of the driver JVM and how much of it its JIT
+compilers took (Linux), and each stratum's seconds. For the last epoch it lists every
 Spark job with its stages: tasks, wall time, the tasks' run and CPU time, and rows read,
-shuffled and written. ``--callers`` adds which engine functions made the short calls.
-A fixed cost that is spread over many small parts shows here, where a sampling profiler
-of the Python process sees only waiting.
+shuffled and written; then the warm epochs' CPU by who spent it (the JVM's compilers,
+garbage collector, Spark's tasks and the rest of the JVM; Spark's Python workers; this
+process). ``--callers`` adds which engine functions made the short calls. A fixed cost
+that is spread over many small parts shows here, where a sampling profiler of the
+Python process sees only waiting.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
 import tempfile
 import time
@@ -26,6 +30,12 @@ from pathlib import Path
 from typing import Any
 
 SHORT = 0.03  # a JVM call under 30 ms builds or asks; a longer one runs a job
+# The JVM's threads by what they do, from the start of their (15-character) Linux names.
+ROLES = (
+    ("JIT compilers", ("C1 CompilerThre", "C2 CompilerThre")),
+    ("garbage collector", ("GC Thread", "G1 ")),
+    ("Spark tasks", ("Executor task",)),
+)
 
 
 @dataclass
@@ -79,6 +89,49 @@ def counting(calls: JvmCalls) -> Iterator[JvmCalls]:
         yield calls
     finally:
         GatewayClient.send_command = send  # type: ignore[method-assign]
+
+
+JVM_ROLES = (*(r for r, _ in ROLES), "rest of the JVM")
+
+
+def cpu_by_role(jvm: int) -> collections.Counter[str]:
+    """CPU seconds so far of the driver JVM's threads by role (see ROLES; "rest of the JVM"
+    for the others), of the processes under it ("Python workers": the daemon and the
+    workers it forks, with those that exited) and of this process. Empty where there is
+    no ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: collections.Counter[str] = collections.Counter()
+    for stat in Path(f"/proc/{jvm}/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the thread ended
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        role = next((r for r, starts in ROLES if name.startswith(starts)), "rest of the JVM")
+        out[role] += (int(fields[11]) + int(fields[12])) / tick
+    for pid in _descendants(jvm):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out["Python workers"] += sum(int(f) for f in fields[11:15]) / tick
+    times = os.times()
+    out["this process"] = times.user + times.system
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                children = [int(p) for p in task.read_text().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
 
 
 def group_jobs(spark: Any, group: str) -> set[int]:
@@ -153,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the profile reads the driver's JVM: it needs local Spark, not Connect")
     program = load_program(CORPUS)
     calls = JvmCalls(callers=args.callers)
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     seconds: list[float] = []
+    spent: list[collections.Counter[str]] = []  # CPU seconds by role, per epoch
     with tempfile.TemporaryDirectory(prefix="pomo-profile-") as tmp:
         landing = Path(tmp) / "landing"
         landing.mkdir()
@@ -168,22 +223,31 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.readings:,} readings over {args.hours} hourly epochs, "
             f"{evaluator.concurrency} strata at once"
         )
-        print("epoch  seconds  jobs  JVM calls  lookups  short s  long s  compiles  strata (s)")
+        print(
+            "epoch  seconds  jobs  JVM calls  lookups  short s  long s  compiles"
+            "  JVM cpu s  JIT s  strata (s)"
+        )
         with counting(calls):
             for index, epoch in enumerate(evaluator.epochs, start=1):
                 group = f"pomo-{program.name}-{epoch_key(epoch)}"
                 earlier = group_jobs(spark, group)
                 calls.reset()
                 compiled, _ = _compiles(spark)
+                cpu = cpu_by_role(jvm)
                 stats = evaluator.evaluate_epoch(epoch)
+                cpu_after = cpu_by_role(jvm)
                 compiled_after, mean_ms = _compiles(spark)
                 seconds.append(stats.seconds)
+                cpu_after.subtract(cpu)
+                spent.append(cpu_after)
+                jvm_cpu = sum(v for k, v in cpu_after.items() if k in JVM_ROLES)
                 strata = ", ".join(f"{s.relations[0]} {s.seconds:.2f}" for s in stats.strata)
                 print(
                     f"{index:5}  {stats.seconds:7.2f}  {stats.spark_jobs:4}  {calls.count:9,}"
                     f"  {calls.lookups:7,}"
                     f"  {calls.short_seconds:7.2f}  {calls.long_seconds:6.2f}"
-                    f"  {compiled_after - compiled:8}  {strata}"
+                    f"  {compiled_after - compiled:8}  {jvm_cpu:9.2f}"
+                    f"  {cpu_after['JIT compilers']:5.2f}  {strata}"
                 )
         print(f"the last epoch's Spark jobs (codegen: about {mean_ms:.0f} ms a class):")
         for job in epoch_jobs(spark, group, earlier):
@@ -195,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                     f" {s['rows_in']:,}, shuffled {s['shuffled']:,}, out {s['rows_out']:,}"
                 )
     warm = seconds[len(seconds) // 2 :]
-    print(f"median of the last {len(warm)} epochs: {statistics.median(warm):.2f} s")
+    print(f"median of the last {len(warm)} epochs: {statistics.median(warm):.2f} s; their CPU s:")
+    for role in [*JVM_ROLES, "Python workers", "this process"]:
+        print(f"  {statistics.median(c[role] for c in spent[len(spent) // 2 :]):6.2f}  {role}")
     if args.callers:
         print("the last epoch's JVM calls by engine function:")
         for caller, n in calls.by_caller.most_common(15):

@@ -4,6 +4,7 @@ system's output against the others and prints its tables (no timings are asserte
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from bench.__main__ import main
@@ -47,19 +48,32 @@ def test_the_cold_start_report_names_each_step_and_the_jvm_threads(capsys) -> No
 
 def test_the_epoch_profile_lists_the_last_epochs_jobs_and_who_called_the_jvm(capsys) -> None:  # noqa: ANN001
     """`python -m bench.epoch_profile` breaks each epoch down (JVM calls, Spark jobs,
-    compiled classes) and lists the last epoch's jobs stage by stage (what it reports,
-    not how fast)."""
+    compiled classes, the JVM's CPU and its JIT's share), lists the last epoch's jobs stage
+    by stage and the warm epochs' CPU by who spent it (what it reports, not how fast)."""
     from bench.epoch_profile import main as profile
 
     assert profile(["--readings", "600", "--hours", "2", "--callers"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    rows = [line.split() for line in printed if line[:5].strip().isdigit()]
+    rows = [line.split() for line in printed if re.match(r"\s*\d+\s+\d+\.\d+\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == [1, 2]
     jobs = int(rows[-1][2])
     listed = [line for line in printed if line.startswith("  job ")]
     assert jobs > 0 and len(listed) == jobs, "every Spark job of the last epoch is listed"
     assert any(line.strip().startswith("stage ") for line in printed)
     assert int(rows[-1][3].replace(",", "")) > 0
+    assert float(rows[-1][8]) > 0, "the JVM spent CPU on the epoch"
+    assert 0 <= float(rows[-1][9]) <= float(rows[-1][8]), "the JIT's share is part of it"
+    median = next(i for i, line in enumerate(printed) if line.startswith("median of the last"))
+    roles = [line.split(None, 1) for line in printed[median + 1 : median + 7]]
+    assert [r for _, r in roles] == [
+        "JIT compilers",
+        "garbage collector",
+        "Spark tasks",
+        "rest of the JVM",
+        "Python workers",
+        "this process",
+    ]
+    assert float(roles[2][0]) > 0 and float(roles[3][0]) > 0, "tasks ran and the driver planned"
     callers = printed[printed.index("the last epoch's JVM calls by engine function:") + 1 :]
     modules = {p.stem for p in (Path(__file__).parents[1] / "dagster_pomo").rglob("*.py")}
     assert callers and all(line.split()[1].split(".")[0] in modules for line in callers)
