@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.harness import descendants
+
 SHORT = 0.03  # a JVM call under 30 ms builds or asks; a longer one runs a job
 # The JVM's threads by what they do, from the start of their (15-character) Linux names.
 ROLES = (
@@ -110,7 +112,7 @@ def cpu_by_role(jvm: int) -> collections.Counter[str]:
         fields = text[text.rindex(")") + 2 :].split()
         role = next((r for r, starts in ROLES if name.startswith(starts)), "rest of the JVM")
         out[role] += (int(fields[11]) + int(fields[12])) / tick
-    for pid in _descendants(jvm):
+    for pid in descendants(jvm):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -119,19 +121,6 @@ def cpu_by_role(jvm: int) -> collections.Counter[str]:
     times = os.times()
     out["this process"] = times.user + times.system
     return out
-
-
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
-            try:
-                children = [int(p) for p in task.read_text().split()]
-            except OSError:
-                continue
-            found += children
-            todo += children
-    return found
 
 
 def group_jobs(spark: Any, group: str) -> set[int]:

@@ -56,15 +56,20 @@ def _jvm_pids() -> list[int]:
     proc = getattr(SparkContext._gateway, "proc", None)  # type: ignore[attr-defined]
     if proc is None:
         return []
-    found, todo = [], [proc.pid]
+    return [proc.pid, *descendants(proc.pid)]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` now (Linux ``/proc``; none elsewhere)."""
+    found, todo = [], [pid]
     while todo:
-        pid = todo.pop()
-        found.append(pid)
-        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
             try:
-                todo += [int(p) for p in task.read_text().split()]
-            except OSError:
-                pass
+                children = [int(p) for p in task.read_text().split()]
+            except OSError:  # the process or thread ended
+                continue
+            found += children
+            todo += children
     return found
 
 
