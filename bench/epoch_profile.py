@@ -9,7 +9,10 @@ compilers took (Linux), and each stratum's seconds. For the last epoch it lists 
 Spark job with its stages: tasks, wall time, the tasks' run and CPU time, and rows read,
 shuffled and written; then the warm epochs' CPU by who spent it (the JVM's compilers,
 garbage collector, Spark's tasks and the rest of the JVM; Spark's Python workers; this
-process). ``--callers`` adds which engine functions made the short calls. A fixed cost
+process). ``--callers`` adds which engine functions made the short calls; ``--again N``
+evaluates the last epoch N times more, when Spark has compiled its generated code
+already (the epoch's bounds are literals in it, so a new epoch's code is compiled anew):
+what an epoch would cost if its plans were compiled once. A fixed cost
 that is spread over many small parts shows here, where a sampling profiler of the
 Python process sees only waiting.
 """
@@ -179,9 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         "--concurrency", type=int, default=2, help="strata at once (1: one after another)"
     )
     parser.add_argument("--callers", action="store_true", help="short JVM calls by caller")
+    parser.add_argument(
+        "--again",
+        type=int,
+        default=0,
+        help="evaluate the last epoch this many times more (its code is compiled by then)",
+    )
     args = parser.parse_args(argv)
-    if args.hours < 1 or args.readings < 1:
-        parser.error("--hours and --readings must be at least 1")
+    if args.hours < 1 or args.readings < 1 or args.again < 0:
+        parser.error("--hours and --readings must be at least 1, --again at least 0")
 
     from bench.w2_epochs import CORPUS, START
     from dagster_pomo.engine.run import prepare
@@ -196,8 +205,6 @@ def main(argv: list[str] | None = None) -> int:
     program = load_program(CORPUS)
     calls = JvmCalls(callers=args.callers)
     jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    seconds: list[float] = []
-    spent: list[collections.Counter[str]] = []  # CPU seconds by role, per epoch
     with tempfile.TemporaryDirectory(prefix="pomo-profile-") as tmp:
         landing = Path(tmp) / "landing"
         landing.mkdir()
@@ -216,46 +223,60 @@ def main(argv: list[str] | None = None) -> int:
             "epoch  seconds  jobs  JVM calls  lookups  short s  long s  compiles"
             "  JVM cpu s  JIT s  strata (s)"
         )
+        group, earlier, mean_ms = "", set(), 0.0
+
+        def one(label: str, epoch: Any) -> collections.Counter[str]:
+            """Evaluate ``epoch``, print its row; its CPU seconds by role."""
+            nonlocal group, earlier, mean_ms
+            group = f"pomo-{program.name}-{epoch_key(epoch)}"
+            earlier = group_jobs(spark, group)
+            calls.reset()
+            compiled, _ = _compiles(spark)
+            cpu = cpu_by_role(jvm)
+            stats = evaluator.evaluate_epoch(epoch)
+            cpu_after = cpu_by_role(jvm)
+            compiled_after, mean_ms = _compiles(spark)
+            cpu_after.subtract(cpu)
+            cpu_after["seconds"] = stats.seconds
+            jvm_cpu = sum(v for k, v in cpu_after.items() if k in JVM_ROLES)
+            strata = ", ".join(f"{s.relations[0]} {s.seconds:.2f}" for s in stats.strata)
+            print(
+                f"{label:>5}  {stats.seconds:7.2f}  {stats.spark_jobs:4}  {calls.count:9,}"
+                f"  {calls.lookups:7,}"
+                f"  {calls.short_seconds:7.2f}  {calls.long_seconds:6.2f}"
+                f"  {compiled_after - compiled:8}  {jvm_cpu:9.2f}"
+                f"  {cpu_after['JIT compilers']:5.2f}  {strata}"
+            )
+            return cpu_after
+
         with counting(calls):
-            for index, epoch in enumerate(evaluator.epochs, start=1):
-                group = f"pomo-{program.name}-{epoch_key(epoch)}"
-                earlier = group_jobs(spark, group)
-                calls.reset()
-                compiled, _ = _compiles(spark)
-                cpu = cpu_by_role(jvm)
-                stats = evaluator.evaluate_epoch(epoch)
-                cpu_after = cpu_by_role(jvm)
-                compiled_after, mean_ms = _compiles(spark)
-                seconds.append(stats.seconds)
-                cpu_after.subtract(cpu)
-                spent.append(cpu_after)
-                jvm_cpu = sum(v for k, v in cpu_after.items() if k in JVM_ROLES)
-                strata = ", ".join(f"{s.relations[0]} {s.seconds:.2f}" for s in stats.strata)
-                print(
-                    f"{index:5}  {stats.seconds:7.2f}  {stats.spark_jobs:4}  {calls.count:9,}"
-                    f"  {calls.lookups:7,}"
-                    f"  {calls.short_seconds:7.2f}  {calls.long_seconds:6.2f}"
-                    f"  {compiled_after - compiled:8}  {jvm_cpu:9.2f}"
-                    f"  {cpu_after['JIT compilers']:5.2f}  {strata}"
-                )
-        print(f"the last epoch's Spark jobs (codegen: about {mean_ms:.0f} ms a class):")
-        for job in epoch_jobs(spark, group, earlier):
-            print(f"  job {job['job']}: {job['wall_ms']} ms")
-            for s in job["stages"]:
-                print(
-                    f"    stage {s['stage']}: {s['tasks']} tasks, {s['wall_ms']} ms"
-                    f" (tasks ran {s['run_ms']} ms, CPU {s['cpu_ms']} ms); rows in"
-                    f" {s['rows_in']:,}, shuffled {s['shuffled']:,}, out {s['rows_out']:,}"
-                )
-    warm = seconds[len(seconds) // 2 :]
-    print(f"median of the last {len(warm)} epochs: {statistics.median(warm):.2f} s; their CPU s:")
-    for role in [*JVM_ROLES, "Python workers", "this process"]:
-        print(f"  {statistics.median(c[role] for c in spent[len(spent) // 2 :]):6.2f}  {role}")
+            spent = [one(str(i), e) for i, e in enumerate(evaluator.epochs, start=1)]
+            print(f"the last epoch's Spark jobs (codegen: about {mean_ms:.0f} ms a class):")
+            for job in epoch_jobs(spark, group, earlier):
+                print(f"  job {job['job']}: {job['wall_ms']} ms")
+                for s in job["stages"]:
+                    print(
+                        f"    stage {s['stage']}: {s['tasks']} tasks, {s['wall_ms']} ms"
+                        f" (tasks ran {s['run_ms']} ms, CPU {s['cpu_ms']} ms); rows in"
+                        f" {s['rows_in']:,}, shuffled {s['shuffled']:,}, out {s['rows_out']:,}"
+                    )
+            callers = collections.Counter(calls.by_caller)
+            again = [one("again", evaluator.epochs[-1]) for _ in range(args.again)]
+    _summary(f"the last {len(spent) - len(spent) // 2} epochs", spent[len(spent) // 2 :])
+    if again:
+        _summary("the last epoch evaluated again (its classes compiled already)", again)
     if args.callers:
         print("the last epoch's JVM calls by engine function:")
-        for caller, n in calls.by_caller.most_common(15):
+        for caller, n in callers.most_common(15):
             print(f"  {n:6,}  {caller}")
     return 0
+
+
+def _summary(what: str, spent: list[collections.Counter[str]]) -> None:
+    """The median seconds and CPU seconds by role of some epochs' runs."""
+    print(f"median of {what}: {statistics.median(c['seconds'] for c in spent):.2f} s; CPU s:")
+    for role in [*JVM_ROLES, "Python workers", "this process"]:
+        print(f"  {statistics.median(c[role] for c in spent):6.2f}  {role}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def test_the_epoch_profile_lists_the_last_epochs_jobs_and_who_called_the_jvm(cap
     by stage and the warm epochs' CPU by who spent it (what it reports, not how fast)."""
     from bench.epoch_profile import main as profile
 
-    assert profile(["--readings", "600", "--hours", "2", "--callers"]) == 0
+    assert profile(["--readings", "600", "--hours", "2", "--callers", "--again", "1"]) == 0
     printed = capsys.readouterr().out.splitlines()
     rows = [line.split() for line in printed if re.match(r"\s*\d+\s+\d+\.\d+\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == [1, 2]
@@ -74,6 +74,9 @@ def test_the_epoch_profile_lists_the_last_epochs_jobs_and_who_called_the_jvm(cap
         "this process",
     ]
     assert float(roles[2][0]) > 0 and float(roles[3][0]) > 0, "tasks ran and the driver planned"
+    again = [line.split() for line in printed if line.lstrip().startswith("again ")]
+    assert len(again) == 1 and int(again[0][2]) == jobs, "the last epoch again, as many jobs"
+    assert any(line.startswith("median of the last epoch evaluated again") for line in printed)
     callers = printed[printed.index("the last epoch's JVM calls by engine function:") + 1 :]
     modules = {p.stem for p in (Path(__file__).parents[1] / "dagster_pomo").rglob("*.py")}
     assert callers and all(line.split()[1].split(".")[0] in modules for line in callers)
