@@ -22,10 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.harness import thread_cpu
+
 
 def _jvm_threads() -> dict[str, tuple[str, float]]:
     """Each thread of this process's Spark JVM: its kind (digits dropped) and CPU seconds."""
-    tick = os.sysconf("SC_CLK_TCK")
     mine = str(os.getpid())
 
     def is_my_jvm(p: Path) -> bool:
@@ -38,14 +39,8 @@ def _jvm_threads() -> dict[str, tuple[str, float]]:
     jvms = [p for p in Path("/proc").iterdir() if p.name.isdigit() and is_my_jvm(p)]
     out: dict[str, tuple[str, float]] = {}
     for jvm in jvms:
-        for task in (jvm / "task").iterdir():
-            try:
-                raw = (task / "stat").read_text()
-            except OSError:
-                continue
-            name = re.sub(r"[0-9]+", "#", raw[raw.index("(") + 1 : raw.rindex(")")])
-            fields = raw.rsplit(")", 1)[1].split()
-            out[f"{jvm.name}/{task.name}"] = (name, (int(fields[11]) + int(fields[12])) / tick)
+        for thread, (name, seconds) in thread_cpu(int(jvm.name)).items():
+            out[f"{jvm.name}/{thread}"] = (re.sub(r"[0-9]+", "#", name), seconds)
     return out
 
 

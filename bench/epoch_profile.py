@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import descendants
+from bench.harness import descendants, thread_cpu
 
 SHORT = 0.03  # a JVM call under 30 ms builds or asks; a longer one runs a job
 # The JVM's threads by what they do, from the start of their (15-character) Linux names.
@@ -106,15 +106,9 @@ def cpu_by_role(jvm: int) -> collections.Counter[str]:
     no ``/proc``."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     out: collections.Counter[str] = collections.Counter()
-    for stat in Path(f"/proc/{jvm}/task").glob("*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:  # the thread ended
-            continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text[text.rindex(")") + 2 :].split()
+    for name, seconds in thread_cpu(jvm).values():
         role = next((r for r, starts in ROLES if name.startswith(starts)), "rest of the JVM")
-        out[role] += (int(fields[11]) + int(fields[12])) / tick
+        out[role] += seconds
     for pid in descendants(jvm):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
