@@ -46,9 +46,12 @@ class _RememberingView(JVMView):
 def remember_lookups(spark: Any) -> None:
     """Make the JVM view of ``spark``'s context remember its look-ups (once per context; a
     Spark Connect session has no JVM here and is left as it is)."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return
     from pyspark import SparkContext
+
+    from dagster_pomo.engine.spark.session import is_connect  # it imports this module
+
+    if is_connect(spark):
+        return
 
     view = SparkContext._jvm
     if view is None or isinstance(view, _RememberingView):
