@@ -9,6 +9,7 @@ always the number of non-blank lines read.
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -141,7 +142,8 @@ def coerce(value: Any, typ: str) -> Value:
     if typ == "float" and kind in ("int", "float"):
         return float(value)
     if typ == kind:
-        return value
+        # Events repeat a few names (tanks, users) millions of times: one copy of each.
+        return sys.intern(value) if kind == "str" else value
     shown = json.dumps(value)
     raise ValueError(f"expected {typ}, got {shown}")
 
@@ -193,10 +195,13 @@ def _not_a_number(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number: send a finite number")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_not_a_number)  # one for all lines: making one is dear
+
+
 def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...], int]:
     """Relation, raw args and time of one line, or ``ValueError`` with the reason."""
     try:
-        obj = json.loads(text, parse_constant=_not_a_number)
+        obj = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(obj, dict):
@@ -243,47 +248,61 @@ def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...],
 
 
 def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
-    """Read, validate and type every line of ``paths``."""
+    """Read, validate and type every line of ``paths``. A relation whose columns are all
+    declared is typed as its lines are read; the lines of one whose types the data decides
+    wait (with their text, in case they turn out to be bad) until every line is read."""
     out = Ingested()
-    parsed: list[tuple[str, int, str, Relation, tuple[Any, ...], int]] = []
+    declared = {
+        rel.name: tuple(t for t in rel.types if t is not None)
+        for rel in program.catalog.inputs
+        if all(t is not None for t in rel.types)
+    }
+    pending: list[tuple[str, int, str, Relation, tuple[Any, ...], int]] = []
     signatures, lines = {}, Counter[str]()
+    spans: dict[str, tuple[int, int]] = {}
+
+    def accept(file: str, rel: Relation, values: tuple[Value, ...], t: int) -> None:
+        out.events.setdefault(rel.name, []).append(Row(t, values, t, expiry(t, rel.lifetime)))
+        spans[file] = (min(t, spans[file][0]), max(t, spans[file][1])) if file in spans else (t, t)
+
     for path in paths:
-        out.files.append(str(path))
+        file = str(path)
+        out.files.append(file)
         out.files_read += 1
-        signatures[str(path)] = file_signature(path)
+        signatures[file] = file_signature(path)
         with open(path, encoding="utf-8", errors="replace") as handle:
             for number, line in enumerate(handle, start=1):
                 text = line.rstrip("\n")
                 if not text.strip():
                     continue
                 out.lines_read += 1
-                lines[str(path)] += 1
+                lines[file] += 1
                 try:
                     rel, args, t = _parse_line(program, text)
+                    types = declared.get(rel.name)
+                    if types is None:
+                        pending.append((file, number, text, rel, args, t))
+                        continue
+                    values = _coerce_args(rel, args, types)
                 except ValueError as exc:
-                    out.quarantined.append(Quarantined(str(path), number, str(exc), text))
+                    out.quarantined.append(Quarantined(file, number, str(exc), text))
                     continue
-                parsed.append((str(path), number, text, rel, args, t))
+                accept(file, rel, values, t)
     by_rel: dict[str, list[tuple[Any, ...]]] = {}
-    for *_, rel, args, _t in parsed:
+    for *_, rel, args, _t in pending:
         by_rel.setdefault(rel.name, []).append(args)
     types = {
-        rel.name: _column_types(program, rel, by_rel.get(rel.name, []))
+        rel.name: declared.get(rel.name) or _column_types(program, rel, by_rel.get(rel.name, []))
         for rel in program.catalog.inputs
     }
     out.types = {name: tuple("int" if t == "time" else t for t in ts) for name, ts in types.items()}
-    spans: dict[str, tuple[int, int]] = {}
-    for file, number, text, rel, args, t in parsed:
+    for file, number, text, rel, args, t in pending:
         try:
-            values = tuple(
-                _coerce_column(rel, col, v, typ)
-                for col, v, typ in zip(rel.columns, args, types[rel.name], strict=True)
-            )
+            values = _coerce_args(rel, args, types[rel.name])
         except ValueError as exc:
             out.quarantined.append(Quarantined(file, number, str(exc), text))
             continue
-        out.events.setdefault(rel.name, []).append(Row(t, values, t, expiry(t, rel.lifetime)))
-        spans[file] = (min(t, spans[file][0]), max(t, spans[file][1])) if file in spans else (t, t)
+        accept(file, rel, values, t)
     out.quarantined.sort(key=lambda q: (q.file, q.line))
     bad: dict[str, list[Quarantined]] = {}
     for q in out.quarantined:
@@ -319,6 +338,13 @@ def ingest_span(
     out.files = [str(p) for p in paths]
     out.quarantined.sort(key=lambda q: (q.file, q.line))
     return out
+
+
+def _coerce_args(rel: Relation, args: tuple[Any, ...], types: tuple[str, ...]) -> tuple[Value, ...]:
+    return tuple(
+        _coerce_column(rel, col, v, typ)
+        for col, v, typ in zip(rel.columns, args, types, strict=True)
+    )
 
 
 def _coerce_column(rel: Relation, col: str, value: Any, typ: str) -> Value:

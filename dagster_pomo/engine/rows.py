@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dagster_pomo.engine.values import Value
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Row:
     t: int
     args: tuple[Value, ...]
