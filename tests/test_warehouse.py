@@ -202,7 +202,9 @@ def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quara
     tmp_path: Path, events_file: Path
 ) -> None:
     """Object stores and HDFS are reached through Hadoop's file systems, not Python's: a view
-    file system mounted over a local folder takes that path, with no server to start."""
+    file system mounted over a local folder takes that path, with no server to start. There
+    Spark stores the inputs; on the local disk this process writes their files itself, and
+    the two hold the same rows in the same epochs."""
     program = compile_corpus(CORPUS, "sensors.pomo")
     mounted = tmp_path / "mounted"
     mounted.mkdir()
@@ -213,6 +215,11 @@ def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quara
     conf = local.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
     conf.set(f"fs.viewfs.mounttable.{cluster}.link./warehouse", mounted.as_uri())
     remote = evaluator_for(program, prepared, f"viewfs://{cluster}/warehouse", local.spark)
+    for rel in program.catalog.inputs:
+        assert by_epoch(remote, rel.name) == by_epoch(local, rel.name), rel.name
+    assert sum(len(rows) for rows in by_epoch(local, "reading").values()) == len(
+        prepared.ingested.events["reading"]
+    )
     for epoch in local.epochs:
         local.evaluate_epoch(epoch)
         remote.evaluate_epoch(epoch)

@@ -196,16 +196,30 @@ class SparkEvaluator:
         return epoch_key(self.epochs[bisect.bisect_right(self._ends, t)])
 
     def write_inputs(self, events: Mapping[str, list[Row]]) -> None:
-        """Store each input relation's events in the partitions of their epochs (one Spark job
-        per relation; the rows travel to the JVM as Arrow columns, not Python objects)."""
+        """Store each input relation's events in the partitions of their epochs. Where Spark
+        runs in this machine and the warehouse is on its disk, this process writes each
+        epoch's file itself (a fresh process's first Spark job costs seconds); elsewhere one
+        Spark job per relation, the rows going to the JVM as Arrow columns."""
+        here = self._local_spark() and self.wh.is_local
         for rel in self.catalog.inputs:
             rows = [(*_stored(r), k) for r in events.get(rel.name, []) if (k := self.key_for(r.kt))]
             if not rows:
+                continue
+            if here:
+                by_key: dict[str, list[tuple]] = {}
+                for row in rows:
+                    by_key.setdefault(row[-1], []).append(row[:-1])
+                for key, part in by_key.items():
+                    self.wh.put(rel.name, key, frames.arrow_table(part, self.structs[rel.name]))
                 continue
             struct = StructType(
                 [*self.structs[rel.name].fields, StructField("epoch", StringType())]
             )
             self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
+
+    def _local_spark(self) -> bool:
+        """Whether Spark runs in this process's machine (local mode, not Connect)."""
+        return not is_connect(self.spark) and self.spark.sparkContext.master.startswith("local")
 
     # ------------------------------------------------------------------ state
 
@@ -636,8 +650,7 @@ class SparkEvaluator:
         they can: Spark runs in this process's machine (local mode, not Connect), the
         warehouse is on its file system, and every version belongs to the epoch (none is
         deferred). Otherwise None: the tasks' rows go through Spark as usual."""
-        local = not is_connect(self.spark) and self.spark.sparkContext.master.startswith("local")
-        if not local or name in self.defers:
+        if not self._local_spark() or name in self.defers:
             return None
         return self.wh.staging(name)
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 
@@ -26,13 +28,15 @@ def empty(spark: SparkSession, struct: StructType) -> DataFrame:
     )
 
 
-def local(spark: SparkSession, rows: Sequence[tuple], struct: StructType) -> DataFrame:
-    """``rows`` (tuples in the order of ``struct``) as a local relation."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    if not rows:
-        return empty(spark, struct)
+def arrow_table(rows: Sequence[tuple], struct: StructType) -> pa.Table:
+    """``rows`` (tuples in the order of ``struct``) as an Arrow table of ``struct``'s types."""
     schema = to_arrow_schema(struct)
     columns = [pa.array([r[i] for r in rows], type=f.type) for i, f in enumerate(schema)]
-    return spark.createDataFrame(pa.Table.from_arrays(columns, schema=schema))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def local(spark: SparkSession, rows: Sequence[tuple], struct: StructType) -> DataFrame:
+    """``rows`` (tuples in the order of ``struct``) as a local relation."""
+    if not rows:
+        return empty(spark, struct)
+    return spark.createDataFrame(arrow_table(rows, struct))

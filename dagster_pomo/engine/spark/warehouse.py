@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -33,6 +35,11 @@ class Warehouse:
         # workers have folders of their own, so every part is given the same full path.
         self.root = (os.path.abspath(root) if _local(root) == root else root).rstrip("/")
         self.corpus = corpus
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the warehouse is on this machine's file system."""
+        return bool(_local(self.root))
 
     def path(self, relation: str, key: str | None = None, deferred: bool = False) -> str:
         base = f"{self.root}/{self.corpus}/" + (f"_deferred/{relation}" if deferred else relation)
@@ -95,6 +102,20 @@ class Warehouse:
         Path(staging).rename(target)
         shutil.rmtree(old, ignore_errors=True)
         _tidy(Path(staging).parent)
+
+    def put(self, relation: str, key: str, table: pa.Table) -> None:
+        """``table`` as epoch ``key`` of ``relation``, written by this process with no Spark
+        job (the warehouse must be on the local file system): one Parquet file in a staging
+        folder, which then replaces the epoch whole (see ``promote``)."""
+        staging = self.staging(relation)
+        if staging is None:
+            raise ValueError(f"{self.root} is not on the local file system")
+        try:
+            pq.write_table(table, os.path.join(staging, "part-00000.snappy.parquet"))
+        except BaseException:
+            self.discard(staging)
+            raise
+        self.promote(staging, relation, key)
 
     def discard(self, staging: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
