@@ -3,9 +3,9 @@
 Writing an epoch replaces exactly that epoch's directory (also with no rows), so
 every step can be re-run. Events stamped after the epoch that made them (an
 explicit future ``@time``) wait in ``<root>/<corpus>/_deferred/<relation>/``
-until the epoch that knows them reads them. Files that tasks write themselves
-(see ``staging``) gather in ``<root>/<corpus>/_staging/`` until they replace an
-epoch whole.
+until the epoch that knows them reads them. Files written without Spark's writer
+(by the recursive rounds' tasks, or inputs by this process; see ``staging`` and
+``put``) gather in ``<root>/<corpus>/_staging/`` until they replace an epoch whole.
 """
 
 from __future__ import annotations
