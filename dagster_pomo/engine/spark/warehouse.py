@@ -71,9 +71,10 @@ class Warehouse:
         fs.delete(hadoop_path, True)
 
     def staging(self, relation: str) -> str | None:
-        """A new empty local folder, beside the relation's epochs, for files that Spark tasks
-        write themselves; None when the warehouse is not on the local file system. Folders
-        untouched for a day are removed first: a run killed part-way left them."""
+        """A new empty local folder, beside the relation's epochs, for files written without
+        Spark's writer (by tasks or this process); None when the warehouse is not on the
+        local file system. Folders untouched for a day are removed first: a run killed
+        part-way left them."""
         local = _local(self.path(relation))
         if not local:
             return None
