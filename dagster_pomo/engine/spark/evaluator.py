@@ -202,20 +202,19 @@ class SparkEvaluator:
         Spark job per relation, the rows going to the JVM as Arrow columns."""
         here = self._local_spark() and self.wh.is_local
         for rel in self.catalog.inputs:
-            rows = [(*_stored(r), k) for r in events.get(rel.name, []) if (k := self.key_for(r.kt))]
-            if not rows:
-                continue
+            by_key: dict[str, list[Row]] = {}
+            for r in events.get(rel.name, []):
+                if (key := self.key_for(r.kt)) is not None:
+                    by_key.setdefault(key, []).append(r)
+            struct = self.structs[rel.name]
             if here:
-                by_key: dict[str, list[tuple]] = {}
-                for row in rows:
-                    by_key.setdefault(row[-1], []).append(row[:-1])
                 for key, part in by_key.items():
-                    self.wh.put(rel.name, key, frames.arrow_table(part, self.structs[rel.name]))
-                continue
-            struct = StructType(
-                [*self.structs[rel.name].fields, StructField("epoch", StringType())]
-            )
-            self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
+                    table = frames.arrow_table([_stored(r) for r in part], struct)
+                    self.wh.put(rel.name, key, table)
+            elif by_key:
+                rows = [(*_stored(r), key) for key, part in by_key.items() for r in part]
+                struct = StructType([*struct.fields, StructField("epoch", StringType())])
+                self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
 
     def _local_spark(self) -> bool:
         """Whether Spark runs in this process's machine (local mode, not Connect)."""
