@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster_pomo.engine.ingest import ingest_files
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dagster_pomo.engine.ingest import _coerce_plain, coerce, ingest_files
 from dagster_pomo.engine.timeline import parse_time
 from dagster_pomo.lang import compile_corpus
 
@@ -115,3 +118,27 @@ def test_files_known_to_hold_nothing_in_the_span_are_not_read_again(tmp_path: Pa
     assert sorted(r.t for r in late.events["water_level"]) == [10, 30, 100, 120, 150]
     assert late.landed[str(old)].last == 150 and late.lines_read == 6
     assert ingest_span(program, files, late.landed, 100, 200).files_read == 2
+
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=3),
+    st.lists(st.integers(), max_size=1),
+)
+
+
+@given(st.lists(st.tuples(SCALARS, st.sampled_from(["int", "float", "str", "bool"])), max_size=4))
+def test_the_quick_typing_of_values_agrees_with_coerce(pairs: list[tuple[object, str]]) -> None:
+    """Values already of their column's kind take a quick path; whatever it accepts must be
+    exactly what ``coerce`` makes of it (a boolean is never an int, an int becomes a float
+    in a float column), and whatever it declines ``coerce`` must decide."""
+    args, types = tuple(v for v, _ in pairs), tuple(t for _, t in pairs)
+    quick = _coerce_plain(args, types)
+    if quick is None:
+        return
+    slow = tuple(coerce(v, t) for v, t in pairs)
+    assert quick == slow
+    assert [type(v) for v in quick] == [type(v) for v in slow]

@@ -238,13 +238,17 @@ def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...],
         args = tuple(raw)
     else:
         raise ValueError('"args" must be an object or a list')
+    return rel, args, t
+
+
+def _check_kinds(rel: Relation, args: tuple[Any, ...]) -> None:
+    """``ValueError`` naming the first value that is no number, string or boolean."""
     for col, v in zip(rel.columns, args, strict=True):
         if _kind(v) is None:
             raise ValueError(
-                f"column `{col}` of `{name}` must be a number, string or boolean, "
+                f"column `{col}` of `{rel.name}` must be a number, string or boolean, "
                 f"got {json.dumps(v)}"
             )
-    return rel, args, t
 
 
 def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
@@ -281,6 +285,7 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
                     rel, args, t = _parse_line(program, text)
                     types = declared.get(rel.name)
                     if types is None:
+                        _check_kinds(rel, args)  # before its values count for the types
                         pending.append((file, number, text, rel, args, t))
                         continue
                     values = _coerce_args(rel, args, types)
@@ -341,10 +346,33 @@ def ingest_span(
 
 
 def _coerce_args(rel: Relation, args: tuple[Any, ...], types: tuple[str, ...]) -> tuple[Value, ...]:
+    """``args`` as values of ``types``, or ``ValueError`` with the reason."""
+    fast = _coerce_plain(args, types)
+    if fast is not None:
+        return fast
+    _check_kinds(rel, args)
     return tuple(
         _coerce_column(rel, col, v, typ)
         for col, v, typ in zip(rel.columns, args, types, strict=True)
     )
+
+
+def _coerce_plain(args: tuple[Any, ...], types: tuple[str, ...]) -> tuple[Value, ...] | None:
+    """What :func:`coerce` makes of values already of their column's kind (the common case,
+    a few times faster); None when one is not, or a column is a time, and ``coerce`` must
+    look (and say why not)."""
+    out: list[Value] = []
+    for v, typ in zip(args, types, strict=True):
+        kind = type(v)  # exact: a bool is no int here
+        if kind is str and typ == "str":
+            out.append(sys.intern(v))
+        elif (kind is float or kind is int) and typ == "float":
+            out.append(float(v))
+        elif (kind is int and typ == "int") or (kind is bool and typ == "bool"):
+            out.append(v)
+        else:
+            return None
+    return tuple(out)
 
 
 def _coerce_column(rel: Relation, col: str, value: Any, typ: str) -> Value:
