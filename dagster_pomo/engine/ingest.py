@@ -148,13 +148,19 @@ def coerce(value: Any, typ: str) -> Value:
     raise ValueError(f"expected {typ}, got {shown}")
 
 
+def _declared_types(rel: Relation) -> tuple[str, ...] | None:
+    """The column types of ``rel`` when its declaration gives every one, else None."""
+    types = tuple(t for t in rel.types if t is not None)
+    return types if len(types) == len(rel.types) else None
+
+
 def _column_types(
     program: Program, rel: Relation, observed: Iterable[tuple[Any, ...]]
 ) -> tuple[str, ...]:
     """Declared types, or for undeclared columns the corpus's constants, else the data's
     most common kind (ints widen to float when floats appear)."""
-    if all(t is not None for t in rel.types):
-        return tuple(t for t in rel.types if t is not None)
+    if (declared := _declared_types(rel)) is not None:
+        return declared
     from_corpus: dict[int, str] = {}
     for rule in program.corpus.rules:
         for atom in (rule.head, *(lit.atom for lit in rule.body)):
@@ -257,9 +263,9 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
     wait (with their text, in case they turn out to be bad) until every line is read."""
     out = Ingested()
     declared = {
-        rel.name: tuple(t for t in rel.types if t is not None)
+        rel.name: types
         for rel in program.catalog.inputs
-        if all(t is not None for t in rel.types)
+        if (types := _declared_types(rel)) is not None
     }
     pending: list[tuple[str, int, str, Relation, tuple[Any, ...], int]] = []
     signatures, lines = {}, Counter[str]()
@@ -297,7 +303,7 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
     for *_, rel, args, _t in pending:
         by_rel.setdefault(rel.name, []).append(args)
     types = {
-        rel.name: declared.get(rel.name) or _column_types(program, rel, by_rel.get(rel.name, []))
+        rel.name: _column_types(program, rel, by_rel.get(rel.name, []))
         for rel in program.catalog.inputs
     }
     out.types = {name: tuple("int" if t == "time" else t for t in ts) for name, ts in types.items()}
