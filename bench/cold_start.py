@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import thread_cpu
+from bench.harness import proc_stat, thread_cpu
 
 
 def _jvm_threads() -> dict[str, tuple[str, float]]:
@@ -30,9 +30,11 @@ def _jvm_threads() -> dict[str, tuple[str, float]]:
     mine = str(os.getpid())
 
     def is_my_jvm(p: Path) -> bool:
-        try:  # other processes come and go while we look
-            parent = (p / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            return parent == mine and b"java" in (p / "cmdline").read_bytes()
+        read = proc_stat(p / "stat")  # other processes come and go while we look
+        if read is None or read[1][1] != mine:
+            return False
+        try:
+            return b"java" in (p / "cmdline").read_bytes()
         except OSError:
             return False
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import descendants, thread_cpu
+from bench.harness import TICK, descendants, proc_stat, thread_cpu
 
 SHORT = 0.03  # a JVM call under 30 ms builds or asks; a longer one runs a job
 # The JVM's threads by what they do, from the start of their (15-character) Linux names.
@@ -104,17 +104,13 @@ def cpu_by_role(jvm: int) -> collections.Counter[str]:
     for the others), of the processes under it ("Python workers": the daemon and the
     workers it forks, with those that exited) and of this process. Empty where there is
     no ``/proc``."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     out: collections.Counter[str] = collections.Counter()
     for name, seconds in thread_cpu(jvm).values():
         role = next((r for r, starts in ROLES if name.startswith(starts)), "rest of the JVM")
         out[role] += seconds
     for pid in descendants(jvm):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out["Python workers"] += sum(int(f) for f in fields[11:15]) / tick
+        if (read := proc_stat(f"/proc/{pid}/stat")) is not None:
+            out["Python workers"] += sum(int(f) for f in read[1][11:15]) / TICK
     times = os.times()
     out["this process"] = times.user + times.system
     return out

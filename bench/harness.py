@@ -73,19 +73,28 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's CPU time unit
+
+
+def proc_stat(path: str | Path) -> tuple[str, list[str]] | None:
+    """The name and the fields after it of a ``/proc/.../stat`` file (field 0 is the state,
+    1 the parent, 11 and 12 the user and system CPU ticks, 13 and 14 those of waited-for
+    children); None once the process or thread has ended."""
+    try:
+        raw = Path(path).read_text()
+    except OSError:
+        return None
+    return raw[raw.index("(") + 1 : raw.rindex(")")], raw.rsplit(")", 1)[1].split()
+
+
 def thread_cpu(pid: int) -> dict[str, tuple[str, float]]:
     """Each thread of process ``pid`` by id: its Linux name (the first 15 characters of the
     JVM's name for it) and the CPU seconds it has used (Linux ``/proc``; empty elsewhere)."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     out: dict[str, tuple[str, float]] = {}
     for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            raw = stat.read_text()
-        except OSError:  # the thread ended
-            continue
-        fields = raw.rsplit(")", 1)[1].split()
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        out[stat.parent.name] = (name, (int(fields[11]) + int(fields[12])) / tick)
+        if (read := proc_stat(stat)) is not None:
+            name, fields = read
+            out[stat.parent.name] = (name, (int(fields[11]) + int(fields[12])) / TICK)
     return out
 
 
