@@ -2,7 +2,11 @@
 
 Corpora are stratifiable by construction: each derived relation reads inputs and
 relations defined before it (negation and aggregation only of those), plus
-itself positively when it is recursive.
+itself positively when it is recursive. Between them they use every construct of
+the language: joins, constants, guards, negation, every aggregate (read back in
+later bodies), head expressions and functions, ``where`` definitions, unions of
+rules, explicit ``@time`` (past and future), clocks, recursion, declared
+lifetimes of derived relations, and ``@next`` sequences.
 """
 
 from __future__ import annotations
@@ -13,6 +17,34 @@ from hypothesis import strategies as st
 
 INPUTS = ("a", "b", "c")  # a(x, y), b(x, y), c(x)
 LIFETIMES = (None, 3, 10, 30)
+KINDS = (
+    "join",
+    "const",
+    "guard",
+    "negate",
+    "aggregate",
+    "time",
+    "recursive",
+    "read_agg",
+    "union",
+    "expr",
+    "where",
+    "clock",
+    "timed_agg",
+    "next",
+)
+AGGREGATES = ("@count", "@sum(y)", "@min(y)", "@max(y)", "@average(y)")
+# Head expressions over two integers: signs, truncating division and remainder, functions.
+EXPRESSIONS = (
+    "y + 1",
+    "y - x",
+    "x * 2 - y",
+    "(y - x) / 2",
+    "(y - x) % 3",
+    "abs(x - y)",
+    "max(x, y)",
+    "min(x, y) - 1",
+)
 
 
 @dataclass(frozen=True)
@@ -20,30 +52,60 @@ class Case:
     corpus: str
     events: list[tuple[str, int, list[int]]]
 
+    @property
+    def sequential(self) -> bool:
+        """Whether the corpus has ``@next`` rules, whose results depend on the epoch
+        size (DESIGN §3.5), so that only evaluations with the same epochs agree."""
+        return "@next" in self.corpus
+
     def __repr__(self) -> str:
         lines = "\n".join(f"  {e}" for e in self.events)
         return f"Case(corpus=\n{self.corpus}\nevents=\n{lines})"
 
 
 @st.composite
-def corpora(draw: st.DrawFn) -> str:
+def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
     lines = []
     for name, arity in (("a", 2), ("b", 2), ("c", 1)):
         cols = ", ".join(f"{v}: int" for v in "xy"[:arity])
         life = draw(st.sampled_from(LIFETIMES))
         lines.append(f".decl {name}({cols})" + (f" lifetime {life}" if life else "") + ";")
-    pairs = ["a", "b"]  # binary relations available to later rules
+    pairs = ["a", "b"]  # binary relations of integers available to later rules
     unary = ["c"]
-    aggregated: list[str] = []
+    aggregated: dict[str, list[str]] = {}  # relation -> the aggregates it carries
     for i in range(draw(st.integers(1, 4))):
         d = f"d{i}"
-        kind = draw(
-            st.sampled_from(
-                ["join", "const", "guard", "negate", "aggregate", "time", "recursive", "read_agg"]
-            )
-        )
+        kind = draw(st.sampled_from(kinds))
         p, q = draw(st.sampled_from(pairs)), draw(st.sampled_from(pairs))
-        if kind == "join":
+        if kind in ("aggregate", "timed_agg", "clock"):
+            aggs = draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=3, unique=True))
+            head = f"{d}(x) {' '.join(aggs)}"
+            if kind == "aggregate":
+                lines.append(f"{head} := {p}(x, y);")
+            elif kind == "timed_agg":
+                # One version of the group's event per match time (docs/semantics.md).
+                lines.append(f"{head} @time(t) := {p}(x, y) @time(t);")
+            else:
+                offset, period = draw(st.sampled_from([0, 2])), draw(st.sampled_from([3, 5]))
+                lines.append(
+                    f"{head} @time(tick) := {p}(x, y) @time(seen) ^ clock(o, n) @time(tick)"
+                    f" if seen < tick ^ seen >= tick - n where o = {offset}, n = {period};"
+                )
+            unary.append(d)
+            aggregated[d] = [a.split("(")[0] for a in aggs]
+            continue
+        if kind == "read_agg" and aggregated:
+            src = draw(st.sampled_from(sorted(aggregated)))
+            ann = draw(st.sampled_from(aggregated[src]))
+            if ann == "@count":
+                lines.append(f"{d}(x, n) := {src}(x) @count(n) ^ {p}(x, _);")
+            elif ann == "@average":
+                # A float: compared, not stored, so later joins stay over integers.
+                k = draw(st.sampled_from([0, 1, 2]))
+                lines.append(f"{d}(x, y) := {src}(x) @average(v) ^ {p}(x, y) if v > {k}.5;")
+            else:
+                lines.append(f"{d}(x, v) := {src}(x) {ann}(v) ^ {p}(x, _);")
+        elif kind == "join":
             lines.append(f"{d}(x, z) := {p}(x, y) ^ {q}(y, z);")
         elif kind == "const":
             k = draw(st.integers(0, 3))
@@ -55,24 +117,21 @@ def corpora(draw: st.DrawFn) -> str:
             u = draw(st.sampled_from(unary))
             neg = draw(st.sampled_from([f"!{q}(y, _)", f"!{u}(x)"]))
             lines.append(f"{d}(x, y) := {p}(x, y) ^ {neg};")
-        elif kind == "aggregate":
-            agg = draw(
-                st.sampled_from(["@count", "@sum(y)", "@min(y)", "@max(y)", "@count @sum(y)"])
-            )
-            lines.append(f"{d}(x) {agg} := {p}(x, y);")
-            unary.append(d)
-            aggregated.append(d)
-            continue
         elif kind == "time":
             k = draw(st.sampled_from([-3, 0, 5]))
             lines.append(f"{d}(x, y) @time(t + {k}) := {p}(x, y) @time(t);")
-        elif kind == "read_agg" and aggregated:
-            src = draw(st.sampled_from(aggregated))
-            lines.append(
-                f"{d}(x, n) := {src}(x) @count(n) ^ {p}(x, _);"
-                if "@count" in _rule_of(lines, src)
-                else f"{d}(x, x) := {src}(x) ^ {p}(x, _);"
-            )
+        elif kind == "union":
+            lines.append(f"{d}(x, y) := {p}(x, y);")
+            lines.append(f"{d}(y, x) := {q}(x, y) if x != y;")
+        elif kind == "expr":
+            lines.append(f"{d}(x, {draw(st.sampled_from(EXPRESSIONS))}) := {p}(x, y);")
+        elif kind == "where":
+            lines.append(f"{d}(x, z) := {p}(x, y) if z > 0 where z = y * 2 - x;")
+        elif kind == "next":
+            # A sequence (Dedalus): carried from epoch to epoch until `c` stops it.
+            u = draw(st.sampled_from(unary))
+            lines.append(f"{d}(x, y) @next := {p}(x, y);")
+            lines.append(f"{d}(x, y) @next := {d}(x, y) ^ !{u}(x);")
         else:
             lines.append(f"{d}(x, y) := {p}(x, y);")
             step = draw(
@@ -87,12 +146,12 @@ def corpora(draw: st.DrawFn) -> str:
                 )
             )
             lines.append(step)
+        if kind not in ("read_agg", "next"):
+            life = draw(st.sampled_from(LIFETIMES))
+            if life:  # the derived relation's own lifetime limits its events' `exp`
+                lines.append(f".decl {d}(x: int, y: int) lifetime {life};")
         pairs.append(d)
     return "\n".join(lines) + "\n"
-
-
-def _rule_of(lines: list[str], relation: str) -> str:
-    return next(line for line in lines if line.startswith(f"{relation}("))
 
 
 @st.composite
