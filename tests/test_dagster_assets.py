@@ -85,6 +85,36 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
         key = AssetKey(["water_tanks", name])
         assert instance.get_materialized_partitions(key) == set(KEYS), name
 
+    # Each materialization records its asset's code version, a digest of its definition:
+    # what Dagster compares to mark partitions stale once the rules change.
+    versions = {key: v for a in assets for key, v in a.code_versions_by_key.items()}
+    for key, version in versions.items():
+        event = instance.get_latest_materialization_event(key)
+        assert event is not None and event.tags["dagster/code_version"] == version, key
+    # The landing files are not versioned: every run's input events are new data.
+    inputs_event = instance.get_latest_materialization_event(AssetKey(["water_tanks", "capacity"]))
+    assert inputs_event is not None
+    assert inputs_event.tags["dagster/data_version"] == result.run_id
+    text = (RULES / "water_tanks.pomo").read_text()
+    old_rule = "level_10m(tank) @average(level) @max(level) := water_level(tank, level);"
+    assert old_rule in text and "avg > 0.9 * max_level" in text
+    edited = text.replace("avg > 0.9 * max_level", "avg > 0.8 * max_level").replace(
+        old_rule,
+        "# a comment\nlevel_10m(tank) @average(level)\n    @max(level) := water_level(tank,level);",
+    )
+    (tmp_path / "edited").mkdir()
+    (tmp_path / "edited" / "water_tanks.pomo").write_text(edited)
+    after = _defs(tmp_path / "edited" / "water_tanks.pomo", PARTITIONS, warehouse, landing)
+    changed = {
+        key
+        for a in after.assets
+        for key, v in a.code_versions_by_key.items()  # type: ignore[union-attr]
+        if v != versions[key]
+    }
+    assert changed == {AssetKey(["water_tanks", "near_capacity"])}, (
+        "layout and comments do not count"
+    )
+
     program = load_program(RULES / "water_tanks.pomo")
     expected = run(program, landing, HOUR, start=START, until=START + 3 * HOUR, engine="reference")
     got = stored(program, warehouse)

@@ -7,7 +7,7 @@ user fixes a file in one round rather than one error at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dagster_pomo.lang import ast
@@ -15,6 +15,7 @@ from dagster_pomo.lang.catalog import Catalog, build_catalog
 from dagster_pomo.lang.check import check_rules
 from dagster_pomo.lang.errors import CorpusError, Diagnostic, Severity, StratificationError
 from dagster_pomo.lang.parser import parse
+from dagster_pomo.lang.render import render_decl, render_rule
 from dagster_pomo.lang.stratify import Stratum, stratify
 
 
@@ -35,6 +36,18 @@ class Program:
     def rule_text(self, rule: ast.Rule) -> str:
         """The rule exactly as the user wrote it."""
         return self.corpus.source.slice(rule.span).strip()
+
+    def definition(self, relation: str) -> str:
+        """What defines ``relation``'s events, as canonical text: its ``.decl`` and the rules
+        and facts that derive it, in a stable order, without layout, comments or the
+        handlers they notify. Edits that leave this text alone cannot change the events."""
+        decl = self.catalog[relation].decl
+        rules = sorted(
+            render_rule(replace(rule, head=replace(rule.head, handlers=())))
+            for rule in self.corpus.rules
+            if rule.head.relation == relation and (rule.body or rule.is_fact)
+        )
+        return "\n".join(([render_decl(decl)] if decl else []) + rules)
 
 
 def compile_corpus(

@@ -34,6 +34,7 @@ from dagster_pomo.engine.spark.evaluator import epoch_key
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.orchestration.assets import PREVIOUS, CorpusAssets
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
+from dagster_pomo.orchestration.translator import code_version
 
 
 def action_key(shared: CorpusAssets, handler: str) -> AssetKey:
@@ -61,6 +62,10 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
         + [AssetDep(key, partition_mapping=PREVIOUS)],
         group_name=shared.translator.get_group_name(program),
         description=f"Calls the handler `{name}` once per event it listens to:\n\n{rules}",
+        # What it listens to: relations and patterns (the events' own rules version theirs).
+        code_version=code_version(
+            "\n".join(sorted(repr((s.relation, s.equals, s.same)) for s in subs))
+        ),
         metadata={
             "pomo/handler": name,
             "pomo/listens_to": ", ".join(relations),

@@ -25,6 +25,7 @@ from dagster import (
     AssetKey,
     AssetSpec,
     BackfillPolicy,
+    DataVersion,
     MaterializeResult,
     MetadataValue,
     TimeWindowPartitionMapping,
@@ -100,6 +101,7 @@ class CorpusAssets:
             deps=deps,
             group_name=self.translator.get_group_name(program),
             description=self.translator.get_description(program, relation),
+            code_version=self.translator.get_code_version(program, relation),
             metadata=self.translator.get_metadata(
                 program, relation, self.schemas[relation], stratum
             ),
@@ -225,6 +227,9 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
         for name in names:
             yield MaterializeResult(
                 asset_key=shared.key(name),
+                # The landing files' contents are not versioned: every run's events count as
+                # new data, so the relations that read them are stale until evaluated again.
+                data_version=DataVersion(context.run.run_id),
                 metadata={
                     "pomo/new_rows": counts[name],
                     **relation_metadata(evaluator.wh, shared.schemas[name], name, last),

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from dagster import AssetKey, MetadataValue, TableColumn, TableSchema
 
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.lang import Program
+
+
+def code_version(text: str) -> str:
+    """A short, stable digest of ``text``: the code version Dagster compares with the one a
+    materialization recorded to mark it stale."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class PomoTranslator:
@@ -28,6 +35,12 @@ class PomoTranslator:
         if not rules:
             return f"Input events of `{relation}` from the landing files."
         return "\n\n".join(rules)
+
+    def get_code_version(self, program: Program, relation: str) -> str | None:
+        """A digest of what defines the relation (:meth:`Program.definition`), so Dagster
+        marks its partitions stale ("code version changed") when its rules, facts or
+        declaration change, and not when only layout or comments do."""
+        return code_version(program.definition(relation))
 
     def get_metadata(
         self, program: Program, relation: str, schema: Schema, stratum: int | None
