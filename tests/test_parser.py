@@ -96,3 +96,27 @@ def test_every_bad_statement_is_reported() -> None:
     with pytest.raises(PomoSyntaxError) as info:
         parse("p(x) := ;\nok(1);\nq(x) :- r(x);\n")
     assert [d.span.line for d in info.value.diagnostics] == [1, 3]
+
+
+def test_a_relations_definition_ignores_layout_comments_order_and_handlers() -> None:
+    """What code versions are made of: the text that fixes a relation's events."""
+    from dagster_pomo.lang import compile_corpus
+
+    base = compile_corpus(
+        ".decl e(a: int) lifetime 1h;\np(x) := e(x) if x > 1;\np(x) := e(x) if x < -1;\n"
+        "q(x) := p(x);\n"
+    )
+    same = compile_corpus(
+        "# comments and layout\n.decl e(a: int) lifetime 60m;\np(x) := e(x)\n  if x < -1;\n"
+        "p(x) ~ notify := e(x) if x > 1;  // a handler does not change p's events\n"
+        "q(x) := p(x);\n"
+    )
+    for name in ("e", "p", "q"):
+        assert same.definition(name) == base.definition(name), name
+    other = compile_corpus(
+        ".decl e(a: int) lifetime 2h;\np(x) := e(x) if x > 1;\np(x) := e(x) if x < -2;\n"
+        "q(x) := p(x);\n"
+    )
+    assert other.definition("e") != base.definition("e")
+    assert other.definition("p") != base.definition("p")
+    assert other.definition("q") == base.definition("q")
