@@ -114,6 +114,34 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     assert changed == {AssetKey(["water_tanks", "near_capacity"])}, (
         "layout and comments do not count"
     )
+    # What the UI shows: Dagster's own stale status of the materialized partitions.
+    from dagster._core.definitions.data_version import StaleCauseCategory, StaleStatus
+    from dagster._utils.test.data_versions import get_stale_status_resolver
+
+    resolver = get_stale_status_resolver(instance, list(after.assets))  # type: ignore[arg-type]
+    near = AssetKey(["water_tanks", "near_capacity"])
+    assert resolver.get_status(near, KEYS[1]) == StaleStatus.STALE
+    assert [c.category for c in resolver.get_stale_causes(near, KEYS[1])] == [
+        StaleCauseCategory.CODE
+    ]
+    for name in ("level_10m", "overflow_alert", "water_level"):
+        assert resolver.get_status(AssetKey(["water_tanks", name]), KEYS[1]) == StaleStatus.FRESH
+    # Evaluated again from unchanged inputs and rules, a partition keeps its data version.
+    level = AssetKey(["water_tanks", "level_10m"])
+
+    def data_version() -> str:
+        records = instance.fetch_materializations(level, limit=100).records
+        (latest, *_) = [r for r in records if r.partition_key == KEYS[1]]
+        return latest.asset_materialization.tags["dagster/data_version"]  # type: ignore[union-attr]
+
+    seen = []
+    for _ in range(2):
+        rerun = materialize(
+            assets, instance=instance, resources=resources, partition_key=KEYS[1], selection=[level]
+        )
+        assert rerun.success
+        seen.append(data_version())
+    assert seen[0] == seen[1]
 
     program = load_program(RULES / "water_tanks.pomo")
     expected = run(program, landing, HOUR, start=START, until=START + 3 * HOUR, engine="reference")
