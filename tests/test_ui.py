@@ -26,6 +26,7 @@ from dagster import AssetKey, DagsterInstance
 from dagster_pomo.engine.run import run
 from dagster_pomo.examples import HOUR, water_tank_events
 from dagster_pomo.lang import load_program
+from dagster_pomo.orchestration.translator import code_version
 from tests.conftest import ROOT, RULES
 from tests.test_dagster_assets import KEYS, START, _normal, stored
 
@@ -168,6 +169,12 @@ query Assets { assetNodes(group: {groupName: "water_tanks", repositoryName: "__r
   repositoryLocationName: "water_tanks"}) { assetKey { path } } }
 """
 
+VERSIONS = """
+query Versions($partition: String!) { assetNodes(group: {groupName: "water_tanks",
+  repositoryName: "__repository__", repositoryLocationName: "water_tanks"}) {
+  assetKey { path } opVersion staleStatus(partition: $partition) } }
+"""
+
 
 def _backfill(url: str, keys: list[str], relations: set[str]) -> tuple[str, dict]:
     """Launch a backfill of the water-tank assets of ``relations`` over ``keys`` as the UI's
@@ -226,6 +233,17 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
                 assert one["status"] == "SUCCESS", one
                 assert tags["dagster/asset_partition_range_start"] == KEYS[0], one
                 assert tags["dagster/asset_partition_range_end"] == KEYS[-1], one
+            # The webserver shows each relation's code version (a digest of its definition)
+            # and what Dagster makes of it: the backfilled partitions are fresh.
+            program = load_program(RULES / "water_tanks.pomo")
+            versions = _graphql(url, VERSIONS, {"partition": KEYS[-1]})["assetNodes"]
+            relations = [n for n in versions if n["assetKey"]["path"][1] != "action"]
+            assert len(relations) == len(LINEAGE) - 2, versions  # all but the two handlers
+            for node in relations:
+                name = node["assetKey"]["path"][-1]
+                assert node["opVersion"] == code_version(program.definition(name)), node
+                want = "FRESH" if name in BACKFILLED else "MISSING"
+                assert node["staleStatus"] == want, node
             page.goto(f"{url}/runs/b/{backfill}")
             _dismiss_welcome(page)
             page.get_by_text("level_10m").first.wait_for()
