@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from bench.harness import Measurement, measure
-from dagster_pomo.examples import CORPORA, HOUR, water_tank_events
+from dagster_pomo.examples import CORPORA, DEFAULT_START, HOUR, water_tank_events
 
 MINUTE = 60_000
-START = 1_700_000_000_000 // HOUR * HOUR
+START = DEFAULT_START
 CORPUS = CORPORA / "water_tanks.pomo"
 
 

@@ -18,6 +18,7 @@ from dagster_pomo.engine.actions import ActionEvent
 
 CORPORA = Path(__file__).resolve().parent / "rules"
 HOUR = 3_600_000
+DEFAULT_START = 1_700_000_000_000 // HOUR * HOUR  # 2023-11-14T22:00:00Z
 TANKS = ("north", "south", "east")
 CAPACITY = {"north": 100.0, "south": 80.0, "east": 120.0}
 
@@ -32,7 +33,7 @@ def water_tank_events(
     readings: int,
     tanks: int = 3,
     hours: int = 24,
-    start: int = 1_700_000_000_000 // HOUR * HOUR,
+    start: int = DEFAULT_START,
     seed: int = 1,
 ) -> int:
     """Write ``readings`` water-level events (plus maintenance windows) spread evenly over

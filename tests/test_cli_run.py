@@ -100,6 +100,53 @@ def test_exit_codes(tmp_path: Path) -> None:
     assert pomo("run", str(corpus)).returncode == 2
 
 
+def test_the_summary_gives_epochs_in_readable_times_and_says_when_none_can_run(
+    tmp_path: Path,
+) -> None:
+    corpus, events = setup(tmp_path)
+    run = ("run", str(corpus), "--events", str(events), "--engine", "reference")
+    result = pomo(*run, "--epoch", "25ms")
+    assert result.returncode == 0, result.stderr
+    summary = result.stderr.splitlines()[0]
+    assert summary.startswith(
+        f"{corpus}: 3 epochs of 25ms, 1970-01-01T00:00:00Z to 1970-01-01T00:00:00.075Z; "
+        "4 lines read, 2 accepted, 2 quarantined"
+    ), summary
+    # --until before --start: nothing to run, said as a usage error.
+    result = pomo(*run, "--start", "1970-01-01T00:00:01Z", "--until", "500")
+    assert result.returncode == 2
+    assert "--until 500 is not after --start 1970-01-01T00:00:01Z" in result.stderr
+    # --until before the first event's epoch: a run of no epoch, and the reason why.
+    late = tmp_path / "late.jsonl"
+    late.write_text('{"relation": "r", "t": "2024-05-01T10:20:00Z", "args": ["a", 1.0]}\n')
+    result = pomo(
+        "run", str(corpus), "--events", str(late), "--engine", "reference", "--until", "2023-01-01"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "avg (0 events)" in result.stdout
+    assert (
+        "no epoch to evaluate: the first would start at 2024-05-01T10:00:00Z, "
+        "not before --until 2023-01-01T00:00:00Z; 1 line read, 1 accepted"
+    ) in result.stderr
+
+
+def test_generate_checks_its_options_and_starts_where_asked(tmp_path: Path) -> None:
+    out = tmp_path / "tanks.jsonl"
+    for bad in (["--tanks", "0"], ["--hours", "0"], ["--readings", "-5"], ["--start", "soon"]):
+        result = pomo("generate", "water_tanks", *bad, "--out", str(out))
+        assert result.returncode == 2, (bad, result.stderr)
+        assert result.stderr.startswith("pomo: error: "), result.stderr
+    assert not out.exists()
+    made = pomo(
+        "generate", "water_tanks", "--readings", "60", "--hours", "1", "--start", "2026-01-01",
+        "--out", str(out),
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert "from 2026-01-01T00:00:00Z" in made.stdout
+    times = [json.loads(line)["t"] for line in out.read_text().splitlines()]
+    assert min(times) == 1_767_225_600_000 and max(times) < 1_767_225_600_000 + 3_600_000
+
+
 def test_generated_example_events_are_all_accepted(tmp_path: Path) -> None:
     out = tmp_path / "landing" / "tanks.jsonl"
     made = pomo("generate", "water-tanks", "--readings", "300", "--hours", "2", "--out", str(out))

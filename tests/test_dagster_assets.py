@@ -4,6 +4,7 @@ real Spark: a partition range in one run gives what `pomo run` gives."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,13 @@ from dagster_pomo.engine.spark.evaluator import SparkEvaluator
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.errors import UsageError
-from dagster_pomo.examples import HOUR, outbox_handlers, water_tank_events
+from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
 from dagster_pomo.lang import compile_corpus, load_program
 from dagster_pomo.orchestration import epochs_through, pomo_definitions
 from tests.compare import rounded
 from tests.conftest import RULES
 
-START = 1_700_000_000_000 // HOUR * HOUR  # 2023-11-14T22:00Z, where the generator starts
+START = DEFAULT_START  # 2023-11-14T22:00Z, where the generator starts
 PARTITIONS = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
 KEYS = ["2023-11-14-22:00", "2023-11-14-23:00", "2023-11-15-00:00"]
 
@@ -79,6 +80,11 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     preview = meta["pomo/preview"].value
     assert 0 < len(preview.records) <= 5
     assert [c.name for c in preview.schema.columns][:3] == ["tank", "average(level)", "max(level)"]
+    # The preview's times are UTC ISO times within the last partition's hour.
+    last_hour = datetime.strptime(KEYS[-1], "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
+    for record in preview.records:
+        t = datetime.fromisoformat(record.data["t"])
+        assert record.data["t"].endswith("Z") and timedelta(0) <= t - last_hour < timedelta(hours=1)
     (check,) = result.get_asset_check_evaluations()
     assert check.check_name == "landing_lines_are_valid" and check.passed
     for name in ("level_10m", "overflow_alert", "water_level"):

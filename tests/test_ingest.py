@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dagster_pomo.engine.ingest import _coerce_plain, coerce, ingest_files
-from dagster_pomo.engine.timeline import parse_time
+from dagster_pomo.engine.timeline import parse_duration, parse_time, show_duration, show_time
 from dagster_pomo.lang import compile_corpus
 
 CORPUS = """.decl water_level(tank: str, level: float) lifetime 10m;
@@ -33,8 +33,8 @@ BAD = {
     '{"relation": "water_level", "t": "yesterday", "args": ["t1", 1.0]}': "invalid time",
     '{"relation": "water_level", "t": 3, "args": ["t1"]}': "takes 2 arguments, this has 1",
     '{"relation": "water_level", "t": 3, "args": {"tank": "t1"}}': "missing `level`",
-    '{"relation": "water_level", "t": 3, "args": ["t1", "high"]}': "is float",
-    '{"relation": "water_level", "t": 3, "args": [7, 1.0]}': "`tank` of `water_level` is str",
+    '{"relation": "water_level", "t": 3, "args": ["t1", "high"]}': 'is float: got "high", a string',
+    '{"relation": "water_level", "t": 3, "args": [7, 1.0]}': "is str: got 7, an integer",
     '{"relation": "water_level", "t": 3, "args": ["t1", null]}': "must be a number, string",
     '{"relation": "water_level", "t": 3, "args": "t1"}': '"args" must be an object or a list',
     '{"relation": "sensor", "t": 8, "args": ["x", "a"]}': "(inferred from the data)",
@@ -82,6 +82,19 @@ def test_iso_times_with_offsets() -> None:
     assert parse_time("1970-01-01T01:00:00+01:00") == 0
     assert parse_time("1970-01-01 00:00:00.250") == 250
     assert parse_time(1_700_000_000_000) == 1_700_000_000_000
+
+
+@given(st.integers(-62_135_596_800_000, 253_402_300_799_999))  # the years 1 to 9999
+def test_times_shown_to_people_read_back_as_the_same_time(t: int) -> None:
+    shown = show_time(t)
+    assert shown.endswith("Z") and parse_time(shown) == t
+
+
+@given(st.integers(1, 10**12))
+def test_durations_shown_read_back_as_the_same_duration(ms: int) -> None:
+    shown = show_duration(ms)
+    assert parse_duration(shown) == ms
+    assert shown == min((shown, f"{ms}ms"), key=len)  # never longer than plain milliseconds
 
 
 def test_files_known_to_hold_nothing_in_the_span_are_not_read_again(tmp_path: Path) -> None:

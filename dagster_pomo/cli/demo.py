@@ -36,7 +36,7 @@ def run_demo(folder: Path | None, hours: int, readings: int) -> int:
 def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
     from dagster import AssetKey, DagsterInstance, HourlyPartitionsDefinition, materialize
 
-    from dagster_pomo.examples import HOUR, outbox_handlers, water_tank_events
+    from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
     from dagster_pomo.orchestration import pomo_definitions
     from dagster_pomo.orchestration.resources import SparkResource
 
@@ -44,8 +44,10 @@ def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
     landing, warehouse, home = work / "landing", work / "warehouse", work / "dagster_home"
     for d in (landing, home):
         d.mkdir(parents=True, exist_ok=True)
-    start = 1_700_000_000_000 // HOUR * HOUR
-    lines = water_tank_events(landing / "readings.jsonl", readings, tanks=3, hours=hours)
+    start = DEFAULT_START
+    lines = water_tank_events(
+        landing / "readings.jsonl", readings, tanks=3, hours=hours, start=start
+    )
     print(f"1. generated {lines:,} events of 3 water tanks over {hours} h in {landing}")
 
     outbox = work / "outbox.sqlite"

@@ -10,10 +10,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dagster_pomo import __version__
 from dagster_pomo.errors import PomoError, UsageError
 from dagster_pomo.lang import CorpusError, Program, load_program
+
+if TYPE_CHECKING:
+    from dagster_pomo.engine.run import EpochPlan
 
 EXIT_OK, EXIT_CORPUS, EXIT_USAGE = 0, 1, 2
 
@@ -88,6 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         until = _time_option("--until", args.until, parse_time)
     except UsageError as exc:
         raise _Usage(str(exc)) from None
+    if start is not None and until is not None and until <= start:
+        raise _Usage(f"--until {args.until} is not after --start {args.start}: no epoch to run")
     if not Path(args.events).exists():
         print(f"pomo: error: {args.events}: no such file or folder of events", file=sys.stderr)
         return EXIT_CORPUS
@@ -110,10 +116,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     ingested = result.ingested
     plan = result.plan
     print(
-        f"{path}: {len(plan.epochs)} epoch{'s' if len(plan.epochs) != 1 else ''} "
-        f"[{plan.start}, {plan.until}) of {size} ms; {ingested.lines_read} lines read, "
-        f"{ingested.lines_read - len(ingested.quarantined)} accepted, "
-        f"{len(ingested.quarantined)} quarantined",
+        f"{path}: {_epochs_summary(plan, size, bool(ingested.times))}; "
+        f"{ingested.lines_read:,} line{'s' if ingested.lines_read != 1 else ''} read, "
+        f"{ingested.lines_read - len(ingested.quarantined):,} accepted, "
+        f"{len(ingested.quarantined):,} quarantined",
         file=sys.stderr,
     )
     for q in ingested.quarantined[:10]:
@@ -123,23 +129,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out:
         counts = write_outputs(result, Path(args.out))
         for name, n in counts.items():
-            print(f"{Path(args.out) / (name + '.jsonl')}: {n} events")
+            print(f"{Path(args.out) / (name + '.jsonl')}: {n:,} event{'s' if n != 1 else ''}")
     else:
         sys.stdout.write(format_tables(result, limit=50))
     return EXIT_OK
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from dagster_pomo.examples import water_tank_events
+def _epochs_summary(plan: EpochPlan, size: int, anything: bool) -> str:
+    """What the run covered, in times people read (``anything``: events or facts to start at)."""
+    from dagster_pomo.engine.timeline import show_duration, show_time
 
+    n = len(plan.epochs)
+    if n:
+        return (
+            f"{n} epoch{'s' if n != 1 else ''} of {show_duration(size)}, "
+            f"{show_time(plan.start)} to {show_time(plan.until)}"
+        )
+    if not anything:
+        return "no epoch to evaluate: no events and no facts"
+    return (
+        f"no epoch to evaluate: the first would start at {show_time(plan.start)}, "
+        f"not before --until {show_time(plan.until)}"
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from dagster_pomo.engine.timeline import parse_time, show_time
+    from dagster_pomo.examples import DEFAULT_START, water_tank_events
+
+    if min(args.readings, args.tanks, args.hours) < 1:
+        raise _Usage("--readings, --tanks and --hours must be at least 1")
+    start = _time_option("--start", args.start, parse_time)
+    start = DEFAULT_START if start is None else start
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = water_tank_events(
-        out, args.readings, tanks=args.tanks, hours=args.hours, seed=args.seed
+        out, args.readings, tanks=args.tanks, hours=args.hours, start=start, seed=args.seed
     )
     print(
-        f"{out}: {lines} events ({args.readings} readings of {args.tanks} tanks over "
-        f"{args.hours} h)"
+        f"{out}: {lines:,} events ({args.readings:,} readings of {args.tanks} tanks over "
+        f"{args.hours} h from {show_time(start)})"
     )
     return EXIT_OK
 
@@ -262,12 +291,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="write synthetic events for an example corpus",
         description="Write deterministic synthetic events as JSON Lines.",
     )
-    generate.add_argument("example", choices=["water-tanks"])
-    generate.add_argument("--readings", type=int, default=100_000)
-    generate.add_argument("--tanks", type=int, default=3)
-    generate.add_argument("--hours", type=int, default=24)
-    generate.add_argument("--seed", type=int, default=1)
-    generate.add_argument("--out", required=True, metavar="FILE")
+    generate.add_argument(
+        "example",
+        choices=["water-tanks", "water_tanks"],
+        help="the example corpus the events are for (rules/water_tanks.pomo)",
+    )
+    generate.add_argument(
+        "--readings", type=int, default=100_000, help="water-level readings (default 100000)"
+    )
+    generate.add_argument("--tanks", type=int, default=3, help="tanks (default 3)")
+    generate.add_argument(
+        "--hours", type=int, default=24, help="hours the readings spread over (default 24)"
+    )
+    generate.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    generate.add_argument(
+        "--start",
+        metavar="TIME",
+        help="time of the first reading, ISO-8601 or milliseconds "
+        "(default 2023-11-14T22:00:00Z, as in the demo)",
+    )
+    generate.add_argument(
+        "--out", required=True, metavar="FILE", help="the JSON Lines file to write"
+    )
     generate.set_defaults(func=cmd_generate)
 
     demo = sub.add_parser(

@@ -145,7 +145,15 @@ def coerce(value: Any, typ: str) -> Value:
         # Events repeat a few names (tanks, users) millions of times: one copy of each.
         return sys.intern(value) if kind == "str" else value
     shown = json.dumps(value)
-    raise ValueError(f"expected {typ}, got {shown}")
+    raise ValueError(f"got {shown}{_KIND_NAMES.get(kind, '')}")
+
+
+_KIND_NAMES = {
+    "int": ", an integer",
+    "float": ", a float",
+    "str": ", a string",
+    "bool": ", a boolean",
+}
 
 
 def _declared_types(rel: Relation) -> tuple[str, ...] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from dagster_pomo.errors import UsageError
 
@@ -46,6 +46,26 @@ def parse_duration(text: str) -> int:
     if value <= 0:
         raise UsageError("a duration must be positive")
     return value
+
+
+def show_duration(ms: int) -> str:
+    """``ms`` in the largest unit that divides it, as a corpus would write it: 3600000 -> 1h."""
+    for unit, size in sorted(_UNITS.items(), key=lambda kv: -kv[1]):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    raise AssertionError("every integer is a whole number of milliseconds")
+
+
+def show_time(ms: int) -> str:
+    """``ms`` as an ISO-8601 UTC time for people to read; ``never`` for ``NEVER``."""
+    if ms >= NEVER:
+        return "never"
+    try:
+        stamp = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    except OverflowError:  # beyond the years 1 to 9999
+        return f"{ms} ms"
+    text = stamp.isoformat(timespec="milliseconds").removesuffix("+00:00")
+    return text.removesuffix(".000") + "Z"
 
 
 def parse_time(value: object) -> int:

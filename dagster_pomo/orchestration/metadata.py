@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
@@ -10,15 +9,9 @@ from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark.evaluator import struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.timeline import NEVER
+from dagster_pomo.engine.timeline import show_time
 
 PREVIEW_ROWS = 5
-
-
-def _time(ms: int) -> str:
-    if ms >= NEVER:
-        return "never"
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def relation_metadata(
@@ -41,8 +34,8 @@ def relation_metadata(
         TableRecord(
             {
                 **{c: _plain(r[s]) for c, s in zip(columns, stored, strict=True)},
-                "t": _time(r["t"]),
-                "exp": _time(r["exp"]),
+                "t": show_time(r["t"]),
+                "exp": show_time(r["exp"]),
             }
         )
         for r in rows
