@@ -23,6 +23,20 @@ def test_error_output_matches_golden(corpus: Path, golden, capsys, monkeypatch) 
     golden.check(corpus.with_suffix(".expected"), out.err)
 
 
+WARNED = sorted((GOLDEN / "warnings").glob("*.pomo"))
+
+
+@pytest.mark.parametrize("corpus", WARNED, ids=[c.stem for c in WARNED])
+def test_warning_output_matches_golden(corpus: Path, golden, capsys, monkeypatch) -> None:
+    """A corpus with warnings passes the check, and each warning is pinned like an error."""
+    monkeypatch.chdir(corpus.parent)
+    code = main(["check", corpus.name])
+    out = capsys.readouterr()
+    assert code == 0, "warnings do not fail the check"
+    assert out.out.startswith(f"{corpus.name}: ok")
+    golden.check(corpus.with_suffix(".expected"), out.err)
+
+
 def test_every_error_line_names_file_line_and_column(capsys, monkeypatch) -> None:
     """Each diagnostic starts FILE:LINE:COL: and is followed by the source line and a caret."""
     for corpus in CASES:

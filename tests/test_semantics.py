@@ -295,3 +295,21 @@ def test_facts_do_not_drag_the_run_back_to_1970(tmp_path, engine) -> None:
     assert len(result.plan.epochs) == 1 and result.plan.start == t0 // hour * hour
     assert [(r.args, r.t) for r in result.events("known")] == [(("north",), 0)]
     assert [(r.args, r.t) for r in result.events("high")] == [(("north", 95.0), t0)]
+
+
+def test_rules_check_warns_about_match_nothing_on_any_engine(tmp_path, engine) -> None:
+    """Values of different kinds never compare and text has no arithmetic: the rules that
+    `pomo check` warns about (tests/golden/warnings) derive nothing, on each engine, from
+    events that would satisfy them if "30" were a number or `open` were 1."""
+    corpus = (Path(__file__).parent / "golden" / "warnings" / "kinds.pomo").read_text()
+    program = compile_corpus(corpus, "kinds.pomo")
+    # One warning for each of the rules on lines 6 to 9, none for `fine` on line 10.
+    assert sorted(w.span.line for w in program.warnings) == [6, 7, 8, 9]
+    events = [
+        ("reading", 10, ["a", 31.0]),
+        ("valve", 10, ["a", True]),
+        ("label", 10, ["a", "31.0"]),
+    ]
+    out = evaluate(tmp_path, corpus, events, 1000, engine)
+    assert out["quoted"] == out["opened"] == out["named"] == out["late"] == []
+    assert out["fine"] == [ev(["a", "31.0"], 10, 300_010)]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
+from dagster_pomo.lang.kinds import expr_type, widen
 from dagster_pomo.lang.render import aggregate_key
 
 
@@ -33,49 +34,6 @@ class Schema:
     @property
     def aggregate_columns(self) -> tuple[str, ...]:
         return tuple(f"_agg_{fn}" for fn, _, _ in self.aggregates)
-
-
-def _widen(a: str | None, b: str | None) -> str | None:
-    if a is None or a == b:
-        return b
-    if b is None:
-        return a
-    if {a, b} == {"int", "float"}:
-        return "float"
-    raise ValueError(f"{a} and {b}")
-
-
-def expr_type(expr: ast.Expr, env: Mapping[str, str]) -> str | None:
-    """The type of ``expr``, or None if unknown yet (or undefined, e.g. text arithmetic)."""
-    if isinstance(expr, ast.Const):
-        return {"duration": "int"}.get(expr.kind, expr.kind)
-    if isinstance(expr, ast.Var):
-        return env.get(expr.name)
-    if isinstance(expr, ast.Neg):
-        return expr_type(expr.operand, env)
-    if isinstance(expr, ast.BinOp):
-        if expr.op in ast.COMPARISONS:
-            return "bool"
-        left, right = expr_type(expr.left, env), expr_type(expr.right, env)
-        if left == right == "int":
-            return "int"
-        return "float" if {left, right} <= {"int", "float"} else None
-    if isinstance(expr, ast.Call):
-        args = [expr_type(a, env) for a in expr.args]
-        if expr.func in ("floor", "ceil", "round", "length", "int"):
-            return "int"
-        if expr.func in ("lower", "upper", "concat", "str"):
-            return "str"
-        if expr.func == "float":
-            return "float"
-        try:
-            found: str | None = None
-            for a in args:
-                found = _widen(found, a)
-            return found
-        except ValueError:
-            return None
-    return None
 
 
 def rule_env(rule: ast.Rule, schemas: Mapping[str, Schema]) -> dict[str, str]:
@@ -176,7 +134,7 @@ def infer_schemas(
 
 def _merge(old: str | None, new: str | None, rule: ast.Rule, i: int) -> str | None:
     try:
-        return _widen(old, new)
+        return widen(old, new)
     except ValueError as exc:
         raise SchemaError(
             f"line {rule.span.line}: column {i} of `{rule.head.relation}` would hold {exc}; "

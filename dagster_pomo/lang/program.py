@@ -14,6 +14,7 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.catalog import Catalog, build_catalog
 from dagster_pomo.lang.check import check_rules
 from dagster_pomo.lang.errors import CorpusError, Diagnostic, Severity, StratificationError
+from dagster_pomo.lang.kinds import check_kinds
 from dagster_pomo.lang.parser import parse
 from dagster_pomo.lang.render import render_decl, render_rule
 from dagster_pomo.lang.stratify import Stratum, stratify
@@ -58,12 +59,18 @@ def compile_corpus(
     found = list(check_rules(corpus))
     catalog, catalog_problems = build_catalog(corpus)
     found += catalog_problems
+    found += [d for rule in corpus.rules for d in check_kinds(rule, catalog)]
     strata, cycle_problems = stratify(corpus)
     errors = [d for d in found if d.severity is Severity.ERROR]
     if errors or cycle_problems:
         kind = StratificationError if cycle_problems and not errors else CorpusError
         raise kind(corpus.source, errors + cycle_problems)
-    warnings = tuple(d for d in found if d.severity is Severity.WARNING)
+    warnings = tuple(
+        sorted(
+            (d for d in found if d.severity is Severity.WARNING),
+            key=lambda d: (d.span.line, d.span.column),
+        )
+    )
     stem = corpus_name or Path(name).stem
     return Program(stem, corpus, catalog, tuple(strata), warnings)
 

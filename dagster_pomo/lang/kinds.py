@@ -1,0 +1,136 @@
+"""Kinds of values an expression can have, as far as the corpus alone tells.
+
+A guard that compares a number with text, or arithmetic on text, is undefined at
+run time (docs/semantics.md, "Values"): the match that needs it never happens,
+so such a rule silently derives nothing. Where the kinds are known from the
+corpus (declared columns, constants, clocks, ``@time`` and ``where``
+definitions), :func:`check_kinds` says so as a warning, at the expression.
+The engine works out the types of undeclared columns later, from the data,
+with the same :func:`expr_type`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.catalog import KIND_NAMES, Catalog
+from dagster_pomo.lang.check import CLOCK, binding_of
+from dagster_pomo.lang.errors import Diagnostic, Severity
+
+_NUMERIC = frozenset({"int", "float"})
+
+
+def widen(a: str | None, b: str | None) -> str | None:
+    """The type of a column receiving ``a`` and ``b``; ``ValueError`` if none can hold both."""
+    if a is None or a == b:
+        return b
+    if b is None:
+        return a
+    if {a, b} == _NUMERIC:
+        return "float"
+    raise ValueError(f"{a} and {b}")
+
+
+def expr_type(expr: ast.Expr, env: Mapping[str, str]) -> str | None:
+    """The type of ``expr``, or None if unknown yet (or undefined, e.g. text arithmetic)."""
+    if isinstance(expr, ast.Const):
+        return {"duration": "int"}.get(expr.kind, expr.kind)
+    if isinstance(expr, ast.Var):
+        return env.get(expr.name)
+    if isinstance(expr, ast.Neg):
+        return expr_type(expr.operand, env)
+    if isinstance(expr, ast.BinOp):
+        if expr.op in ast.COMPARISONS:
+            return "bool"
+        left, right = expr_type(expr.left, env), expr_type(expr.right, env)
+        if left == right == "int":
+            return "int"
+        return "float" if {left, right} <= _NUMERIC else None
+    if isinstance(expr, ast.Call):
+        args = [expr_type(a, env) for a in expr.args]
+        if expr.func in ("floor", "ceil", "round", "length", "int"):
+            return "int"
+        if expr.func in ("lower", "upper", "concat", "str"):
+            return "str"
+        if expr.func == "float":
+            return "float"
+        try:
+            found: str | None = None
+            for a in args:
+                found = widen(found, a)
+            return found
+        except ValueError:
+            return None
+    return None
+
+
+def declared_env(rule: ast.Rule, catalog: Catalog) -> dict[str, str]:
+    """Types of the variables ``rule`` binds that the corpus alone gives."""
+    env: dict[str, str] = {}
+    for atom in rule.positive:
+        types = catalog[atom.relation].types if atom.relation != CLOCK else ()
+        for arg, typ in zip(atom.args, types, strict=False):
+            if isinstance(arg, ast.Var) and typ is not None:
+                env.setdefault(arg.name, "int" if typ == "time" else typ)
+        for ann in atom.annotations:
+            if ann.name == "time" and isinstance(ann.args[0], ast.Var):
+                env.setdefault(ann.args[0].name, "int")
+    for d in binding_of(rule).def_order:
+        typ = expr_type(d.expr, env)
+        if typ is not None:
+            env[d.var.name] = typ
+    return env
+
+
+def _family(kind: str) -> str:
+    return "number" if kind in _NUMERIC else kind
+
+
+def _times(rule: ast.Rule, catalog: Catalog) -> set[str]:
+    """Variables holding times (``@time`` or a ``time`` column): integers, named as times."""
+    out: set[str] = set()
+    for atom in rule.positive:
+        types = catalog[atom.relation].types if atom.relation != CLOCK else ()
+        named = [a for a, t in zip(atom.args, types, strict=False) if t == "time"]
+        named += [a.args[0] for a in atom.annotations if a.name == "time"]
+        out.update(a.name for a in named if isinstance(a, ast.Var))
+    return out
+
+
+def _shown(expr: ast.Expr, kind: str, times: set[str]) -> str:
+    if not isinstance(expr, ast.Var):
+        return KIND_NAMES[kind]
+    return f"{'a time' if expr.name in times else KIND_NAMES[kind]} (`{expr.name}`)"
+
+
+def check_kinds(rule: ast.Rule, catalog: Catalog) -> Iterator[Diagnostic]:
+    """Warnings at comparisons and arithmetic whose operands' kinds never fit together."""
+    env, times = declared_env(rule, catalog), _times(rule, catalog)
+    exprs = [*rule.guards, *(d.expr for d in rule.defs), *rule.head.args]
+    exprs += [a for ann in rule.head.annotations for a in ann.args]
+    for top in exprs:
+        for e in ast.walk_expr(top):
+            if not isinstance(e, ast.BinOp):
+                continue
+            left, right = expr_type(e.left, env), expr_type(e.right, env)
+            if left is None or right is None:
+                continue
+            a, b = _shown(e.left, left, times), _shown(e.right, right, times)
+            if e.op in ast.COMPARISONS and _family(left) != _family(right):
+                yield Diagnostic(
+                    f"this compares {a} with {b}, which never holds: the rule cannot match",
+                    e.span,
+                    "a boolean compares only with `true` or `false`"
+                    if "bool" in (left, right)
+                    else 'compare numbers with numbers (30.0, not "30") and text with text '
+                    "(str(x) is the text of a number)",
+                    Severity.WARNING,
+                )
+            elif e.op not in ast.COMPARISONS and not {left, right} <= _NUMERIC:
+                yield Diagnostic(
+                    f"`{e.op}` of {a} and {b} has no value, so the rule cannot match",
+                    e.span,
+                    "arithmetic takes numbers; concat(a, b) joins text",
+                    Severity.WARNING,
+                )
