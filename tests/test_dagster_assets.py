@@ -21,7 +21,7 @@ from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_ta
 from dagster_pomo.lang import compile_corpus, load_program
 from dagster_pomo.orchestration import epochs_through, pomo_definitions
 from tests.compare import rounded
-from tests.conftest import RULES
+from tests.conftest import GOLDEN, RULES
 
 START = DEFAULT_START  # 2023-11-14T22:00Z, where the generator starts
 PARTITIONS = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
@@ -182,6 +182,19 @@ def test_pipelines_need_declared_inputs() -> None:
         from dagster_pomo.orchestration.translator import PomoTranslator
 
         CorpusAssets(compile_corpus(program_text, str(path)), PARTITIONS, PomoTranslator())
+
+
+def test_what_pomo_check_warns_is_on_the_asset_it_concerns(tmp_path: Path) -> None:
+    corpus = GOLDEN / "warnings" / "kinds.pomo"
+    defs = pomo_definitions(corpus, PARTITIONS, str(tmp_path / "wh"), str(tmp_path / "landing"))
+    metadata = {
+        key.path[-1]: spec.metadata for a in defs.assets for key, spec in a.specs_by_key.items()
+    }
+    expected = (GOLDEN / "warnings" / "kinds.expected").read_text().split("\nkinds.pomo:")
+    for name, golden in zip(["quoted", "opened", "named", "late"], expected, strict=True):
+        shown = metadata[name]["pomo/warnings"].value
+        assert golden.removeprefix("kinds.pomo:").strip() in shown, name
+    assert "pomo/warnings" not in metadata["fine"]
 
 
 def test_next_rules_carry_state_across_daily_partitions(tmp_path: Path) -> None:

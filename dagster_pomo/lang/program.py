@@ -38,6 +38,11 @@ class Program:
         """The rule exactly as the user wrote it."""
         return self.corpus.source.slice(rule.span).strip()
 
+    def warnings_about(self, relation: str) -> list[Diagnostic]:
+        """The warnings about the rules that derive ``relation``."""
+        spans = [r.span for r in self.corpus.rules if r.head.relation == relation]
+        return [w for w in self.warnings if any(s.start <= w.span.start < s.end for s in spans)]
+
     def definition(self, relation: str) -> str:
         """What defines ``relation``'s events, as canonical text: its ``.decl`` and the rules
         and facts that derive it, in a stable order, without layout, comments or the

@@ -275,6 +275,9 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
     def evaluate(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult]:
+        for name in unit.relations:
+            for warning in shared.program.warnings_about(name):
+                context.log.warning(warning.render(shared.program.source))
         evaluator, epochs = shared.evaluator(context, spark, storage)
         rows = {n: 0 for n in unit.relations}
         rounds, seconds = 0, 0.0

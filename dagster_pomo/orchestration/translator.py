@@ -60,4 +60,7 @@ class PomoTranslator:
             meta["pomo/lifetime_ms"] = lifetime
         rules = self.get_description(program, relation)
         meta["pomo/rules"] = MetadataValue.md(f"```\n{rules}\n```")
+        warnings = [w.render(program.source) for w in program.warnings_about(relation)]
+        if warnings:  # what `pomo check` says of these rules, where the asset is looked at
+            meta["pomo/warnings"] = MetadataValue.md("```\n" + "\n".join(warnings) + "\n```")
         return meta
