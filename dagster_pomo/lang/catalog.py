@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK
-from dagster_pomo.lang.errors import Diagnostic
+from dagster_pomo.lang.errors import Diagnostic, Severity
 
 AGGREGATE_NAMES = frozenset(ast.AGGREGATES)
 # Which constant kinds each declared column type accepts.
@@ -133,7 +133,29 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
             handlers=tuple(handlers.get(name, ())),
             aggregates=aggregates.get(name, ()),
         )
-    return Catalog(relations), found
+    catalog = Catalog(relations)
+    return catalog, [*found, *_check_implicit_inputs(corpus, catalog)]
+
+
+def _check_implicit_inputs(corpus: ast.Corpus, catalog: Catalog) -> Iterator[Diagnostic]:
+    """A warning where an undeclared relation that no rule derives (so an input, read from
+    the landing files) is named like another relation: most likely a misspelling, which
+    would otherwise make the rule wait for events that never come."""
+    for rel in catalog:
+        if not rel.is_input or rel.decl is not None:
+            continue
+        others = [r.name for r in catalog if r.name != rel.name and r.name != CLOCK]
+        close = difflib.get_close_matches(rel.name, others, n=1, cutoff=0.8)
+        if not close:
+            continue
+        first = next(a for r in corpus.rules for a in _atoms(r) if a.relation == rel.name)
+        yield Diagnostic(
+            f"`{rel.name}` is not declared and no rule derives it, so it is an input read "
+            "from the landing files",
+            first.name_span,
+            f"did you mean `{close[0]}`? If `{rel.name}` is an input, declare it with `.decl`",
+            Severity.WARNING,
+        )
 
 
 def _aggregates(
