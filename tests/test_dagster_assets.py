@@ -175,13 +175,22 @@ def test_a_run_starts_spark_once_its_steps_share_one_process(tmp_path: Path) -> 
 
 
 def test_pipelines_need_declared_inputs() -> None:
-    program_text = "p(x) := q(x);"
-    path = Path("undeclared.pomo")
-    with pytest.raises(UsageError, match=r"declare the input relation\(s\) `q`"):
-        from dagster_pomo.orchestration.assets import CorpusAssets
-        from dagster_pomo.orchestration.translator import PomoTranslator
+    """Each undeclared input is an error at its first use, which says the `.decl` to add."""
+    from dagster_pomo.orchestration.assets import CorpusAssets
+    from dagster_pomo.orchestration.translator import PomoTranslator
 
-        CorpusAssets(compile_corpus(program_text, str(path)), PARTITIONS, PomoTranslator())
+    program_text = ".decl q(x: int);\np(x) := q(x) ^ r(x, _s, _);\ns(y) := r(y, _, 1);\n"
+    program = compile_corpus(program_text, "undeclared.pomo")
+    with pytest.raises(UsageError) as raised:
+        CorpusAssets(program, PARTITIONS, PomoTranslator())
+    assert str(raised.value) == (
+        "undeclared.pomo:2:16: `r` is an input of this pipeline but has no `.decl`: every "
+        "epoch is stored with the same column types, so they must be declared\n"
+        "    p(x) := q(x) ^ r(x, _s, _);\n"
+        "                   ^\n"
+        "  hint: add `.decl r(x: TYPE, c1: TYPE, c2: TYPE);` with each TYPE one of int, "
+        "float, str, bool, time"
+    )
 
 
 def test_what_pomo_check_warns_is_on_the_asset_it_concerns(tmp_path: Path) -> None:

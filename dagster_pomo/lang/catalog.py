@@ -82,6 +82,11 @@ def _atoms(rule: ast.Rule) -> Iterator[ast.Atom]:
         yield lit.atom
 
 
+def first_use(corpus: ast.Corpus, relation: str) -> ast.Atom:
+    """The first atom naming ``relation``, in source order (where to point about it)."""
+    return next(a for r in corpus.rules for a in _atoms(r) if a.relation == relation)
+
+
 def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
     """The relation table, and every declaration, arity and constant-type problem."""
     found: list[Diagnostic] = []
@@ -148,7 +153,7 @@ def _check_implicit_inputs(corpus: ast.Corpus, catalog: Catalog) -> Iterator[Dia
         close = difflib.get_close_matches(rel.name, others, n=1, cutoff=0.8)
         if not close:
             continue
-        first = next(a for r in corpus.rules for a in _atoms(r) if a.relation == rel.name)
+        first = first_use(corpus, rel.name)
         yield Diagnostic(
             f"`{rel.name}` is not declared and no rule derives it, so it is an input read "
             "from the landing files",

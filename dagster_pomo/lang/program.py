@@ -13,7 +13,13 @@ from pathlib import Path
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.catalog import Catalog, build_catalog
 from dagster_pomo.lang.check import check_rules
-from dagster_pomo.lang.errors import CorpusError, Diagnostic, Severity, StratificationError
+from dagster_pomo.lang.errors import (
+    CorpusError,
+    Diagnostic,
+    Severity,
+    StratificationError,
+    sort_diagnostics,
+)
 from dagster_pomo.lang.kinds import check_kinds
 from dagster_pomo.lang.parser import parse
 from dagster_pomo.lang.render import render_decl, render_rule
@@ -70,12 +76,7 @@ def compile_corpus(
     if errors or cycle_problems:
         kind = StratificationError if cycle_problems and not errors else CorpusError
         raise kind(corpus.source, errors + cycle_problems)
-    warnings = tuple(
-        sorted(
-            (d for d in found if d.severity is Severity.WARNING),
-            key=lambda d: (d.span.line, d.span.column),
-        )
-    )
+    warnings = tuple(sort_diagnostics(d for d in found if d.severity is Severity.WARNING))
     stem = corpus_name or Path(name).stem
     return Program(stem, corpus, catalog, tuple(strata), warnings)
 

@@ -40,7 +40,9 @@ from dagster_pomo.engine.spark.evaluator import SparkEvaluator, epoch_key
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.timeline import Epoch
 from dagster_pomo.errors import UsageError
-from dagster_pomo.lang import Program
+from dagster_pomo.lang import CorpusError, Program, ast
+from dagster_pomo.lang.catalog import first_use
+from dagster_pomo.lang.errors import Diagnostic
 from dagster_pomo.orchestration.metadata import relation_metadata
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import PomoTranslator
@@ -48,6 +50,30 @@ from dagster_pomo.orchestration.units import Unit, units
 
 PREVIOUS = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
 LANDING_INDEX = "_landing.json"  # what each landing file held, beside the warehouse
+
+
+class UndeclaredInputError(CorpusError, UsageError):
+    """A pipeline's input relation has no ``.decl``: its column types would come from each
+    run's data, and epochs stored by different runs could disagree."""
+
+
+def undeclared_input(program: Program, relation: str) -> Diagnostic | None:
+    """An error at the first use of ``relation`` when it is an input with no ``.decl``, with
+    the declaration to add (columns named after the variables of that use)."""
+    if program.catalog[relation].decl is not None:
+        return None
+    first = first_use(program.corpus, relation)
+    columns = [
+        a.name if isinstance(a, ast.Var) and not a.name.startswith("_") else f"c{i}"
+        for i, a in enumerate(first.args)
+    ]
+    decl = f".decl {relation}({', '.join(f'{c}: TYPE' for c in columns)});"
+    return Diagnostic(
+        f"`{relation}` is an input of this pipeline but has no `.decl`: every epoch is "
+        "stored with the same column types, so they must be declared",
+        first.name_span,
+        f"add `{decl}` with each TYPE one of int, float, str, bool, time",
+    )
 
 
 def _ms(moment: datetime) -> int:
@@ -82,13 +108,9 @@ class CorpusAssets:
         self.program = program
         self.partitions_def = partitions_def
         self.translator = translator
-        undeclared = [r.name for r in program.catalog.inputs if r.decl is None]
-        if undeclared:
-            names = ", ".join(f"`{n}`" for n in undeclared)
-            raise UsageError(
-                f"{program.source.name}: declare the input relation(s) {names} with `.decl`: "
-                "a pipeline stores every epoch with the same column types"
-            )
+        undeclared = [undeclared_input(program, r.name) for r in program.catalog.inputs]
+        if any(undeclared):
+            raise UndeclaredInputError(program.source, [d for d in undeclared if d])
         self.schemas = infer_schemas(program, {})
 
     def key(self, relation: str) -> AssetKey:
