@@ -33,7 +33,9 @@ def test_warning_output_matches_golden(corpus: Path, golden, capsys, monkeypatch
     code = main(["check", corpus.name])
     out = capsys.readouterr()
     assert code == 0, "warnings do not fail the check"
-    assert out.out.startswith(f"{corpus.name}: ok")
+    warnings = out.err.count(f"{corpus.name}:")
+    assert out.out.startswith(f"{corpus.name}: ok (")
+    assert out.out.endswith(f"; {warnings} warning{'s' if warnings != 1 else ''})\n"), out.out
     golden.check(corpus.with_suffix(".expected"), out.err)
 
 

@@ -65,7 +65,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         rules = len(program.corpus.rules)
         relations = sum(1 for _ in program.catalog)
-        print(f"{path}: ok ({rules} rules, {relations} relations, {len(program.strata)} strata)")
+        n = len(program.warnings)
+        warned = f"; {n} warning{'s' if n != 1 else ''}" if n else ""
+        print(
+            f"{path}: ok ({rules} rules, {relations} relations, {len(program.strata)} strata"
+            f"{warned})"
+        )
     return status
 
 
