@@ -74,3 +74,71 @@ def test_spark_gives_what_the_reference_gives(tmp_path_factory, case: Case) -> N
     for size in (12, 16, HORIZON_END):
         expected = outcome(case, tmp, size, "reference") if case.sequential else batch
         assert outcome(case, tmp, size, "spark") == expected, size
+
+
+# --------------------------------------------------------------------------- kinds warnings
+
+# Terms of each kind a guard can use in the rule below: its variables (a declared column of
+# each type, `@time`, a `where` definition) and constants.
+_TERMS = {
+    "number": ["x", "n", "at", "d", "1.5", "2", "10ms", "abs(n)", "length(s)"],
+    "str": ["s", '"a"', '"2"', "str(n)", "concat(s, s)"],
+    "bool": ["b", "true", "false"],
+}
+_ARITH = ["+", "-", "*", "/", "%"]
+_COMPARE = ["==", "!=", "<", "<=", ">", ">="]
+
+
+@st.composite
+def _guards(draw: st.DrawFn) -> tuple[str, bool]:
+    """A guard, and whether values of different kinds meet in it (or text in arithmetic)."""
+
+    def term() -> tuple[str, str | None]:  # the text, and its kind (None: undefined)
+        kind = draw(st.sampled_from(sorted(_TERMS)))
+        one = draw(st.sampled_from(_TERMS[kind]))
+        if draw(st.booleans()):
+            other_kind = draw(st.sampled_from(sorted(_TERMS)))
+            other = draw(st.sampled_from(_TERMS[other_kind]))
+            one = f"({one} {draw(st.sampled_from(_ARITH))} {other})"
+            kind = "number" if kind == other_kind == "number" else None
+        return one, kind
+
+    (left, lk), (right, rk) = term(), term()
+    mismatch = lk is None or rk is None or lk != rk
+    return f"{left} {draw(st.sampled_from(_COMPARE))} {right}", mismatch
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    drawn=_guards(),
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "2", "1.5"]),
+            st.sampled_from([1.5, 2.0, -3.0]),
+            st.integers(-3, 3),
+            st.booleans(),
+            st.integers(0, 40),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_a_rule_check_warns_about_derives_nothing(
+    tmp_path_factory, drawn: tuple[str, bool], rows
+) -> None:
+    """`pomo check` warns exactly where values of different kinds meet in a guard whose
+    kinds the corpus gives (or text meets arithmetic), and then, whatever the events, the
+    reference derives nothing from the rule."""
+    guard, mismatch = drawn
+    corpus = (
+        ".decl r(s: str, x: float, n: int, b: bool) lifetime 1h;\n"
+        f"out(s) := r(s, x, n, b) @time(at) if {guard} where d = n * 2;\n"
+    )
+    program = compile_corpus(corpus, "guard.pomo")
+    warned = [w for w in program.warnings if "used only once" not in w.message]
+    events = [("r", t, [s, x, n, b]) for s, x, n, b, t in rows]
+    case = Case(corpus, events)
+    out = outcome(case, tmp_path_factory.mktemp("kinds"), 1000, "reference")
+    assert bool(warned) == mismatch, (guard, warned)
+    if warned:
+        assert out["out"] == [], (guard, warned)
