@@ -14,13 +14,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def example(corpus: str, partitions_def: PartitionsDefinition) -> Definitions:
-    """``rules/<corpus>.pomo`` as assets; the warehouse is ``POMO_WAREHOUSE`` (default
-    ``warehouse/`` in the repository) and landing files are read from ``<POMO_LANDING>/<corpus>/``
-    (default ``landing/<corpus>/``), so each corpus has a landing folder of its own. Every
-    action handler records its events in ``<warehouse>/<corpus>/outbox.sqlite``."""
+    """``<POMO_RULES>/<corpus>.pomo`` (default: the example corpora in ``rules/``) as assets;
+    the warehouse is ``POMO_WAREHOUSE`` (default ``warehouse/`` in the repository) and landing
+    files are read from ``<POMO_LANDING>/<corpus>/`` (default ``landing/<corpus>/``), so each
+    corpus has a landing folder of its own. Every action handler records its events in
+    ``<warehouse>/<corpus>/outbox.sqlite``. Copy the corpora elsewhere and point
+    ``POMO_RULES`` there to edit rules and watch the UI mark what they change stale."""
     warehouse = os.environ.get("POMO_WAREHOUSE", str(ROOT / "warehouse"))
     landing = str(Path(os.environ.get("POMO_LANDING", str(ROOT / "landing"))) / corpus)
     Path(landing).mkdir(parents=True, exist_ok=True)
-    path = CORPORA / f"{corpus}.pomo"
+    path = Path(os.environ.get("POMO_RULES", str(CORPORA))) / f"{corpus}.pomo"
     handlers = outbox_handlers(path, Path(warehouse) / corpus / "outbox.sqlite")
     return pomo_definitions(path, partitions_def, warehouse, landing, handlers=handlers)

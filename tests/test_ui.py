@@ -1,5 +1,5 @@
-"""The Dagster UI shows a corpus's lineage and partitions: the real `dagster dev` webserver,
-driven in headless Chromium.
+"""The Dagster UI shows a corpus's lineage and partitions, and what an edited rule makes
+stale: the real `dagster dev` webserver, driven in headless Chromium.
 
 Needs Chromium and the Playwright package; it skips, saying why, when either is missing.
 The screenshots go to the test's temporary folder (``--basetemp`` keeps them).
@@ -73,6 +73,7 @@ class Server:
     home: Path
     warehouse: Path
     landing: Path
+    rules: Path  # the corpora the code locations load: copies, for the test to edit
 
 
 @pytest.fixture
@@ -84,12 +85,15 @@ def dagster_dev(tmp_path: Path) -> Iterator[Server]:
     (landing / "water_tanks").mkdir(parents=True)
     home.mkdir()
     water_tank_events(landing / "water_tanks" / "r.jsonl", 1_500, hours=3, start=START)
+    rules = tmp_path / "rules"
+    shutil.copytree(RULES, rules)
     port = _free_port()
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
         "POMO_WAREHOUSE": str(warehouse),
         "POMO_LANDING": str(landing),
+        "POMO_RULES": str(rules),
     }
     log = (tmp_path / "dagster_dev.log").open("w")
     server = subprocess.Popen(
@@ -103,7 +107,7 @@ def dagster_dev(tmp_path: Path) -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(url, server, tmp_path / "dagster_dev.log")
-        yield Server(url, home, warehouse, landing)
+        yield Server(url, home, warehouse, landing, rules)
     finally:
         os.killpg(server.pid, signal.SIGKILL)  # `dagster dev` may ignore SIGTERM for a while
         server.wait(timeout=30)
@@ -174,6 +178,37 @@ query Versions($partition: String!) { assetNodes(group: {groupName: "water_tanks
   repositoryName: "__repository__", repositoryLocationName: "water_tanks"}) {
   assetKey { path } opVersion staleStatus(partition: $partition) } }
 """
+
+
+STALE = """
+query Stale($partition: String!) { assetNodes(group: {groupName: "water_tanks",
+  repositoryName: "__repository__", repositoryLocationName: "water_tanks"}) {
+  assetKey { path } opVersion staleStatus(partition: $partition)
+  staleCauses(partition: $partition) { category reason } } }
+"""
+RELOAD = """
+mutation Reload($name: String!) { reloadRepositoryLocation(repositoryLocationName: $name) {
+  __typename } }
+"""
+LOCATION = """
+query Location($name: String!) { workspaceLocationEntryOrError(name: $name) {
+  __typename ... on WorkspaceLocationEntry { loadStatus
+    locationOrLoadError { __typename ... on PythonError { message } } } } }
+"""
+
+
+def _reload(url: str, location: str) -> None:
+    """Reload a code location as the UI's "Reload" button does, and wait until it loaded."""
+    reloaded = _graphql(url, RELOAD, {"name": location})["reloadRepositoryLocation"]
+    assert reloaded["__typename"] == "WorkspaceLocationEntry", reloaded
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        entry = _graphql(url, LOCATION, {"name": location})["workspaceLocationEntryOrError"]
+        if entry["loadStatus"] == "LOADED":
+            assert entry["locationOrLoadError"]["__typename"] == "RepositoryLocation", entry
+            return
+        time.sleep(1)
+    pytest.fail(f"code location {location} did not load again within 180 s")
 
 
 def _backfill(url: str, keys: list[str], relations: set[str]) -> tuple[str, dict]:
@@ -260,6 +295,33 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
             for shown in (*KEYS, "pomo/preview", "average(level)", "north"):
                 assert shown in body, (shown, body)
             page.screenshot(path=str(tmp_path / "partitions.png"), full_page=True)
+
+            # A rule edited and its code location reloaded: the edited relation's code
+            # version changes and the webserver marks its materialized partitions stale for
+            # it ("has a new code version"; this UI draws the unsynced tag of unpartitioned
+            # assets only), what the edit did not touch stays fresh, and the asset's page
+            # shows the rule as edited.
+            corpus = dagster_dev.rules / "water_tanks.pomo"
+            rule = "level_10m(tank) @average(level) @max(level) := water_level(tank, level);"
+            edited_rule = rule[:-1] + " if level >= 0.0;"
+            assert rule in corpus.read_text()
+            corpus.write_text(corpus.read_text().replace(rule, edited_rule))
+            _reload(url, "water_tanks")
+            edited = load_program(corpus)
+            nodes = _graphql(url, STALE, {"partition": KEYS[-1]})["assetNodes"]
+            after = {n["assetKey"]["path"][-1]: n for n in nodes}
+            assert after["level_10m"]["opVersion"] == code_version(edited.definition("level_10m"))
+            assert after["level_10m"]["opVersion"] != code_version(program.definition("level_10m"))
+            assert after["level_10m"]["staleStatus"] == "STALE", after["level_10m"]
+            causes = after["level_10m"]["staleCauses"]
+            assert causes and {c["category"] for c in causes} == {"CODE"}, causes
+            assert all("code version" in c["reason"] for c in causes), causes
+            for name in BACKFILLED - {"level_10m"}:
+                assert after[name]["staleStatus"] == "FRESH", after[name]
+            page.goto(f"{url}/assets/water_tanks/level_10m")
+            _dismiss_welcome(page)
+            page.get_by_text(edited_rule).first.wait_for()
+            page.screenshot(path=str(tmp_path / "edited.png"), full_page=True)
         finally:
             browser.close()
 
