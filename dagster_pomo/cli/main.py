@@ -233,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check",
         help="report syntax and semantic errors in rule corpora",
-        description="Check rule corpora; errors go to stderr as FILE:LINE:COL: message.",
+        description="Check rule corpora; errors and warnings go to stderr as "
+        "FILE:LINE:COL: message. Exit 1 on errors; warnings alone do not fail the check.",
     )
     check.add_argument("files", nargs="+", metavar="FILE", help="a *.pomo file or a folder of them")
     check.set_defaults(func=cmd_check)
