@@ -22,7 +22,7 @@ from dagster_pomo.engine.timeline import NEVER, parse_time
 from dagster_pomo.engine.values import Undefined, Value, evaluate
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program, ast
-from dagster_pomo.lang.catalog import Relation
+from dagster_pomo.lang.catalog import KIND_NAMES, Relation
 
 
 @dataclass(frozen=True)
@@ -145,15 +145,7 @@ def coerce(value: Any, typ: str) -> Value:
         # Events repeat a few names (tanks, users) millions of times: one copy of each.
         return sys.intern(value) if kind == "str" else value
     shown = json.dumps(value)
-    raise ValueError(f"got {shown}{_KIND_NAMES.get(kind, '')}")
-
-
-_KIND_NAMES = {
-    "int": ", an integer",
-    "float": ", a float",
-    "str": ", a string",
-    "bool": ", a boolean",
-}
+    raise ValueError(f"got {shown}, {KIND_NAMES[kind]}" if kind else f"got {shown}")
 
 
 def _declared_types(rel: Relation) -> tuple[str, ...] | None:
