@@ -74,7 +74,7 @@ def declared_env(rule: ast.Rule, catalog: Catalog) -> dict[str, str]:
             if isinstance(arg, ast.Var) and typ is not None:
                 env.setdefault(arg.name, "int" if typ == "time" else typ)
         for ann in atom.annotations:
-            if ann.name == "time" and isinstance(ann.args[0], ast.Var):
+            if ann.name == "time" and ann.args and isinstance(ann.args[0], ast.Var):
                 env.setdefault(ann.args[0].name, "int")
     for d in binding_of(rule).def_order:
         typ = expr_type(d.expr, env)
@@ -93,7 +93,7 @@ def _times(rule: ast.Rule, catalog: Catalog) -> set[str]:
     for atom in rule.positive:
         types = catalog[atom.relation].types if atom.relation != CLOCK else ()
         named = [a for a, t in zip(atom.args, types, strict=False) if t == "time"]
-        named += [a.args[0] for a in atom.annotations if a.name == "time"]
+        named += [a.args[0] for a in atom.annotations if a.name == "time" and a.args]
         out.update(a.name for a in named if isinstance(a, ast.Var))
     return out
 
