@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
-from dagster_pomo.lang.check import CLOCK, binding_of
-from dagster_pomo.lang.kinds import expr_type, widen
+from dagster_pomo.lang.check import CLOCK
+from dagster_pomo.lang.kinds import expr_type, variable_types, widen
 from dagster_pomo.lang.render import aggregate_key
 
 
@@ -37,27 +37,15 @@ class Schema:
 
 
 def rule_env(rule: ast.Rule, schemas: Mapping[str, Schema]) -> dict[str, str]:
-    """Types of the variables a rule binds, as far as they are known."""
-    env: dict[str, str] = {}
-    for atom in rule.positive:
-        schema = schemas.get(atom.relation)
-        if schema is None:
-            continue
-        if atom.relation != CLOCK:
-            for arg, typ in zip(atom.args, schema.types, strict=True):
-                if isinstance(arg, ast.Var):
-                    env.setdefault(arg.name, typ)
-        aggs = {fn: typ for fn, _, typ in schema.aggregates}
-        for ann in atom.annotations:
-            if isinstance(ann.args[0], ast.Var):
-                typ = "int" if ann.name == "time" else aggs.get(ann.name)
-                if typ is not None:
-                    env.setdefault(ann.args[0].name, typ)
-    for d in binding_of(rule).def_order:
-        typ = expr_type(d.expr, env)
-        if typ is not None:
-            env[d.var.name] = typ
-    return env
+    """Types of the variables a rule binds, as far as the ``schemas`` known so far tell."""
+
+    def columns(name: str) -> tuple[str, ...] | None:
+        return schemas[name].types if name in schemas else None
+
+    def aggregates(name: str) -> dict[str, str]:
+        return {fn: typ for fn, _, typ in schemas[name].aggregates} if name in schemas else {}
+
+    return variable_types(rule, columns, aggregates)
 
 
 def _aggregate_type(fn: str, arg: str | None) -> str | None:

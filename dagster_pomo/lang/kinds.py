@@ -6,12 +6,12 @@ so such a rule silently derives nothing. Where the kinds are known from the
 corpus (declared columns, constants, clocks, ``@time`` and ``where``
 definitions), :func:`check_kinds` says so as a warning, at the expression.
 The engine works out the types of undeclared columns later, from the data,
-with the same :func:`expr_type`.
+with the same :func:`expr_type` and :func:`variable_types`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.catalog import KIND_NAMES, Catalog
@@ -65,22 +65,42 @@ def expr_type(expr: ast.Expr, env: Mapping[str, str]) -> str | None:
     return None
 
 
-def declared_env(rule: ast.Rule, catalog: Catalog) -> dict[str, str]:
-    """Types of the variables ``rule`` binds that the corpus alone gives."""
+def variable_types(
+    rule: ast.Rule,
+    columns: Callable[[str], Sequence[str | None] | None],
+    aggregates: Callable[[str], Mapping[str, str]] = lambda _: {},
+) -> dict[str, str]:
+    """Types of the variables ``rule`` binds, as far as they are known: from its positive
+    atoms (``columns`` gives a relation's column types, None where one is unknown, or None
+    when nothing of the relation is known, and the atom tells nothing), ``@time`` (an
+    integer) and the aggregates an atom reads back (``aggregates``: their types by
+    function), then from its ``where`` definitions in the order they resolve. A clock's
+    arguments configure it and bind nothing."""
     env: dict[str, str] = {}
     for atom in rule.positive:
-        types = catalog[atom.relation].types if atom.relation != CLOCK else ()
-        for arg, typ in zip(atom.args, types, strict=False):
-            if isinstance(arg, ast.Var) and typ is not None:
-                env.setdefault(arg.name, "int" if typ == "time" else typ)
+        types = columns(atom.relation)
+        if types is None:
+            continue
+        if atom.relation != CLOCK:
+            for arg, typ in zip(atom.args, types, strict=False):
+                if isinstance(arg, ast.Var) and typ is not None:
+                    env.setdefault(arg.name, typ)
+        carried = aggregates(atom.relation)
         for ann in atom.annotations:
-            if ann.name == "time" and ann.args and isinstance(ann.args[0], ast.Var):
-                env.setdefault(ann.args[0].name, "int")
+            if ann.args and isinstance(ann.args[0], ast.Var):
+                typ = "int" if ann.name == "time" else carried.get(ann.name)
+                if typ is not None:
+                    env.setdefault(ann.args[0].name, typ)
     for d in binding_of(rule).def_order:
         typ = expr_type(d.expr, env)
         if typ is not None:
             env[d.var.name] = typ
     return env
+
+
+def _declared(catalog: Catalog) -> Callable[[str], tuple[str | None, ...]]:
+    """A relation's declared column types (``time`` is an integer), None where undeclared."""
+    return lambda name: tuple("int" if t == "time" else t for t in catalog[name].types)
 
 
 def _family(kind: str) -> str:
@@ -106,7 +126,7 @@ def _shown(expr: ast.Expr, kind: str, times: set[str]) -> str:
 
 def check_kinds(rule: ast.Rule, catalog: Catalog) -> Iterator[Diagnostic]:
     """Warnings at comparisons and arithmetic whose operands' kinds never fit together."""
-    env, times = declared_env(rule, catalog), _times(rule, catalog)
+    env, times = variable_types(rule, _declared(catalog)), _times(rule, catalog)
     exprs = [*rule.guards, *(d.expr for d in rule.defs), *rule.head.args]
     exprs += [a for ann in rule.head.annotations for a in ann.args]
     for top in exprs:
