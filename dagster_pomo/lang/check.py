@@ -111,14 +111,14 @@ def _check_annotation_names(atom: ast.Atom, arity: dict[str, int]) -> Iterator[D
             continue
         want = arity[ann.name]
         if len(ann.args) != want:
-            form = f"@{ann.name}" if want == 0 else f"@{ann.name}(...)"
+            form = f"`@{ann.name}`" if want == 0 else f"`@{ann.name}(...)`"
             if arity is BODY_ARITY:
                 form += " to bind or match the value"
             yield Diagnostic(
                 f"`@{ann.name}` takes {want} argument{'s' if want != 1 else ''}, "
                 f"not {len(ann.args)}",
                 ann.span,
-                f"write `{form}`",
+                f"write {form}",
             )
         if ann.name in seen:
             yield Diagnostic(
