@@ -108,9 +108,9 @@ class CorpusAssets:
         self.program = program
         self.partitions_def = partitions_def
         self.translator = translator
-        undeclared = [undeclared_input(program, r.name) for r in program.catalog.inputs]
-        if any(undeclared):
-            raise UndeclaredInputError(program.source, [d for d in undeclared if d])
+        undeclared = [d for r in program.catalog.inputs if (d := undeclared_input(program, r.name))]
+        if undeclared:
+            raise UndeclaredInputError(program.source, undeclared)
         self.schemas = infer_schemas(program, {})
 
     def key(self, relation: str) -> AssetKey:
