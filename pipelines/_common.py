@@ -19,7 +19,8 @@ def example(corpus: str, partitions_def: PartitionsDefinition) -> Definitions:
     files are read from ``<POMO_LANDING>/<corpus>/`` (default ``landing/<corpus>/``), so each
     corpus has a landing folder of its own. Every action handler records its events in
     ``<warehouse>/<corpus>/outbox.sqlite``. Copy the corpora elsewhere and point
-    ``POMO_RULES`` there to edit rules and watch the UI mark what they change stale."""
+    ``POMO_RULES`` there to edit rules: after a reload, Dagster marks the partitions of the
+    relations an edit changed stale for their code."""
     warehouse = os.environ.get("POMO_WAREHOUSE", str(ROOT / "warehouse"))
     landing = str(Path(os.environ.get("POMO_LANDING", str(ROOT / "landing"))) / corpus)
     Path(landing).mkdir(parents=True, exist_ok=True)
