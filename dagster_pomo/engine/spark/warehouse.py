@@ -4,8 +4,9 @@ Writing an epoch replaces exactly that epoch's directory (also with no rows), so
 every step can be re-run. Events stamped after the epoch that made them (an
 explicit future ``@time``) wait in ``<root>/<corpus>/_deferred/<relation>/``
 until the epoch that knows them reads them. Files written without Spark's writer
-(by the recursive rounds' tasks, or inputs by this process; see ``staging`` and
-``put``) gather in ``<root>/<corpus>/_staging/`` until they replace an epoch whole.
+(by the recursive rounds' tasks, or small epochs by this process; see ``staging`` and
+``put``) gather in a ``_staging/`` folder beside their relation until they replace an
+epoch whole.
 """
 
 from __future__ import annotations
@@ -70,12 +71,12 @@ class Warehouse:
         fs, hadoop_path = self._filesystem(path)
         fs.delete(hadoop_path, True)
 
-    def staging(self, relation: str) -> str | None:
+    def staging(self, relation: str, deferred: bool = False) -> str | None:
         """A new empty local folder, beside the relation's epochs, for files written without
         Spark's writer (by tasks or this process); None when the warehouse is not on the
         local file system. Folders untouched for a day are removed first: a run killed
         part-way left them."""
-        local = _local(self.path(relation))
+        local = _local(self.path(relation, deferred=deferred))
         if not local:
             return None
         base = Path(local).parent / "_staging"
@@ -91,11 +92,11 @@ class Warehouse:
             except FileNotFoundError:  # another writer removed the emptied base just now
                 continue
 
-    def promote(self, staging: str, relation: str, key: str) -> None:
+    def promote(self, staging: str, relation: str, key: str, deferred: bool = False) -> None:
         """Make the files of ``staging`` epoch ``key`` of ``relation``: the old directory is
         moved aside and the new one moved in (two renames), so a reader sees one or the other
         whole, and a failure before leaves the old one as it was."""
-        target = Path(_local(self.path(relation, key)))
+        target = Path(_local(self.path(relation, key, deferred)))
         target.parent.mkdir(parents=True, exist_ok=True)
         old = Path(staging).with_name(Path(staging).name + ".old")
         if target.exists():
@@ -104,11 +105,11 @@ class Warehouse:
         shutil.rmtree(old, ignore_errors=True)
         _tidy(Path(staging).parent)
 
-    def put(self, relation: str, key: str, table: pa.Table) -> None:
+    def put(self, relation: str, key: str, table: pa.Table, deferred: bool = False) -> None:
         """``table`` as epoch ``key`` of ``relation``, written by this process with no Spark
         job (the warehouse must be on the local file system): one Parquet file in a staging
         folder, which then replaces the epoch whole (see ``promote``)."""
-        staging = self.staging(relation)
+        staging = self.staging(relation, deferred)
         if staging is None:
             raise ValueError(f"{self.root} is not on the local file system")
         try:
@@ -116,7 +117,7 @@ class Warehouse:
         except BaseException:
             self.discard(staging)
             raise
-        self.promote(staging, relation, key)
+        self.promote(staging, relation, key, deferred)
 
     def discard(self, staging: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
