@@ -97,10 +97,6 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     for key, version in versions.items():
         event = instance.get_latest_materialization_event(key)
         assert event is not None and event.tags["dagster/code_version"] == version, key
-    # The landing files are not versioned: every run's input events are new data.
-    inputs_event = instance.get_latest_materialization_event(AssetKey(["water_tanks", "capacity"]))
-    assert inputs_event is not None
-    assert inputs_event.tags["dagster/data_version"] == result.run_id
     text = (RULES / "water_tanks.pomo").read_text()
     old_rule = "level_10m(tank) @average(level) @max(level) := water_level(tank, level);"
     assert old_rule in text and "avg > 0.9 * max_level" in text
@@ -159,6 +155,32 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     again = materialize(assets, instance=instance, resources=resources, partition_key=KEYS[1])
     assert again.success
     assert stored(program, warehouse) == got, "re-materializing a partition changes nothing"
+
+    # An input partition is versioned by its events: reading unchanged landing files again
+    # is no new data, an added event is, and only then is what reads it stale.
+    water = AssetKey(["water_tanks", "water_level"])
+    inputs = [a for a in assets if water in a.keys]
+
+    def read_inputs() -> str:
+        done = materialize(inputs, instance=instance, resources=resources, partition_key=KEYS[1])
+        assert done.success
+        latest = instance.fetch_materializations(water, limit=1).records[0]
+        return latest.asset_materialization.tags["dagster/data_version"]  # type: ignore[union-attr]
+
+    first = read_inputs()
+    assert read_inputs() == first
+    resolver = get_stale_status_resolver(instance, assets)  # type: ignore[arg-type]
+    assert resolver.get_status(level, KEYS[1]) == StaleStatus.FRESH
+    hour = START + HOUR + 30 * 60_000
+    added = {"relation": "water_level", "t": hour, "args": {"tank": "north", "level": 99.5}}
+    with (landing / "tanks.jsonl").open("a") as lines:
+        lines.write(json.dumps(added) + "\n")
+    assert read_inputs() != first
+    resolver = get_stale_status_resolver(instance, assets)  # type: ignore[arg-type]
+    assert resolver.get_status(level, KEYS[1]) == StaleStatus.STALE
+    causes = resolver.get_stale_causes(level, KEYS[1])
+    assert StaleCauseCategory.DATA in {c.category for c in causes}
+    assert resolver.get_status(level, KEYS[0]) == StaleStatus.FRESH
 
 
 def test_a_run_starts_spark_once_its_steps_share_one_process(tmp_path: Path) -> None:

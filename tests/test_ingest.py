@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dagster_pomo.engine.ingest import _coerce_plain, coerce, ingest_files
+from dagster_pomo.engine.rows import Row, digest
 from dagster_pomo.engine.timeline import parse_duration, parse_time, show_duration, show_time
 from dagster_pomo.lang import compile_corpus
 
@@ -155,3 +159,53 @@ def test_the_quick_typing_of_values_agrees_with_coerce(pairs: list[tuple[object,
     slow = tuple(coerce(v, t) for v, t in pairs)
     assert quick == slow
     assert [type(v) for v in quick] == [type(v) for v in slow]
+
+
+_values = st.one_of(
+    st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=5), st.booleans()
+)
+_rows = st.lists(
+    st.builds(
+        Row,
+        st.integers(0, 10**13),
+        st.tuples(_values, _values),
+        st.integers(0, 10**13),
+        st.integers(0, 2**63 - 1),
+    ),
+    max_size=30,
+)
+
+
+@given(_rows, st.randoms(use_true_random=False), st.data())
+def test_a_partitions_data_version_is_its_events_in_any_order(
+    rows: list[Row], rng, data: st.DataObject
+) -> None:
+    """What a stored input partition is versioned by (its Dagster data version): the same
+    events in any order are the same version; one event more, or one fewer, is another."""
+    shuffled = list(rows)
+    rng.shuffle(shuffled)
+    assert digest(shuffled) == digest(rows)
+    extra = data.draw(_rows.filter(bool)).pop()
+    assert digest([*rows, extra]) != digest(rows)
+    if rows:
+        assert digest(rows[1:]) != digest(rows)
+
+
+def test_a_data_version_is_the_same_in_every_process() -> None:
+    """Runs are processes of their own, each with its own seed for Python's `hash`."""
+    rows = [Row(5, ("north", 1.5), 5, 9), Row(7, ("south", True), 7, 2**63 - 1)]
+    code = (
+        "from dagster_pomo.engine.rows import Row, digest\n"
+        f"print(digest([Row(7, ('south', True), 7, {2**63 - 1}), Row(5, ('north', 1.5), 5, 9)]))"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert seen == {digest(rows)}

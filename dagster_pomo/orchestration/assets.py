@@ -35,6 +35,7 @@ from dagster import (
 
 from dagster_pomo.engine.actions import Handler, check_handlers
 from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
+from dagster_pomo.engine.rows import digest
 from dagster_pomo.engine.schema import infer_schemas
 from dagster_pomo.engine.spark.evaluator import SparkEvaluator, epoch_key
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -249,9 +250,10 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
         for name in names:
             yield MaterializeResult(
                 asset_key=shared.key(name),
-                # The landing files' contents are not versioned: every run's events count as
-                # new data, so the relations that read them are stale until evaluated again.
-                data_version=DataVersion(context.run.run_id),
+                # The events themselves are the version: reading unchanged landing files
+                # again is no new data, a changed or added event is (a range run versions
+                # its partitions by the events of the whole range).
+                data_version=DataVersion(digest(selected[name])),
                 metadata={
                     "pomo/new_rows": counts[name],
                     **relation_metadata(evaluator.wh, shared.schemas[name], name, last),
