@@ -18,6 +18,7 @@ a minute; ``batch_peer=False`` leaves it out of runs at many readings.
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -88,6 +89,7 @@ def run(
         alerts = ours.extra.pop("_alerts")
         ours.extra["per_epoch"] = list(per_epoch)
         ours.extra["last_epoch_over_10th"] = _ratio(per_epoch, 10)
+        ours.extra["last_ten_over_6th_to_15th"] = _window_ratio(per_epoch, 6, 10)
 
         def batch() -> dict:
             evaluator = fresh()  # the same Parquet inputs
@@ -164,6 +166,17 @@ def _ratio(per_epoch: list[dict], early: int) -> float | None:
     if len(per_epoch) <= early:
         return None
     return round(per_epoch[-1]["seconds"] / per_epoch[early - 1]["seconds"], 2)
+
+
+def _window_ratio(per_epoch: list[dict], first: int, width: int) -> float | None:
+    """The median of the last ``width`` epochs over that of epochs ``first`` to
+    ``first + width - 1``: the same question as :func:`_ratio`, which one slow epoch on a
+    busy machine can answer wrongly either way."""
+    if len(per_epoch) < first + 2 * width - 1:
+        return None
+    early = [e["seconds"] for e in per_epoch[first - 1 : first - 1 + width]]
+    late = [e["seconds"] for e in per_epoch[-width:]]
+    return round(statistics.median(late) / statistics.median(early), 2)
 
 
 def _input_rows(evaluator, prepared) -> dict[tuple[str, str], int]:  # noqa: ANN001

@@ -80,3 +80,16 @@ def test_the_epoch_profile_lists_the_last_epochs_jobs_and_who_called_the_jvm(cap
     callers = printed[printed.index("the last epoch's JVM calls by engine function:") + 1 :]
     modules = {p.stem for p in (Path(__file__).parents[1] / "dagster_pomo").rglob("*.py")}
     assert callers and all(line.split()[1].split(".")[0] in modules for line in callers)
+
+
+def test_growth_with_history_is_read_from_medians_of_ten_epochs() -> None:
+    """One slow epoch (a busy machine) must not decide whether cost grows with history."""
+    from bench.w2_epochs import _ratio, _window_ratio
+
+    flat = [{"seconds": 1.0 + (i % 3) / 10} for i in range(100)]
+    flat[-1]["seconds"] = 3.0  # one slow last epoch
+    assert _ratio(flat, 10) == 3.0
+    assert _window_ratio(flat, 6, 10) == 1.0
+    growing = [{"seconds": 1.0 + i / 50} for i in range(100)]
+    assert _window_ratio(growing, 6, 10) == round(2.89 / 1.19, 2)
+    assert _window_ratio(growing[:24], 6, 10) is None, "the two windows would overlap"
