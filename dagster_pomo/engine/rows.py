@@ -62,8 +62,9 @@ def digest(rows: Iterable[Row]) -> str:
     with the count. A stored partition's data version, so that reading unchanged events
     again is no new data."""
     total, count = 0, 0
-    for row in rows:
-        h = hashlib.blake2b(repr(row).encode("utf-8"), digest_size=8).digest()
+    for row in rows:  # a tuple's repr is twice as quick as the dataclass's
+        fields = (row.t, row.args, row.kt, row.exp, row.aggs, row.tau)
+        h = hashlib.blake2b(repr(fields).encode("utf-8"), digest_size=8).digest()
         total = (total + int.from_bytes(h, "big")) % (1 << 64)
         count += 1
     return f"{count}-{total:016x}"
