@@ -297,14 +297,17 @@ def test_staging_folders_a_killed_run_left_go_a_day_later(tmp_path: Path) -> Non
 def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
     tmp_path: Path, events_file: Path
 ) -> None:
-    """Small epochs of derived relations come to this process and it writes them; a relation
-    with more rows than that in an epoch goes back to Spark's writer, deferred events too.
-    The warehouse holds the same rows in the same folders either way."""
+    """Small epochs of derived relations come to this process and it writes them. An epoch
+    with more input events than that bound, and from then on a relation with more rows than
+    it in an epoch, go to Spark's writer, deferred events too. The warehouse holds the same
+    rows in the same folders either way."""
     program = compile_corpus(CORPUS, "sensors.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS)
     ours = evaluator_for(program, prepared, str(tmp_path / "ours"))
     mixed = evaluator_for(program, prepared, str(tmp_path / "mixed"), ours.spark)
-    mixed.COLLECT_ROWS = 2
+    mixed.COLLECT_ROWS = 2  # below every epoch's input events...
+    small = {epoch_key(e) for e in mixed.epochs[::2]}
+    mixed._small_epochs = dict.fromkeys(small, True)  # ...but every other epoch counts as small
     for epoch in ours.epochs:
         ours.evaluate_epoch(epoch)
         mixed.evaluate_epoch(epoch)
@@ -316,10 +319,29 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
         assert by_epoch(ours, relation, deferred=True) == by_epoch(mixed, relation, deferred=True)
     assert any(by_epoch(ours, "follow_up", deferred=True).values()), "the case must defer events"
 
-    def written_by_spark(root: Path) -> set[str]:
-        """Relations with an epoch file named as Spark's writer names them."""
-        files = (root / "sensors").glob("*/epoch=*/part-*-c000*.parquet")
-        return {f.parent.parent.name for f in files}
+    derived = {r.name for r in program.catalog if r.derived}
 
-    assert written_by_spark(tmp_path / "ours") <= {"connected"}, "the rounds may hand over"
-    assert {"alert", "per_sensor"} <= written_by_spark(tmp_path / "mixed") == mixed._large
+    def writers(root: Path) -> dict[tuple[str, str], set[str]]:
+        """Who wrote each derived epoch's files: Spark's writer names them part-N-UUID-c000."""
+        out: dict[tuple[str, str], set[str]] = {}
+        for f in (root / "sensors").glob("*/epoch=*/*.parquet"):
+            if f.parent.parent.name in derived:
+                key = (f.parent.parent.name, f.parent.name.removeprefix("epoch="))
+                out.setdefault(key, set()).add("spark" if "-c000" in f.name else "process")
+        return out
+
+    ours_by = writers(tmp_path / "ours")
+    assert {rel for rel, _ in ours_by} == derived
+    assert all(w == {"process"} for (rel, _), w in ours_by.items() if rel != "connected"), (
+        "only the recursion's rounds may hand over to Spark"
+    )
+    mixed_by = writers(tmp_path / "mixed")
+    assert all(
+        w == {"spark"}
+        for (rel, key), w in mixed_by.items()
+        if key not in small and rel != "connected"  # the rounds' tasks write their own
+    )
+    assert {"process"} in [w for (_, key), w in mixed_by.items() if key in small]
+    assert mixed._large and {"alert", "per_sensor"} & mixed._large
+    for rel in mixed._large:
+        assert any(w == {"spark"} for (r, key), w in mixed_by.items() if r == rel and key in small)

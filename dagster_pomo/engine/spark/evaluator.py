@@ -162,6 +162,7 @@ class SparkEvaluator:
         self._nothing: dict[str, DataFrame] = {}  # see `_empty`
         self._collect_writes = self._local_spark() and warehouse.is_local
         self._large: set[str] = set()  # relations Spark writes, see `_store`
+        self._small_epochs: dict[str, bool] = {}  # see `_small`
 
     # ------------------------------------------------------------------ set-up
 
@@ -366,8 +367,9 @@ class SparkEvaluator:
         come to this process as Arrow and it writes them (half the time of Spark's writer
         for an epoch's few rows: no output commit protocol, one job). A relation found to
         have more than ``COLLECT_ROWS`` rows in an epoch is written by Spark from then on
-        (that once, its rows are worked out twice)."""
-        if self._collect_writes and self.COLLECT_ROWS > 0 and name not in self._large:
+        (that once, its rows are worked out twice), and so is every relation of an epoch
+        whose input events alone are more than that."""
+        if self._collect_writes and name not in self._large and self._small(key):
             table = rows.limit(self.COLLECT_ROWS + 1).toArrow()
             if table.num_rows <= self.COLLECT_ROWS:
                 return self._put(name, key, table, end)
@@ -375,6 +377,14 @@ class SparkEvaluator:
         if end is None:
             return self._write_counted(name, key, rows)
         return self._write_deferring(name, key, end, rows)
+
+    def _small(self, key: str) -> bool:
+        """Whether epoch ``key`` stores at most ``COLLECT_ROWS`` input events (counted from
+        the files' footers, once an epoch)."""
+        if key not in self._small_epochs:
+            stored = sum(self.wh.stored_rows(r.name, key) for r in self.catalog.inputs)
+            self._small_epochs[key] = 0 < self.COLLECT_ROWS and stored <= self.COLLECT_ROWS
+        return self._small_epochs[key]
 
     def _put(self, name: str, key: str, table: pa.Table, end: int | None) -> int:
         """``table`` stored by this process, as :meth:`_store` would have Spark store it."""

@@ -119,6 +119,14 @@ class Warehouse:
             raise
         self.promote(staging, relation, key, deferred)
 
+    def stored_rows(self, relation: str, key: str) -> int:
+        """How many rows epoch ``key`` of ``relation`` holds, read from its Parquet files'
+        footers (no Spark job); the warehouse must be on the local file system."""
+        folder = Path(_local(self.path(relation, key)))
+        if not folder.is_dir():
+            return 0
+        return sum(pq.read_metadata(f).num_rows for f in folder.glob("*.parquet"))
+
     def discard(self, staging: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         _tidy(Path(staging).parent)
