@@ -114,8 +114,8 @@ class SparkEvaluator:
     # Spark's rounds only.
     TASK_ROWS = 4_000_000
     LOWER_ROWS = 200_000
-    # An epoch of a relation with at most COLLECT_ROWS rows is written by this process
-    # when it can be (see `_store`).
+    # An epoch of a relation with at most COLLECT_ROWS rows, in an epoch of at most
+    # COLLECT_ROWS input events, is written by this process when it can be (see `_store`).
     COLLECT_ROWS = 500_000
 
     def __init__(
@@ -389,12 +389,13 @@ class SparkEvaluator:
     def _put(self, name: str, key: str, table: pa.Table, end: int | None) -> int:
         """``table`` stored by this process, as :meth:`_store` would have Spark store it."""
         if end is not None:
-            later = pc.greater_equal(table["kt"], end)
-            if pc.any(later).as_py():
-                self.wh.put(name, key, table.filter(later), deferred=True)
+            stamped_later = pc.greater_equal(table["kt"], end)
+            later = table.filter(stamped_later)
+            if later.num_rows:
+                self.wh.put(name, key, later, deferred=True)
             else:
                 self.wh.remove(name, key, deferred=True)
-            table = table.filter(pc.invert(later))
+            table = table.filter(pc.invert(stamped_later))
         self.wh.put(name, key, table)
         self._current[(key, name)] = self.wh.read(name, self.structs[name], [key])
         return table.num_rows
