@@ -307,7 +307,7 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
     mixed = evaluator_for(program, prepared, str(tmp_path / "mixed"), ours.spark)
     mixed.COLLECT_ROWS = 2  # below every epoch's input events...
     small = {epoch_key(e) for e in mixed.epochs[::2]}
-    mixed._small_epochs = dict.fromkeys(small, True)  # ...but every other epoch counts as small
+    mixed._inputs = dict.fromkeys(small, 1)  # ...but every other epoch counts as small
     for epoch in ours.epochs:
         ours.evaluate_epoch(epoch)
         mixed.evaluate_epoch(epoch)
@@ -345,3 +345,69 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
     assert mixed._large and {"alert", "per_sensor"} & mixed._large
     for rel in mixed._large:
         assert any(w == {"spark"} for (r, key), w in mixed_by.items() if r == rel and key in small)
+
+
+FLAT = """
+.decl reading(sensor: str, value: float) lifetime 40;
+.decl link(a: str, b: str);
+.decl muted(sensor: str) lifetime 25;
+per_sensor(s) @count @average(v) := reading(s, v);
+per_tick(s) @average(v) @time(tick - period / 2) :=
+    reading(s, v) @time(seen) ^ clock(offset, period) @time(tick)
+    if seen < tick ^ seen >= tick - period
+    where offset = 0, period = 10;
+alert(s, v) := reading(s, v) ^ !muted(s) if v > 5.0;
+follow_up(s) @time(t + 35) := alert(s, _) @time(t);
+"""
+
+
+def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
+    tmp_path: Path, events_file: Path
+) -> None:
+    """A small epoch of a corpus with no recursion runs Spark's plans interpreted: it
+    compiles no code, where compiled plans compile each epoch's anew (its bounds are
+    written into the code). It stores the same rows, deferred events too; the session's
+    settings are as they were after each epoch, and a user's own setting is left alone."""
+    from dagster_pomo.engine.spark.evaluator import INTERPRETED
+
+    program = compile_corpus(FLAT, "flat.pomo")
+    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS)
+    interpreted = evaluator_for(program, prepared, str(tmp_path / "interpreted"))
+    spark = interpreted.spark
+    compiled = evaluator_for(program, prepared, str(tmp_path / "compiled"), spark)
+    compiled.INTERPRET_INPUTS = -1  # every epoch is too large to interpret
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+
+    def compiling(evaluator, epoch) -> int:  # noqa: ANN001
+        """Classes Spark's code generator compiled while ``evaluator`` ran ``epoch``."""
+        before = metrics.METRIC_COMPILATION_TIME().getCount()
+        evaluator.evaluate_epoch(epoch)
+        return metrics.METRIC_COMPILATION_TIME().getCount() - before
+
+    classes: dict[str, list[int]] = {"interpreted": [], "compiled": []}
+    for epoch in interpreted.epochs:
+        classes["interpreted"].append(compiling(interpreted, epoch))
+        assert all(spark.conf.get(k, None) is None for k in INTERPRETED)
+        classes["compiled"].append(compiling(compiled, epoch))
+    # The first epoch may compile the few classes Spark generates whatever the plan.
+    later = {how: sum(counts[1:]) for how, counts in classes.items()}
+    assert later["interpreted"] == 0 and later["compiled"] > 0, classes
+
+    root = tmp_path / "interpreted"
+    assert partitions(root, program, interpreted) == partitions(
+        tmp_path / "compiled", program, compiled
+    )
+    assert any(by_epoch(interpreted, "per_tick").values()), "the case must resample"
+    for relation in ("alert", "follow_up"):
+        want = by_epoch(compiled, relation, deferred=True)
+        assert by_epoch(interpreted, relation, deferred=True) == want
+    assert any(by_epoch(interpreted, "follow_up", deferred=True).values())
+
+    own = evaluator_for(program, prepared, str(tmp_path / "own"), spark)
+    spark.conf.set("spark.sql.codegen.wholeStage", "true")
+    try:
+        assert compiling(own, own.epochs[-1]) > 0
+        assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
+        assert spark.conf.get("spark.sql.codegen.factoryMode", None) is None
+    finally:
+        spark.conf.unset("spark.sql.codegen.wholeStage")

@@ -306,17 +306,18 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
         rows = {n: 0 for n in unit.relations}
         rounds, seconds = 0, 0.0
         for epoch in epochs:
-            carried = None
-            if unit.carries:
-                carried = evaluator.evaluate_next(epoch)
-                for name, n in evaluator.carried_rows.items():
-                    rows[name] += n
-            for stratum in unit.strata:
-                stats = evaluator.evaluate_stratum(stratum, epoch, carried)
-                for name, n in stats.rows.items():
-                    rows[name] += n
-                rounds, seconds = max(rounds, stats.rounds), seconds + stats.seconds
-                context.log.info(f"{epoch} stratum {stratum.index}: {stats.rows}")
+            with evaluator.plans_for(epoch):
+                carried = None
+                if unit.carries:
+                    carried = evaluator.evaluate_next(epoch)
+                    for name, n in evaluator.carried_rows.items():
+                        rows[name] += n
+                for stratum in unit.strata:
+                    stats = evaluator.evaluate_stratum(stratum, epoch, carried)
+                    for name, n in stats.rows.items():
+                        rows[name] += n
+                    rounds, seconds = max(rounds, stats.rounds), seconds + stats.seconds
+                    context.log.info(f"{epoch} stratum {stratum.index}: {stats.rows}")
         last = epoch_key(epochs[-1])
         for name in unit.relations:
             yield MaterializeResult(

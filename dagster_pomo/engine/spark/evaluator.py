@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -51,6 +52,13 @@ from dagster_pomo.lang.check import CLOCK
 
 # Executors get the rounds' code with each task (see `_rounds_in_tasks`).
 cloudpickle.register_pickle_by_value(rounds)
+
+# Spark's settings for plans run without generated code (see `SparkEvaluator.plans_for`).
+# The second is internal to Spark; without it, Spark still generates each expression's code.
+INTERPRETED = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 _SPARK = {"int": LongType(), "float": DoubleType(), "str": StringType(), "bool": BooleanType()}
 
@@ -117,6 +125,9 @@ class SparkEvaluator:
     # An epoch of a relation with at most COLLECT_ROWS rows, in an epoch of at most
     # COLLECT_ROWS input events, is written by this process when it can be (see `_store`).
     COLLECT_ROWS = 500_000
+    # An epoch of at most INTERPRET_INPUTS input events, of a corpus with no recursion, runs
+    # its plans without generated code when it can (see `plans_for`).
+    INTERPRET_INPUTS = 50_000
 
     def __init__(
         self,
@@ -162,7 +173,8 @@ class SparkEvaluator:
         self._nothing: dict[str, DataFrame] = {}  # see `_empty`
         self._collect_writes = self._local_spark() and warehouse.is_local
         self._large: set[str] = set()  # relations Spark writes, see `_store`
-        self._small_epochs: dict[str, bool] = {}  # see `_small`
+        self._inputs: dict[str, int] = {}  # input events per epoch key, see `_input_events`
+        self._may_interpret = self._collect_writes and not any(s.recursive for s in program.strata)
 
     # ------------------------------------------------------------------ set-up
 
@@ -300,8 +312,9 @@ class SparkEvaluator:
         started = time.perf_counter()
         self._current = {}  # earlier epochs' entries are no longer needed
         self._read = set()
-        carried = self.evaluate_next(epoch)
-        stats.strata = self._deductive(epoch, carried)
+        with self.plans_for(epoch):
+            carried = self.evaluate_next(epoch)
+            stats.strata = self._deductive(epoch, carried)
         stats.seconds = time.perf_counter() - started
         stats.partitions_read = self._read
         if classic:
@@ -310,6 +323,30 @@ class SparkEvaluator:
         else:
             stats.spark_jobs = None
         return stats
+
+    @contextmanager
+    def plans_for(self, epoch: Epoch) -> Iterator[None]:
+        """Within this block, run ``epoch``'s plans interpreted, without generated code, when
+        the epoch is small (at most ``INTERPRET_INPUTS`` input events, counted from its files:
+        Spark and the warehouse on this machine), the corpus has no recursion (whose rounds
+        can make far more rows than the epoch reads) and nobody has set Spark's code
+        generation otherwise. The session's settings are as they were afterwards.
+
+        Spark writes an epoch's bounds into the code it generates, so each epoch compiled its
+        stages' classes anew and the JIT compiled them again: half the CPU of a small epoch,
+        more than interpreting its few rows costs. A large epoch's rows repay the compiling."""
+        key = epoch_key(epoch)
+        small = self._may_interpret and self._input_events(key) <= self.INTERPRET_INPUTS
+        if not small or any(self.spark.conf.get(k, None) is not None for k in INTERPRETED):
+            yield
+            return
+        for k, v in INTERPRETED.items():
+            self.spark.conf.set(k, v)
+        try:
+            yield
+        finally:
+            for k in INTERPRETED:
+                self.spark.conf.unset(k)
 
     def _deductive(self, epoch: Epoch, carried: Mapping[str, DataFrame]) -> list[StratumStats]:
         """The epoch's deductive strata, each once the strata it reads are stored; up to
@@ -379,12 +416,15 @@ class SparkEvaluator:
         return self._write_deferring(name, key, end, rows)
 
     def _small(self, key: str) -> bool:
-        """Whether epoch ``key`` stores at most ``COLLECT_ROWS`` input events (counted from
-        the files' footers, once an epoch)."""
-        if key not in self._small_epochs:
-            stored = sum(self.wh.stored_rows(r.name, key) for r in self.catalog.inputs)
-            self._small_epochs[key] = 0 < self.COLLECT_ROWS and stored <= self.COLLECT_ROWS
-        return self._small_epochs[key]
+        """Whether epoch ``key`` stores at most ``COLLECT_ROWS`` input events."""
+        return 0 < self.COLLECT_ROWS and self._input_events(key) <= self.COLLECT_ROWS
+
+    def _input_events(self, key: str) -> int:
+        """How many input events epoch ``key`` stores (counted from the files' footers, once
+        an epoch: the warehouse must be on this machine's disk)."""
+        if key not in self._inputs:
+            self._inputs[key] = sum(self.wh.stored_rows(r.name, key) for r in self.catalog.inputs)
+        return self._inputs[key]
 
     def _put(self, name: str, key: str, table: pa.Table, end: int | None) -> int:
         """``table`` stored by this process, as :meth:`_store` would have Spark store it."""
