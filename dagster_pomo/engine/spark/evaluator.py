@@ -126,7 +126,8 @@ class SparkEvaluator:
     # COLLECT_ROWS input events, is written by this process when it can be (see `_store`).
     COLLECT_ROWS = 500_000
     # An epoch of at most INTERPRET_INPUTS input events, of a corpus with no recursion, runs
-    # its plans without generated code when it can (see `plans_for`).
+    # its plans without generated code when it can (see `plans_for`); about where water-tank
+    # epochs run as fast either way (BENCHMARKS.md).
     INTERPRET_INPUTS = 50_000
 
     def __init__(
