@@ -403,6 +403,8 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
         assert by_epoch(interpreted, relation, deferred=True) == want
     assert any(by_epoch(interpreted, "follow_up", deferred=True).values())
 
+    # A warehouse with none of the history stored: the epoch's plans differ from every plan
+    # compiled above, so compiled plans must compile classes of their own.
     own = evaluator_for(program, prepared, str(tmp_path / "own"), spark)
     spark.conf.set("spark.sql.codegen.wholeStage", "true")
     try:
