@@ -257,7 +257,7 @@ def test_next_rules_carry_state_across_daily_partitions(tmp_path: Path) -> None:
     assert (("bob", 1), start + day) in streaks and (("bob", 2), start + 2 * day) not in streaks
 
 
-def _materialize_range(defs, instance: DagsterInstance, keys: list[str]) -> None:
+def _materialize_range(defs, instance: DagsterInstance, keys: list[str]):
     result = materialize(
         list(defs.assets),
         instance=instance,
@@ -268,6 +268,7 @@ def _materialize_range(defs, instance: DagsterInstance, keys: list[str]) -> None
         },
     )
     assert result.success
+    return result
 
 
 def _assert_stored_equals_reference(program, warehouse: Path, landing: Path, partitions, keys):
@@ -327,6 +328,47 @@ def test_next_rules_feeding_back_into_strata_run_epoch_by_epoch(tmp_path: Path) 
     )
     reports = {(r.args, r.t) for r in expected.events("report")}
     assert (("ann", 3), start + 3 * day) in reports, "ann ticked on days 0, 1 and 2"
+
+
+def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: Path) -> None:
+    """Group membership is recursive, what uses it is not: the multi-assets of the strata
+    without recursion run their small epochs' plans interpreted, the recursive one keeps
+    generated code, each says so in its metadata, and the range equals `pomo run`."""
+    from dagster_pomo.orchestration.units import units
+
+    corpus = RULES / "access_control.pomo"
+    program = load_program(corpus)
+    events = [
+        ("member", 0, ["ann", "staff"]),
+        ("subgroup", 0, ["staff", "admins"]),
+        ("grant", 0, ["admins", "audit-log", "read"]),
+        ("access", 1, ["ann", "audit-log", "read"]),
+        ("access", 1, ["bob", "audit-log", "read"]),
+        ("member", 2, ["bob", "staff"]),
+        ("access", 2, ["bob", "audit-log", "read"]),
+    ]
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "access.jsonl").write_text(
+        "".join(
+            json.dumps({"relation": r, "t": START + h * HOUR + 60_000, "args": a}) + "\n"
+            for r, h, a in events
+        )
+    )
+    warehouse = tmp_path / "warehouse"
+    defs = _defs(corpus, PARTITIONS, warehouse, landing)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    result = _materialize_range(defs, DagsterInstance.local_temp(str(home)), KEYS)
+
+    interpreted: dict[bool, set[int]] = {True: set(), False: set()}
+    for unit in units(program):
+        for done in result.asset_materializations_for_node(f"{program.name}__{unit.name}"):
+            recursive = any(s.recursive for s in unit.strata)
+            interpreted[recursive].add(done.metadata["pomo/epochs_interpreted"].value)
+    assert interpreted == {True: {0}, False: {len(KEYS)}}
+    expected = _assert_stored_equals_reference(program, warehouse, landing, PARTITIONS, KEYS)
+    assert {r.args[0] for r in expected.events("violation")} == {"bob"}
 
 
 def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: Path) -> None:

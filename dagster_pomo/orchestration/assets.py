@@ -304,9 +304,10 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
                 context.log.warning(warning.render(shared.program.source))
         evaluator, epochs = shared.evaluator(context, spark, storage)
         rows = {n: 0 for n in unit.relations}
-        rounds, seconds = 0, 0.0
+        rounds, seconds, interpreted = 0, 0.0, 0
         for epoch in epochs:
-            with evaluator.plans_for(epoch):
+            with evaluator.plans_for(epoch, unit.strata) as without_codegen:
+                interpreted += without_codegen
                 carried = None
                 if unit.carries:
                     carried = evaluator.evaluate_next(epoch)
@@ -328,6 +329,7 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
                     "pomo/epochs": len(epochs),
                     "pomo/fixpoint_rounds_max": rounds,
                     "pomo/spark_seconds": round(seconds, 3),
+                    "pomo/epochs_interpreted": interpreted,
                 },
             )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -94,6 +94,7 @@ class EpochStats:
     strata: list[StratumStats] = field(default_factory=list)
     spark_jobs: int | None = 0  # None under Spark Connect, whose clients see no job tracker
     seconds: float = 0.0
+    interpreted: bool = False  # whether its plans ran without generated code (`plans_for`)
     # (relation, epoch key) of every stored partition the epoch read: how much state it touched.
     partitions_read: set[tuple[str, str]] = field(default_factory=set)
 
@@ -125,9 +126,9 @@ class SparkEvaluator:
     # An epoch of a relation with at most COLLECT_ROWS rows, in an epoch of at most
     # COLLECT_ROWS input events, is written by this process when it can be (see `_store`).
     COLLECT_ROWS = 500_000
-    # An epoch of at most INTERPRET_INPUTS input events, of a corpus with no recursion, runs
-    # its plans without generated code when it can (see `plans_for`); about where water-tank
-    # epochs run as fast either way (BENCHMARKS.md).
+    # An epoch of at most INTERPRET_INPUTS input events runs the plans of its strata without
+    # recursion without generated code when it can (see `plans_for`); about where
+    # water-tank epochs run as fast either way (BENCHMARKS.md).
     INTERPRET_INPUTS = 50_000
 
     def __init__(
@@ -175,7 +176,6 @@ class SparkEvaluator:
         self._collect_writes = self._local_spark() and warehouse.is_local
         self._large: set[str] = set()  # relations Spark writes, see `_store`
         self._inputs: dict[str, int] = {}  # input events per epoch key, see `_input_events`
-        self._may_interpret = self._collect_writes and not any(s.recursive for s in program.strata)
 
     # ------------------------------------------------------------------ set-up
 
@@ -313,7 +313,7 @@ class SparkEvaluator:
         started = time.perf_counter()
         self._current = {}  # earlier epochs' entries are no longer needed
         self._read = set()
-        with self.plans_for(epoch):
+        with self.plans_for(epoch, self.program.strata) as stats.interpreted:
             carried = self.evaluate_next(epoch)
             stats.strata = self._deductive(epoch, carried)
         stats.seconds = time.perf_counter() - started
@@ -326,25 +326,30 @@ class SparkEvaluator:
         return stats
 
     @contextmanager
-    def plans_for(self, epoch: Epoch) -> Iterator[None]:
-        """Within this block, run ``epoch``'s plans interpreted, without generated code, when
-        the epoch is small (at most ``INTERPRET_INPUTS`` input events, counted from its files:
-        Spark and the warehouse on this machine), the corpus has no recursion (whose rounds
-        can make far more rows than the epoch reads) and nobody has set Spark's code
-        generation otherwise. The session's settings are as they were afterwards.
+    def plans_for(self, epoch: Epoch, strata: Sequence[Stratum]) -> Iterator[bool]:
+        """Within this block, where ``strata`` of ``epoch`` are evaluated, run their plans
+        interpreted, without generated code, when the epoch is small (at most
+        ``INTERPRET_INPUTS`` input events, counted from its files: Spark and the warehouse on
+        this machine), none of ``strata`` is recursive (rounds can make far more rows than
+        the epoch reads) and nobody has set Spark's code generation otherwise. The block is
+        given whether they run so; the session's settings are as they were afterwards.
 
         Spark writes an epoch's bounds into the code it generates, so each epoch compiled its
         stages' classes anew and the JIT compiled them again: half the CPU of a small epoch,
         more than interpreting its few rows costs. A large epoch's rows repay the compiling."""
         key = epoch_key(epoch)
-        small = self._may_interpret and self._input_events(key) <= self.INTERPRET_INPUTS
+        small = (
+            self._collect_writes
+            and not any(s.recursive for s in strata)
+            and self._input_events(key) <= self.INTERPRET_INPUTS
+        )
         if not small or any(self.spark.conf.get(k, None) is not None for k in INTERPRETED):
-            yield
+            yield False
             return
         for k, v in INTERPRETED.items():
             self.spark.conf.set(k, v)
         try:
-            yield
+            yield True
         finally:
             for k in INTERPRETED:
                 self.spark.conf.unset(k)
