@@ -12,7 +12,8 @@ import pytest
 
 from dagster_pomo.engine import rounds
 from dagster_pomo.engine.run import event_json, prepare, run
-from dagster_pomo.engine.spark.evaluator import SparkEvaluator, evaluator_for
+from dagster_pomo.engine.spark.evaluator import evaluator_for
+from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.lang import compile_corpus
 
 CLOSURE = """
@@ -70,7 +71,7 @@ def _outcome(events: Path, engine: str, epoch: int) -> dict[str, list]:
     ("task_rows", "cells"),
     [
         # The tasks reach the fixpoint, finding versions by address (small integer keys).
-        (SparkEvaluator.TASK_ROWS, rounds.CELLS),
+        (Recursion.TASK_ROWS, rounds.CELLS),
         # The tasks stop part-way, and Spark's rounds go on from there; versions by hash.
         (30, 0),
         (0, rounds.CELLS),  # Spark's rounds only
@@ -79,11 +80,11 @@ def _outcome(events: Path, engine: str, epoch: int) -> dict[str, list]:
 def test_rounds_in_tasks_give_what_the_reference_gives(
     events: Path, expected: dict[str, list], monkeypatch, task_rows: int, cells: int
 ) -> None:
-    monkeypatch.setattr(SparkEvaluator, "TASK_ROWS", task_rows)
+    monkeypatch.setattr(Recursion, "TASK_ROWS", task_rows)
     monkeypatch.setattr(rounds, "CELLS", cells)  # tasks get the module by value: as patched
     assert len(expected["path"]) > 60 and expected["sg"], "the case must recurse a fair amount"
     # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
-    for size in (EPOCH, UNTIL) if task_rows == SparkEvaluator.TASK_ROWS else (EPOCH,):
+    for size in (EPOCH, UNTIL) if task_rows == Recursion.TASK_ROWS else (EPOCH,):
         assert _outcome(events, "spark", size) == expected, size
 
 
@@ -106,7 +107,7 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
     assert jobs is not None and jobs < 20
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(SparkEvaluator, "TASK_ROWS", 0)
+        patch.setattr(Recursion, "TASK_ROWS", 0)
         spark_rounds, spark_jobs, spark_rows = closure("spark")
     assert (spark_rounds, spark_rows) == (31, 30 * 30)
     assert spark_jobs is not None and spark_jobs > 31

@@ -37,6 +37,11 @@ class Epoch:
         return self.start if self.previous is not None else EARLIEST
 
 
+def epoch_key(epoch: Epoch) -> str:
+    """The name of ``epoch``'s partitions in the warehouse: its start."""
+    return str(epoch.start)
+
+
 def parse_duration(text: str) -> int:
     """``"1h"`` -> 3600000; a bare number is milliseconds."""
     match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", text)

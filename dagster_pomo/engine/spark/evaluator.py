@@ -4,9 +4,9 @@ For epoch ``[a, b)`` a relation's state is its versions from earlier epochs that
 are still alive after ``a`` (only the epochs its lifetime can reach are read)
 plus the versions this epoch made so far. Each stratum's new versions (those
 with ``tau`` in ``[a, b)``) are written to the epoch's partition and read back,
-so plans stay short. Recursive strata run semi-naive: after one full round,
-each round joins only the previous round's new versions. ``@next`` rules run at
-the start of an epoch on the state of the one before.
+so plans stay short. Recursive strata run semi-naive to their fixpoint (see
+`fixpoint`). ``@next`` rules run at the start of an epoch on the state of the one
+before.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import cloudpickle, inheritable_thread_target
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark import inheritable_thread_target
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     DoubleType,
@@ -34,24 +33,19 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dagster_pomo.engine import rounds
 from dagster_pomo.engine.constants import clocks
-from dagster_pomo.engine.linear import linear_plan
-from dagster_pomo.engine.partitioning import stable_argument
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import remember_lookups
 from dagster_pomo.engine.spark.session import is_connect
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.timeline import NEVER, Epoch, first_tick
+from dagster_pomo.engine.timeline import NEVER, Epoch, epoch_key, first_tick
 from dagster_pomo.lang import Program, Stratum, ast
 from dagster_pomo.lang.check import CLOCK
-
-# Executors get the rounds' code with each task (see `_rounds_in_tasks`).
-cloudpickle.register_pickle_by_value(rounds)
 
 # Spark's settings for plans run without generated code (see `SparkEvaluator.plans_for`).
 # The second is internal to Spark; without it, Spark still generates each expression's code.
@@ -75,10 +69,6 @@ def struct_of(schema: Schema) -> StructType:
     return StructType(fields)
 
 
-def epoch_key(epoch: Epoch) -> str:
-    return str(epoch.start)
-
-
 @dataclass
 class StratumStats:
     index: int
@@ -99,30 +89,9 @@ class EpochStats:
     partitions_read: set[tuple[str, str]] = field(default_factory=set)
 
 
-@dataclass
-class _Fixpoint:
-    """What the rounds of one recursive stratum share (strata may run at the same time)."""
-
-    # Lower strata's relations the stratum joins, held in memory while its rounds run,
-    # rather than read again (and broadcast from files) every round.
-    held: dict[str, DataFrame]
-    # Each relation's versions so far: one stored piece per round, each paired with its
-    # version key renamed for the anti-join (built once: building plans is not free).
-    pieces: dict[str, list[tuple[DataFrame, DataFrame]]] = field(default_factory=dict)
-    # Relations whose epoch the rounds' tasks wrote themselves, and how many rows each.
-    written: dict[str, int] = field(default_factory=dict)
-
-
 class SparkEvaluator:
     """Evaluates one corpus epoch by epoch into a warehouse."""
 
-    PIECES = 16  # rounds' pieces a recursive relation's union holds before it is stored as one
-    # Rounds run inside tasks (see `rounds`) while a task knows at most TASK_ROWS versions
-    # (then Spark's rounds go on from there), and only when the lower relations they join
-    # have at most LOWER_ROWS rows each: all are shipped with every task. TASK_ROWS = 0:
-    # Spark's rounds only.
-    TASK_ROWS = 4_000_000
-    LOWER_ROWS = 200_000
     # An epoch of a relation with at most COLLECT_ROWS rows, in an epoch of at most
     # COLLECT_ROWS input events, is written by this process when it can be (see `_store`).
     COLLECT_ROWS = 500_000
@@ -164,18 +133,13 @@ class SparkEvaluator:
         self._current: dict[tuple[str, str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
-        self._partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+        self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
         self.concurrency = max(1, concurrency)
-        recursive = [(s, n) for s in program.strata if s.recursive for n in s.relations]
-        stable = {n: stable_argument(s, n) for s, n in recursive}
-        self._stable = {n for n, j in stable.items() if j is not None}
-        self._spread = {n: self._spread_on(n, j) for n, j in stable.items()}
-        self._covers = {n: self._covering(n) for _, n in recursive}
-        self._linear = {s.index: linear_plan(s, schemas, self.catalog) for s, _ in recursive}
-        self._nothing: dict[str, DataFrame] = {}  # see `_empty`
-        self._collect_writes = self._local_spark() and warehouse.is_local
+        self._nothing: dict[str, DataFrame] = {}  # see `empty`
+        self._collect_writes = self.local_spark() and warehouse.is_local
         self._large: set[str] = set()  # relations Spark writes, see `_store`
         self._inputs: dict[str, int] = {}  # input events per epoch key, see `_input_events`
+        self.recursion = Recursion(self)
 
     # ------------------------------------------------------------------ set-up
 
@@ -220,7 +184,7 @@ class SparkEvaluator:
         runs in this machine and the warehouse is on its disk, this process writes each
         epoch's file itself, with no Spark job (a quarter of the time at a million rows);
         elsewhere one Spark job per relation, the rows going to the JVM as Arrow columns."""
-        here = self._local_spark() and self.wh.is_local
+        here = self.local_spark() and self.wh.is_local
         for rel in self.catalog.inputs:
             by_key: dict[str, list[Row]] = {}
             for r in events.get(rel.name, []):
@@ -236,7 +200,7 @@ class SparkEvaluator:
                 struct = StructType([*struct.fields, StructField("epoch", StringType())])
                 self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
 
-    def _local_spark(self) -> bool:
+    def local_spark(self) -> bool:
         """Whether Spark runs in this process's machine (local mode, not Connect)."""
         return not is_connect(self.spark) and self.spark.sparkContext.master.startswith("local")
 
@@ -282,7 +246,7 @@ class SparkEvaluator:
             return frames.empty(self.spark, self.structs[CLOCK])
         return reduce(DataFrame.unionByName, parts)
 
-    def _state(
+    def state(
         self, name: str, epoch: Epoch, held: Mapping[str, DataFrame] | None = None
     ) -> DataFrame:
         """All versions of ``name`` that can take part in a match with ``tau`` in the epoch
@@ -297,6 +261,11 @@ class SparkEvaluator:
             current = self.wh.read(name, self.structs[name], [epoch_key(epoch)])
             self._current[(epoch_key(epoch), name)] = current
         return history.unionByName(current)
+
+    def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None:
+        """Let the rules of ``epoch`` read ``rows`` as its versions of ``name`` so far (a
+        recursive relation's, between rounds) instead of the epoch's stored partition."""
+        self._current[(epoch_key(epoch), name)] = rows
 
     # ------------------------------------------------------------------ one epoch
 
@@ -396,9 +365,9 @@ class SparkEvaluator:
                 rows = carried.get(rel.name)
                 facts = self._seeds(rel.name, epoch, {})
                 parts = [p for p in (facts, rows) if p is not None]
-                rows = reduce(DataFrame.unionByName, parts) if parts else self._empty(rel.name)
+                rows = reduce(DataFrame.unionByName, parts) if parts else self.empty(rel.name)
                 self.carried_rows[rel.name] = self._store(
-                    rel.name, key, self._dedupe(rel.name, rows)
+                    rel.name, key, self.dedupe(rel.name, rows)
                 )
         return carried
 
@@ -502,13 +471,13 @@ class SparkEvaluator:
             parts.append(carried[name])
         return reduce(DataFrame.unionByName, parts) if parts else None
 
-    def _empty(self, name: str) -> DataFrame:
+    def empty(self, name: str) -> DataFrame:
         """No versions of ``name`` (one frame per relation: plans are not free to build)."""
         if name not in self._nothing:
             self._nothing[name] = frames.empty(self.spark, self.structs[name])
         return self._nothing[name]
 
-    def _derive(
+    def derive(
         self,
         rule: ast.Rule,
         epoch: Epoch,
@@ -517,10 +486,10 @@ class SparkEvaluator:
     ) -> DataFrame:
         source = source or {}
         positives = [
-            source[i] if i in source else self._state(a.relation, epoch, held)
+            source[i] if i in source else self.state(a.relation, epoch, held)
             for i, a in enumerate(rule.positive)
         ]
-        negatives = [self._state(a.relation, epoch, held) for a in rule.negative]
+        negatives = [self.state(a.relation, epoch, held) for a in rule.negative]
         lifetime = self.catalog[rule.head.relation].lifetime
         args = (rule, positives, negatives, self.schemas, lifetime, epoch.lower, epoch.end)
         if not rule.aggregates:
@@ -528,14 +497,14 @@ class SparkEvaluator:
         reach = min(self.life.get(a.relation, NEVER) for a in rule.positive)
         return R.aggregate(*args, R.Buckets.for_epoch(epoch.start, epoch.end, reach))
 
-    def _version_key(self, name: str) -> list[str]:
+    def version_key(self, name: str) -> list[str]:
         """What tells versions apart: arguments, ``t`` and ``kt``."""
         return [*self.schemas[name].columns, "t", "kt"]
 
-    def _dedupe(self, name: str, df: DataFrame) -> DataFrame:
+    def dedupe(self, name: str, df: DataFrame) -> DataFrame:
         """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
         schema = self.schemas[name]
-        key = self._version_key(name)
+        key = self.version_key(name)
         if schema.aggregates:
             rest = [*schema.aggregate_columns, "exp", "_tau"]
             best = F.max_by(F.struct(*rest), F.col("_tau")).alias("__best")
@@ -562,38 +531,20 @@ class SparkEvaluator:
         rows: dict[str, DataFrame] = {}
         written: dict[str, int] = {}
         if stratum.recursive:
-            current = {n: self._empty(n) if s is None else s for n, s in seeds.items()}
-            below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
-            fix = _Fixpoint({b: self._state(b, epoch).localCheckpoint(eager=True) for b in below})
-            for n in names:
-                self._current[(epoch_key(epoch), n)] = current[n]
-            delta = self._round(fix, rules, epoch, names, current, None)
-            stats.rounds = 1
-            plan = self._linear.get(stratum.index)
-            if delta is not None and plan is not None and self.TASK_ROWS > 0:
-                delta, done, more = self._rounds_in_tasks(fix, plan, epoch, current, delta)
-                stats.rounds += more
-                if done is not None:
-                    rows = {plan.relation: done}
-            while delta is not None:
-                stats.rounds += 1
-                delta = self._round(fix, rules, epoch, names, current, delta)
-            written = fix.written
-            if not rows and not written:
-                rows = {n: self._dedupe(n, current[n]) for n in names}
+            rows, written, stats.rounds = self.recursion.evaluate(stratum, epoch, seeds)
         else:
             stats.rounds = 1
             for n in names:
                 own = [r for r in rules if r.head.relation == n]
-                made = [self._derive(r, epoch) for r in own]
+                made = [self.derive(r, epoch) for r in own]
                 if seeds[n] is None and len(own) == 1 and own[0].aggregates:
                     # One aggregate rule alone makes one version per (group, tau): nothing
                     # to merge, and no shuffle to merge it.
                     rows[n] = made[0].select(*R.row_columns(self.schemas[n]))
                     continue
                 parts = [p for p in (seeds[n], *made) if p is not None]
-                merged = reduce(DataFrame.unionByName, parts) if parts else self._empty(n)
-                rows[n] = self._dedupe(n, merged)
+                merged = reduce(DataFrame.unionByName, parts) if parts else self.empty(n)
+                rows[n] = self.dedupe(n, merged)
         key = epoch_key(epoch)
         for n in names:
             if n in written:
@@ -604,202 +555,6 @@ class SparkEvaluator:
                 stats.rows[n] = self._store(n, key, rows[n], end)
         stats.seconds = time.perf_counter() - started
         return stats
-
-    def _round(
-        self,
-        fix: _Fixpoint,
-        rules: list[ast.Rule],
-        epoch: Epoch,
-        names: list[str],
-        current: dict[str, DataFrame],
-        delta: dict[str, DataFrame] | None,
-    ) -> dict[str, DataFrame] | None:
-        """One semi-naive round (one Spark job); returns the new versions, or None.
-
-        A recursive relation so far is a union of stored pieces (the seeds, then each
-        round's new versions), all hash-partitioned the same way (see ``_spread_on``) and
-        sorted on the version key. The round's de-duplication shuffles at most what the
-        round made; the anti-joins against the pieces then need no shuffle and no sort of
-        them, and neither does the union. Versions of one event may repeat across pieces
-        until the stratum's write."""
-        made: dict[str, list[DataFrame]] = {n: [] for n in names}
-        for rule in rules:
-            if delta is None:
-                made[rule.head.relation].append(self._derive(rule, epoch, held=fix.held))
-                continue
-            for i, atom in enumerate(rule.positive):
-                if atom.relation in delta:
-                    made[rule.head.relation].append(
-                        self._derive(rule, epoch, {i: delta[atom.relation]}, fix.held)
-                    )
-        new: dict[str, DataFrame] = {}
-        for n in names:
-            if not made[n]:
-                continue
-            if n not in fix.pieces:  # the seeds, laid out like the pieces to come
-                seeds, had = self._counted_piece(n, current[n])
-                fix.pieces[n] = []
-                if had:
-                    self._keep(fix, n, seeds)
-            spread = self._spread[n]
-            made_n = reduce(DataFrame.unionByName, made[n]).repartition(self._partitions, *spread)
-            fresh = self._dedupe(n, made_n)  # Spark drops the repartition where rows already are
-            for _, seen in fix.pieces[n]:
-                fresh = fresh.join(seen, on=self._covers[n], how="left_anti")
-            fresh, counted = self._counted_piece(n, fresh)
-            if not counted:
-                continue
-            new[n] = fresh
-            self._keep(fix, n, fresh)
-            # One column order (see `_piece`): the union goes by position.
-            current[n] = reduce(DataFrame.union, [rows for rows, _ in fix.pieces[n]])
-            if len(fix.pieces[n]) >= self.PIECES:  # keep plans short: one piece again
-                current[n] = self._piece(n, current[n])
-                fix.pieces[n] = []
-                self._keep(fix, n, current[n])
-            self._current[(epoch_key(epoch), n)] = current[n]
-        return new or None
-
-    def _rounds_in_tasks(
-        self,
-        fix: _Fixpoint,
-        plan: rounds.LinearPlan,
-        epoch: Epoch,
-        current: dict[str, DataFrame],
-        delta: dict[str, DataFrame],
-    ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
-        """The rounds after the first in one Spark job, each partition of the relation taken to
-        its fixpoint by a task (see `rounds`): spread on its stable argument, or all in one
-        partition when it has none. Returns what Spark's rounds still have to join (None:
-        nothing), the relation's versions when that is nothing (one per version key; None
-        when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran. Lower
-        relations too large to ship leave every round to Spark."""
-        name = plan.relation
-        lower: dict[str, pa.Table] = {}
-        for r in sorted(plan.lower):
-            table = fix.held[r].limit(self.LOWER_ROWS + 1).toArrow()
-            if table.num_rows > self.LOWER_ROWS:
-                return delta, None, 0
-            lower[r] = table
-        pieces = [rows for rows, _ in fix.pieces[name]]
-        flagged = [
-            p.withColumn(rounds.NEW, F.lit(i == len(pieces) - 1)) for i, p in enumerate(pieces)
-        ]
-        rows = reduce(DataFrame.union, flagged)
-        if name in self._stable:
-            rows = rows.repartition(self._partitions, *self._spread[name])
-        else:
-            rows = rows.repartition(1)
-        struct = StructType(
-            [
-                *self.structs[name].fields,
-                StructField(rounds.NEW, BooleanType()),
-                StructField(rounds.ROUNDS, LongType()),
-            ]
-        )
-        arrow = to_arrow_schema(struct)
-        staging = self._tasks_write(name)
-        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, self.TASK_ROWS, staging)
-        if staging is None:
-            out, seen = self._observed(
-                f"rounds-{name}",
-                rows.mapInArrow(run, struct),
-                F.count_if(F.col(rounds.NEW)).alias("waiting"),
-                F.max(rounds.ROUNDS).alias("rounds"),
-            )
-            ran, pending = int(seen.get("rounds") or 0), int(seen.get("waiting") or 0)
-        else:
-            try:
-                summary = rows.mapInArrow(run, from_arrow_schema(rounds.SUMMARY)).collect()
-            except BaseException:
-                self.wh.discard(staging)
-                raise
-            ran = max((r["rounds"] for r in summary), default=0)
-            pending = sum(r["waiting"] for r in summary)
-            if not pending:
-                self.wh.promote(staging, name, epoch_key(epoch))
-                fix.written[name] = sum(r["rows"] for r in summary)
-                return None, None, ran
-            # The tasks' files, in memory again (files without ``__new`` hold no waiting row).
-            read = self.spark.read.schema(struct).parquet(staging)
-            out = read.withColumn(rounds.NEW, F.coalesce(F.col(rounds.NEW), F.lit(False)))
-            out = out.localCheckpoint(eager=True)
-            self.wh.discard(staging)
-        stored = out.select(*R.row_columns(self.schemas[name]))
-        if not pending:
-            return None, stored, ran
-        # A task reached its limit: Spark's rounds go on from what the tasks know.
-        piece = self._piece(name, stored)
-        fix.pieces[name] = []
-        self._keep(fix, name, piece)
-        current[name] = piece
-        self._current[(epoch_key(epoch), name)] = piece
-        waiting = out.filter(F.col(rounds.NEW)).select(*R.row_columns(self.schemas[name]))
-        return {name: waiting}, None, ran
-
-    def _tasks_write(self, name: str) -> str | None:
-        """A staging folder for the rounds' tasks to write the relation's epoch into, when
-        they can: Spark runs in this process's machine (local mode, not Connect), the
-        warehouse is on its file system, and every version belongs to the epoch (none is
-        deferred). Otherwise None: the tasks' rows go through Spark as usual."""
-        if not self._local_spark() or name in self.defers:
-            return None
-        return self.wh.staging(name)
-
-    def _observed(
-        self, name: str, rows: DataFrame, *metrics: Column
-    ) -> tuple[DataFrame, dict[str, object]]:
-        """``rows`` stored in memory (one Spark job), with ``metrics`` over them worked out by
-        the same job, except under Spark Connect, whose checkpoints report no observed metrics
-        (a second job there)."""
-        if is_connect(self.spark):
-            stored = rows.localCheckpoint(eager=True)
-            return stored, stored.agg(*metrics).first().asDict()
-        seen = Observation(name)
-        stored = rows.observe(seen, *metrics).localCheckpoint(eager=True)
-        return stored, dict(seen.get)
-
-    def _piece(self, name: str, rows: DataFrame) -> DataFrame:
-        """``rows`` stored (one Spark job) laid out as :meth:`_laid_out` says."""
-        return self._laid_out(name, rows).localCheckpoint(eager=True)
-
-    def _counted_piece(self, name: str, rows: DataFrame) -> tuple[DataFrame, int]:
-        """:meth:`_piece`, and how many rows it holds."""
-        count = F.count(F.lit(1)).alias("rows")
-        piece, seen = self._observed(f"piece-{name}", self._laid_out(name, rows), count)
-        return piece, int(seen.get("rows") or 0)
-
-    def _laid_out(self, name: str, rows: DataFrame) -> DataFrame:
-        """``rows`` hash-partitioned on the relation's spread and sorted on its version key.
-        The explicit repartition costs nothing where the rows are already so partitioned, and
-        lets a stored piece carry that partitioning in terms of its own columns, which later
-        joins rely on. Pieces have the stored column order, so their union goes by position."""
-        rows = rows.select(*R.row_columns(self.schemas[name]))
-        rows = rows.repartition(self._partitions, *self._spread[name])
-        return rows.sortWithinPartitions(*self._version_key(name))
-
-    def _spread_on(self, name: str, j: int | None) -> list[str]:
-        """The columns a recursive relation's pieces are hash-partitioned on: its stable
-        argument ``j`` when it has one (then a round with broadcast partners shuffles
-        nothing), else its whole version key."""
-        return [self.schemas[name].columns[j]] if j is not None else self._version_key(name)
-
-    def _keep(self, fix: _Fixpoint, name: str, piece: DataFrame) -> None:
-        """Add a stored piece to ``name``'s relation so far, with its version key renamed for
-        the anti-joins (see :meth:`_covering`) that find which later rows are new."""
-        seen = piece.select(
-            *[F.col(c).alias(f"__k_{c}") for c in self._version_key(name)],
-            F.col("exp").alias("__k_exp"),
-        )
-        # Both sides are partitioned and sorted alike: a merge needs no shuffle, where a
-        # broadcast of each small piece would cost a Spark job every round.
-        fix.pieces[name].append((piece, seen.hint("merge")))
-
-    def _covering(self, name: str) -> Column:
-        """A row is not new when a kept version covers it: same arguments, ``t`` and ``kt``,
-        living at least as long."""
-        same = [F.col(c) == F.col(f"__k_{c}") for c in self._version_key(name)]
-        return reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
 
     def _next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """``@next`` rules over the previous epoch; stamped at its end, alive one more epoch."""
@@ -842,7 +597,7 @@ class SparkEvaluator:
                     exp.cast("long"),
                 )
                 out.setdefault(rule.head.relation, []).append(rows)
-        return {n: self._dedupe(n, reduce(DataFrame.unionByName, dfs)) for n, dfs in out.items()}
+        return {n: self.dedupe(n, reduce(DataFrame.unionByName, dfs)) for n, dfs in out.items()}
 
     # ------------------------------------------------------------------ results
 

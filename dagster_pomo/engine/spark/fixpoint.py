@@ -1,0 +1,301 @@
+"""Recursive strata on Spark, run semi-naive to their fixpoint.
+
+After one full round, each round joins only the previous round's new versions (one Spark
+job a round). A relation so far is a union of stored pieces laid out alike, so the
+anti-joins that find what is new need no shuffle. The rounds of a linear stratum after
+the first run inside Spark tasks when they can (see `rounds`), and may write the epoch
+themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark import cloudpickle
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+from dagster_pomo.engine import rounds
+from dagster_pomo.engine.linear import linear_plan
+from dagster_pomo.engine.partitioning import stable_argument
+from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark.session import is_connect
+from dagster_pomo.engine.timeline import Epoch, epoch_key
+from dagster_pomo.lang import Stratum, ast
+
+if TYPE_CHECKING:
+    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+
+# Executors get the rounds' code with each task (see `Recursion._rounds_in_tasks`).
+cloudpickle.register_pickle_by_value(rounds)
+
+
+@dataclass
+class _Fixpoint:
+    """What the rounds of one recursive stratum share (strata may run at the same time)."""
+
+    # Lower strata's relations the stratum joins, held in memory while its rounds run,
+    # rather than read again (and broadcast from files) every round.
+    held: dict[str, DataFrame]
+    # Each relation's versions so far: one stored piece per round, each paired with its
+    # version key renamed for the anti-join (built once: building plans is not free).
+    pieces: dict[str, list[tuple[DataFrame, DataFrame]]] = field(default_factory=dict)
+    # Relations whose epoch the rounds' tasks wrote themselves, and how many rows each.
+    written: dict[str, int] = field(default_factory=dict)
+
+
+class Recursion:
+    """Runs an evaluator's recursive strata: semi-naive rounds, each one Spark job, and those
+    of a linear stratum after the first inside Spark tasks when they can (see `rounds`).
+    Set up once per evaluator: how each recursive relation's pieces are laid out."""
+
+    PIECES = 16  # rounds' pieces a recursive relation's union holds before it is stored as one
+    # Rounds run inside tasks (see `rounds`) while a task knows at most TASK_ROWS versions
+    # (then Spark's rounds go on from there), and only when the lower relations they join
+    # have at most LOWER_ROWS rows each: all are shipped with every task. TASK_ROWS = 0:
+    # Spark's rounds only.
+    TASK_ROWS = 4_000_000
+    LOWER_ROWS = 200_000
+
+    def __init__(self, evaluator: SparkEvaluator) -> None:
+        self.ev = evaluator
+        program = evaluator.program
+        recursive = [(s, n) for s in program.strata if s.recursive for n in s.relations]
+        stable = {n: stable_argument(s, n) for s, n in recursive}
+        self._stable = {n for n, j in stable.items() if j is not None}
+        self._spread = {n: self._spread_on(n, j) for n, j in stable.items()}
+        self._covers = {n: self._covering(n) for _, n in recursive}
+        self._linear = {
+            s.index: linear_plan(s, evaluator.schemas, evaluator.catalog) for s, _ in recursive
+        }
+
+    def evaluate(
+        self, stratum: Stratum, epoch: Epoch, seeds: Mapping[str, DataFrame | None]
+    ) -> tuple[dict[str, DataFrame], dict[str, int], int]:
+        """The recursive ``stratum`` of ``epoch`` to its fixpoint, from its ``seeds``: its
+        relations' versions to store (none for those the rounds' tasks stored themselves),
+        the rows those tasks stored, and how many rounds ran."""
+        names = list(stratum.relations)
+        rules = [r for r in stratum.rules if r.body]
+        rows: dict[str, DataFrame] = {}
+        current = {n: self.ev.empty(n) if s is None else s for n, s in seeds.items()}
+        below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
+        fix = _Fixpoint({b: self.ev.state(b, epoch).localCheckpoint(eager=True) for b in below})
+        for n in names:
+            self.ev.hold(epoch, n, current[n])
+        delta = self._round(fix, rules, epoch, names, current, None)
+        ran = 1
+        plan = self._linear.get(stratum.index)
+        if delta is not None and plan is not None and self.TASK_ROWS > 0:
+            delta, done, more = self._rounds_in_tasks(fix, plan, epoch, current, delta)
+            ran += more
+            if done is not None:
+                rows = {plan.relation: done}
+        while delta is not None:
+            ran += 1
+            delta = self._round(fix, rules, epoch, names, current, delta)
+        if not rows and not fix.written:
+            rows = {n: self.ev.dedupe(n, current[n]) for n in names}
+        return rows, fix.written, ran
+
+    def _round(
+        self,
+        fix: _Fixpoint,
+        rules: list[ast.Rule],
+        epoch: Epoch,
+        names: list[str],
+        current: dict[str, DataFrame],
+        delta: dict[str, DataFrame] | None,
+    ) -> dict[str, DataFrame] | None:
+        """One semi-naive round (one Spark job); returns the new versions, or None.
+
+        A recursive relation so far is a union of stored pieces (the seeds, then each
+        round's new versions), all hash-partitioned the same way (see ``_spread_on``) and
+        sorted on the version key. The round's de-duplication shuffles at most what the
+        round made; the anti-joins against the pieces then need no shuffle and no sort of
+        them, and neither does the union. Versions of one event may repeat across pieces
+        until the stratum's write."""
+        made: dict[str, list[DataFrame]] = {n: [] for n in names}
+        for rule in rules:
+            if delta is None:
+                made[rule.head.relation].append(self.ev.derive(rule, epoch, held=fix.held))
+                continue
+            for i, atom in enumerate(rule.positive):
+                if atom.relation in delta:
+                    made[rule.head.relation].append(
+                        self.ev.derive(rule, epoch, {i: delta[atom.relation]}, fix.held)
+                    )
+        new: dict[str, DataFrame] = {}
+        for n in names:
+            if not made[n]:
+                continue
+            if n not in fix.pieces:  # the seeds, laid out like the pieces to come
+                seeds, had = self._counted_piece(n, current[n])
+                fix.pieces[n] = []
+                if had:
+                    self._keep(fix, n, seeds)
+            spread = self._spread[n]
+            made_n = reduce(DataFrame.unionByName, made[n]).repartition(self.ev.partitions, *spread)
+            fresh = self.ev.dedupe(n, made_n)  # Spark drops the repartition where rows already are
+            for _, seen in fix.pieces[n]:
+                fresh = fresh.join(seen, on=self._covers[n], how="left_anti")
+            fresh, counted = self._counted_piece(n, fresh)
+            if not counted:
+                continue
+            new[n] = fresh
+            self._keep(fix, n, fresh)
+            # One column order (see `_piece`): the union goes by position.
+            current[n] = reduce(DataFrame.union, [rows for rows, _ in fix.pieces[n]])
+            if len(fix.pieces[n]) >= self.PIECES:  # keep plans short: one piece again
+                current[n] = self._piece(n, current[n])
+                fix.pieces[n] = []
+                self._keep(fix, n, current[n])
+            self.ev.hold(epoch, n, current[n])
+        return new or None
+
+    def _rounds_in_tasks(
+        self,
+        fix: _Fixpoint,
+        plan: rounds.LinearPlan,
+        epoch: Epoch,
+        current: dict[str, DataFrame],
+        delta: dict[str, DataFrame],
+    ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
+        """The rounds after the first in one Spark job, each partition of the relation taken to
+        its fixpoint by a task (see `rounds`): spread on its stable argument, or all in one
+        partition when it has none. Returns what Spark's rounds still have to join (None:
+        nothing), the relation's versions when that is nothing (one per version key; None
+        when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran. Lower
+        relations too large to ship leave every round to Spark."""
+        name = plan.relation
+        lower: dict[str, pa.Table] = {}
+        for r in sorted(plan.lower):
+            table = fix.held[r].limit(self.LOWER_ROWS + 1).toArrow()
+            if table.num_rows > self.LOWER_ROWS:
+                return delta, None, 0
+            lower[r] = table
+        pieces = [rows for rows, _ in fix.pieces[name]]
+        flagged = [
+            p.withColumn(rounds.NEW, F.lit(i == len(pieces) - 1)) for i, p in enumerate(pieces)
+        ]
+        rows = reduce(DataFrame.union, flagged)
+        if name in self._stable:
+            rows = rows.repartition(self.ev.partitions, *self._spread[name])
+        else:
+            rows = rows.repartition(1)
+        struct = StructType(
+            [
+                *self.ev.structs[name].fields,
+                StructField(rounds.NEW, BooleanType()),
+                StructField(rounds.ROUNDS, LongType()),
+            ]
+        )
+        arrow = to_arrow_schema(struct)
+        staging = self._tasks_write(name)
+        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, self.TASK_ROWS, staging)
+        if staging is None:
+            out, seen = self._observed(
+                f"rounds-{name}",
+                rows.mapInArrow(run, struct),
+                F.count_if(F.col(rounds.NEW)).alias("waiting"),
+                F.max(rounds.ROUNDS).alias("rounds"),
+            )
+            ran, pending = int(seen.get("rounds") or 0), int(seen.get("waiting") or 0)
+        else:
+            try:
+                summary = rows.mapInArrow(run, from_arrow_schema(rounds.SUMMARY)).collect()
+            except BaseException:
+                self.ev.wh.discard(staging)
+                raise
+            ran = max((r["rounds"] for r in summary), default=0)
+            pending = sum(r["waiting"] for r in summary)
+            if not pending:
+                self.ev.wh.promote(staging, name, epoch_key(epoch))
+                fix.written[name] = sum(r["rows"] for r in summary)
+                return None, None, ran
+            # The tasks' files, in memory again (files without ``__new`` hold no waiting row).
+            read = self.ev.spark.read.schema(struct).parquet(staging)
+            out = read.withColumn(rounds.NEW, F.coalesce(F.col(rounds.NEW), F.lit(False)))
+            out = out.localCheckpoint(eager=True)
+            self.ev.wh.discard(staging)
+        stored = out.select(*R.row_columns(self.ev.schemas[name]))
+        if not pending:
+            return None, stored, ran
+        # A task reached its limit: Spark's rounds go on from what the tasks know.
+        piece = self._piece(name, stored)
+        fix.pieces[name] = []
+        self._keep(fix, name, piece)
+        current[name] = piece
+        self.ev.hold(epoch, name, piece)
+        waiting = out.filter(F.col(rounds.NEW)).select(*R.row_columns(self.ev.schemas[name]))
+        return {name: waiting}, None, ran
+
+    def _tasks_write(self, name: str) -> str | None:
+        """A staging folder for the rounds' tasks to write the relation's epoch into, when
+        they can: Spark runs in this process's machine (local mode, not Connect), the
+        warehouse is on its file system, and every version belongs to the epoch (none is
+        deferred). Otherwise None: the tasks' rows go through Spark as usual."""
+        if not self.ev.local_spark() or name in self.ev.defers:
+            return None
+        return self.ev.wh.staging(name)
+
+    def _observed(
+        self, name: str, rows: DataFrame, *metrics: Column
+    ) -> tuple[DataFrame, dict[str, object]]:
+        """``rows`` stored in memory (one Spark job), with ``metrics`` over them worked out by
+        the same job, except under Spark Connect, whose checkpoints report no observed metrics
+        (a second job there)."""
+        if is_connect(self.ev.spark):
+            stored = rows.localCheckpoint(eager=True)
+            return stored, stored.agg(*metrics).first().asDict()
+        seen = Observation(name)
+        stored = rows.observe(seen, *metrics).localCheckpoint(eager=True)
+        return stored, dict(seen.get)
+
+    def _piece(self, name: str, rows: DataFrame) -> DataFrame:
+        """``rows`` stored (one Spark job) laid out as :meth:`_laid_out` says."""
+        return self._laid_out(name, rows).localCheckpoint(eager=True)
+
+    def _counted_piece(self, name: str, rows: DataFrame) -> tuple[DataFrame, int]:
+        """:meth:`_piece`, and how many rows it holds."""
+        count = F.count(F.lit(1)).alias("rows")
+        piece, seen = self._observed(f"piece-{name}", self._laid_out(name, rows), count)
+        return piece, int(seen.get("rows") or 0)
+
+    def _laid_out(self, name: str, rows: DataFrame) -> DataFrame:
+        """``rows`` hash-partitioned on the relation's spread and sorted on its version key.
+        The explicit repartition costs nothing where the rows are already so partitioned, and
+        lets a stored piece carry that partitioning in terms of its own columns, which later
+        joins rely on. Pieces have the stored column order, so their union goes by position."""
+        rows = rows.select(*R.row_columns(self.ev.schemas[name]))
+        rows = rows.repartition(self.ev.partitions, *self._spread[name])
+        return rows.sortWithinPartitions(*self.ev.version_key(name))
+
+    def _spread_on(self, name: str, j: int | None) -> list[str]:
+        """The columns a recursive relation's pieces are hash-partitioned on: its stable
+        argument ``j`` when it has one (then a round with broadcast partners shuffles
+        nothing), else its whole version key."""
+        return [self.ev.schemas[name].columns[j]] if j is not None else self.ev.version_key(name)
+
+    def _keep(self, fix: _Fixpoint, name: str, piece: DataFrame) -> None:
+        """Add a stored piece to ``name``'s relation so far, with its version key renamed for
+        the anti-joins (see :meth:`_covering`) that find which later rows are new."""
+        seen = piece.select(
+            *[F.col(c).alias(f"__k_{c}") for c in self.ev.version_key(name)],
+            F.col("exp").alias("__k_exp"),
+        )
+        # Both sides are partitioned and sorted alike: a merge needs no shuffle, where a
+        # broadcast of each small piece would cost a Spark job every round.
+        fix.pieces[name].append((piece, seen.hint("merge")))
+
+    def _covering(self, name: str) -> Column:
+        """A row is not new when a kept version covers it: same arguments, ``t`` and ``kt``,
+        living at least as long."""
+        same = [F.col(c) == F.col(f"__k_{c}") for c in self.ev.version_key(name)]
+        return reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
