@@ -31,7 +31,13 @@ BAD = {
     "not json at all": "invalid JSON",
     '["relation", "water_level"]': "an event must be a JSON object",
     '{"t": 3, "args": []}': 'missing "relation"',
-    '{"relation": "pressure", "t": 3, "args": []}': "unknown relation `pressure`",
+    '{"relation": "pressure", "t": 3, "args": []}': (
+        "unknown relation `pressure`; the corpus takes events of `water_level`, `maintenance`,"
+        " `sensor`"
+    ),
+    '{"relation": "water_levl", "t": 3, "args": []}': (
+        "unknown relation `water_levl`; did you mean `water_level`?"
+    ),
     '{"relation": "high", "t": 3, "args": ["t1", 99.0]}': "`high` is derived by rules",
     '{"relation": "water_level", "args": ["t1", 1.0]}': 'missing time "t"',
     '{"relation": "water_level", "t": "yesterday", "args": ["t1", 1.0]}': "invalid time",

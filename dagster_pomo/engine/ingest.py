@@ -23,6 +23,7 @@ from dagster_pomo.engine.values import Undefined, Value, evaluate
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.catalog import KIND_NAMES, Relation
+from dagster_pomo.lang.check import suggest
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,7 @@ def _not_a_number(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number: send a finite number")
 
 
+INPUTS_SHOWN = 6  # input relations a quarantine reason names, at most
 _DECODER = json.JSONDecoder(parse_constant=_not_a_number)  # one for all lines: making one is dear
 
 
@@ -216,7 +218,7 @@ def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...],
     if not isinstance(name, str):
         raise ValueError('missing "relation"')
     if name not in program.catalog or name == "clock":
-        raise ValueError(f"unknown relation `{name}`")
+        raise ValueError(f"unknown relation `{name}`; {_inputs_hint(program, name)}")
     rel = program.catalog[name]
     if not rel.is_input:
         raise ValueError(f"`{name}` is derived by rules; it does not take input events")
@@ -245,6 +247,19 @@ def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...],
     else:
         raise ValueError('"args" must be an object or a list')
     return rel, args, t
+
+
+def _inputs_hint(program: Program, name: str) -> str:
+    """What a line naming no input relation should have named."""
+    inputs = [r.name for r in program.catalog.inputs]
+    close = suggest(name, inputs)
+    if close:
+        return close
+    if not inputs:
+        return "the corpus takes no input events"
+    shown = ", ".join(f"`{n}`" for n in inputs[:INPUTS_SHOWN])
+    more = f" and {len(inputs) - INPUTS_SHOWN} more" if len(inputs) > INPUTS_SHOWN else ""
+    return f"the corpus takes events of {shown}{more}"
 
 
 def _check_kinds(rel: Relation, args: tuple[Any, ...]) -> None:

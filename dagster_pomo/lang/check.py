@@ -22,7 +22,8 @@ ANNOTATION_ARITY = {"time": 1, "next": 0, "count": 0, "sum": 1, "min": 1, "max":
 BODY_ARITY = {name: 1 for name in ANNOTATION_ARITY if name != "next"}
 
 
-def _suggest(name: str, choices: Iterable[str]) -> str | None:
+def suggest(name: str, choices: Iterable[str]) -> str | None:
+    """ "did you mean `x`?" for the choice closest to a misspelt ``name``, if one is close."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.75)
     return f"did you mean `{close[0]}`?" if close else None
 
@@ -106,7 +107,7 @@ def _check_annotation_names(atom: ast.Atom, arity: dict[str, int]) -> Iterator[D
             yield Diagnostic(
                 f"unknown annotation `@{ann.name}`",
                 ann.span,
-                _suggest(ann.name, ANNOTATION_ARITY) or f"known annotations: {known}",
+                suggest(ann.name, ANNOTATION_ARITY) or f"known annotations: {known}",
             )
             continue
         want = arity[ann.name]
@@ -171,7 +172,7 @@ def check_functions(rule: ast.Rule) -> Iterator[Diagnostic]:
                 yield Diagnostic(
                     f"unknown function `{node.func}`",
                     node.span,
-                    _suggest(node.func, FUNCTIONS)
+                    suggest(node.func, FUNCTIONS)
                     or "built-in functions: " + ", ".join(sorted(FUNCTIONS)),
                 )
             elif len(node.args) < fn.min_args or (
