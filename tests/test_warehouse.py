@@ -305,9 +305,9 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS)
     ours = evaluator_for(program, prepared, str(tmp_path / "ours"))
     mixed = evaluator_for(program, prepared, str(tmp_path / "mixed"), ours.spark)
-    mixed.COLLECT_ROWS = 2  # below every epoch's input events...
+    mixed.store.COLLECT_ROWS = 2  # below every epoch's input events...
     small = {epoch_key(e) for e in mixed.epochs[::2]}
-    mixed._inputs = dict.fromkeys(small, 1)  # ...but every other epoch counts as small
+    mixed.store._inputs = dict.fromkeys(small, 1)  # ...but every other epoch counts as small
     for epoch in ours.epochs:
         ours.evaluate_epoch(epoch)
         mixed.evaluate_epoch(epoch)
@@ -342,8 +342,8 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
         if key not in small and rel != "connected"  # the rounds' tasks write their own
     )
     assert {"process"} in [w for (_, key), w in mixed_by.items() if key in small]
-    assert mixed._large and {"alert", "per_sensor"} & mixed._large
-    for rel in mixed._large:
+    assert mixed.store._large and {"alert", "per_sensor"} & mixed.store._large
+    for rel in mixed.store._large:
         assert any(w == {"spark"} for (r, key), w in mixed_by.items() if r == rel and key in small)
 
 

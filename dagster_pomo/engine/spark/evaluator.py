@@ -19,10 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import inheritable_thread_target
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -39,6 +37,7 @@ from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import remember_lookups
 from dagster_pomo.engine.spark.session import is_connect
@@ -92,9 +91,6 @@ class EpochStats:
 class SparkEvaluator:
     """Evaluates one corpus epoch by epoch into a warehouse."""
 
-    # An epoch of a relation with at most COLLECT_ROWS rows, in an epoch of at most
-    # COLLECT_ROWS input events, is written by this process when it can be (see `_store`).
-    COLLECT_ROWS = 500_000
     # An epoch of at most INTERPRET_INPUTS input events runs the plans of its strata without
     # recursion without generated code when it can (see `plans_for`); about where
     # water-tank epochs run as fast either way (BENCHMARKS.md).
@@ -136,9 +132,8 @@ class SparkEvaluator:
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
         self.concurrency = max(1, concurrency)
         self._nothing: dict[str, DataFrame] = {}  # see `empty`
-        self._collect_writes = self.local_spark() and warehouse.is_local
-        self._large: set[str] = set()  # relations Spark writes, see `_store`
-        self._inputs: dict[str, int] = {}  # input events per epoch key, see `_input_events`
+        inputs = [r.name for r in self.catalog.inputs]
+        self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
 
     # ------------------------------------------------------------------ set-up
@@ -308,9 +303,9 @@ class SparkEvaluator:
         more than interpreting its few rows costs. A large epoch's rows repay the compiling."""
         key = epoch_key(epoch)
         small = (
-            self._collect_writes
+            self.store.local
             and not any(s.recursive for s in strata)
-            and self._input_events(key) <= self.INTERPRET_INPUTS
+            and self.store.input_events(key) <= self.INTERPRET_INPUTS
         )
         if not small or any(self.spark.conf.get(k, None) is not None for k in INTERPRETED):
             yield False
@@ -372,72 +367,10 @@ class SparkEvaluator:
         return carried
 
     def _store(self, name: str, key: str, rows: DataFrame, end: int | None = None) -> int:
-        """Store ``rows`` as epoch ``key`` of ``name`` (those stamped at or after ``end``, when
-        given, with the deferred events); how many were stamped before ``end``.
-
-        Where Spark runs in this machine and the warehouse is on its disk, a relation's rows
-        come to this process as Arrow and it writes them (half the time of Spark's writer
-        for an epoch's few rows: no output commit protocol, one job). A relation found to
-        have more than ``COLLECT_ROWS`` rows in an epoch is written by Spark from then on
-        (that once, its rows are worked out twice), and so is every relation of an epoch
-        whose input events alone are more than that."""
-        if self._collect_writes and name not in self._large and self._small(key):
-            table = rows.limit(self.COLLECT_ROWS + 1).toArrow()
-            if table.num_rows <= self.COLLECT_ROWS:
-                return self._put(name, key, table, end)
-            self._large.add(name)
-        if end is None:
-            return self._write_counted(name, key, rows)
-        return self._write_deferring(name, key, end, rows)
-
-    def _small(self, key: str) -> bool:
-        """Whether epoch ``key`` stores at most ``COLLECT_ROWS`` input events."""
-        return 0 < self.COLLECT_ROWS and self._input_events(key) <= self.COLLECT_ROWS
-
-    def _input_events(self, key: str) -> int:
-        """How many input events epoch ``key`` stores (counted from the files' footers, once
-        an epoch: the warehouse must be on this machine's disk)."""
-        if key not in self._inputs:
-            self._inputs[key] = sum(self.wh.stored_rows(r.name, key) for r in self.catalog.inputs)
-        return self._inputs[key]
-
-    def _put(self, name: str, key: str, table: pa.Table, end: int | None) -> int:
-        """``table`` stored by this process, as :meth:`_store` would have Spark store it."""
-        if end is not None:
-            stamped_later = pc.greater_equal(table["kt"], end)
-            later = table.filter(stamped_later)
-            if later.num_rows:
-                self.wh.put(name, key, later, deferred=True)
-            else:
-                self.wh.remove(name, key, deferred=True)
-            table = table.filter(pc.invert(stamped_later))
-        self.wh.put(name, key, table)
+        """Store ``rows`` as epoch ``key`` of ``name`` (see `EpochStore.store`), where the
+        epoch's later strata then read them; how many were stamped before ``end``."""
+        made = self.store.store(name, key, rows, end)
         self._current[(key, name)] = self.wh.read(name, self.structs[name], [key])
-        return table.num_rows
-
-    def _write_counted(self, name: str, key: str, rows: DataFrame) -> int:
-        """Store ``rows`` as epoch ``key`` of ``name`` with Spark's writer; how many (counted
-        by the write itself, no extra Spark job)."""
-        counted = Observation(f"rows-{name}")
-        self.wh.write(name, key, rows.observe(counted, F.count(F.lit(1)).alias("rows")))
-        self._current[(key, name)] = self.wh.read(name, self.structs[name], [key])
-        return int(counted.get.get("rows", 0))
-
-    def _write_deferring(self, name: str, key: str, end: int, rows: DataFrame) -> int:
-        """Store ``rows`` stamped before ``end`` as epoch ``key``, and those stamped later with
-        the deferred events. The rows are worked out once: the first write keeps them in memory
-        and counts the later ones, which are written only when there are any (they rarely are)."""
-        rows = rows.cache()
-        later = Observation(f"later-{name}")
-        now = rows.observe(later, F.count_if(F.col("kt") >= end).alias("rows"))
-        try:
-            made = self._write_counted(name, key, now.filter(F.col("kt") < end))
-            if later.get.get("rows", 0):
-                self.wh.write(name, key, rows.filter(F.col("kt") >= end), deferred=True)
-            else:
-                self.wh.remove(name, key, deferred=True)
-        finally:
-            rows.unpersist()
         return made
 
     def evaluate_stratum(
