@@ -9,7 +9,8 @@ compilers took (Linux), and each stratum's seconds. For the last epoch it lists 
 Spark job with its stages: tasks, wall time, the tasks' run and CPU time, and rows read,
 shuffled and written; then the warm epochs' CPU by who spent it (the JVM's compilers,
 garbage collector, Spark's tasks and the rest of the JVM; Spark's Python workers; this
-process). ``--callers`` adds which engine functions made the short calls; ``--again N``
+process). ``--java-options`` starts the driver's JVM with those options; ``--callers``
+adds which engine functions made the short calls; ``--again N``
 evaluates the last epoch N times more, when Spark has compiled its generated code
 already (the epoch's bounds are literals in it, so a new epoch's code is compiled anew):
 what an epoch would cost if its plans were compiled once. A fixed cost
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -172,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "--concurrency", type=int, default=2, help="strata at once (1: one after another)"
     )
     parser.add_argument("--callers", action="store_true", help="short JVM calls by caller")
+    parser.add_argument("--java-options", default="", help="driver JVM options")
     parser.add_argument(
         "--again",
         type=int,
@@ -184,12 +187,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.w2_epochs import CORPUS, START
     from dagster_pomo.engine.run import prepare
-    from dagster_pomo.engine.spark.evaluator import epoch_key, evaluator_for
-    from dagster_pomo.engine.spark.session import is_connect, spark_session
+    from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
+    from dagster_pomo.engine.spark.evaluator import evaluator_for
+    from dagster_pomo.engine.spark.session import SparkSettings, is_connect, spark_session
+    from dagster_pomo.engine.timeline import epoch_key
     from dagster_pomo.examples import HOUR, water_tank_events
     from dagster_pomo.lang import load_program
 
-    spark = spark_session()
+    conf = {JAVA_OPTIONS: args.java_options} if args.java_options else {}
+    spark = spark_session(dataclasses.replace(SparkSettings.from_env(), conf=conf))
     if is_connect(spark):
         parser.error("the profile reads the driver's JVM: it needs local Spark, not Connect")
     program = load_program(CORPUS)
