@@ -95,6 +95,7 @@ class SparkEvaluator:
     # recursion without generated code when it can (see `plans_for`); about where
     # water-tank epochs run as fast either way (BENCHMARKS.md).
     INTERPRET_INPUTS = 50_000
+    TICKS_ALONE = 100_000  # clock ticks an epoch generates in one partition (see `_ticks`)
 
     def __init__(
         self,
@@ -217,7 +218,8 @@ class SparkEvaluator:
     def _ticks(self, start: int, end: int) -> DataFrame:
         """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start).
         Spark generates them from a range (no rows cross from Python), and knows how few they
-        are, so joins broadcast them."""
+        are, so joins broadcast them. A range of up to ``TICKS_ALONE`` ticks is one partition:
+        broadcasting it is one task, not one for each of the session's default partitions."""
         begin = max(start, self.clock_start)
         offset_col, period_col = self.schemas[CLOCK].columns
         parts = []
@@ -227,8 +229,9 @@ class SparkEvaluator:
             if stop <= first:
                 continue
             t = (F.lit(o) + F.col("id") * F.lit(p)).cast("long")
+            slices = 1 if stop - first <= self.TICKS_ALONE else None
             parts.append(
-                self.spark.range(first, stop).select(
+                self.spark.range(first, stop, numPartitions=slices).select(
                     F.lit(o).cast("long").alias(offset_col),
                     F.lit(p).cast("long").alias(period_col),
                     t.alias("t"),
