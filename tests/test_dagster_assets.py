@@ -77,6 +77,8 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     assert len(instance.get_runs()) == 1, "the whole range runs in one run"
     meta = result.asset_materializations_for_node("water_tanks__stratum_0")[0].metadata
     assert meta["pomo/rows_total"].value == meta["pomo/new_rows"].value > 0
+    # Without `@next` or recursion, the range's epochs are evaluated in one pass.
+    assert (meta["pomo/epochs"].value, meta["pomo/passes"].value) == (len(KEYS), 1)
     preview = meta["pomo/preview"].value
     assert 0 < len(preview.records) <= 5
     assert [c.name for c in preview.schema.columns][:3] == ["tank", "average(level)", "max(level)"]
@@ -361,12 +363,18 @@ def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: P
     home.mkdir()
     result = _materialize_range(defs, DagsterInstance.local_temp(str(home)), KEYS)
 
-    interpreted: dict[bool, set[int]] = {True: set(), False: set()}
+    # (passes, of which interpreted) by whether the unit is recursive: the others evaluate
+    # the range's small epochs as one, still small, pass.
+    passes: dict[bool, set[tuple[int, int]]] = {True: set(), False: set()}
     for unit in units(program):
         for done in result.asset_materializations_for_node(f"{program.name}__{unit.name}"):
             recursive = any(s.recursive for s in unit.strata)
-            interpreted[recursive].add(done.metadata["pomo/epochs_interpreted"].value)
-    assert interpreted == {True: {0}, False: {len(KEYS)}}
+            ran = (
+                done.metadata["pomo/passes"].value,
+                done.metadata["pomo/epochs_interpreted"].value,
+            )
+            passes[recursive].add(ran)
+    assert passes == {True: {(len(KEYS), 0)}, False: {(1, 1)}}
     expected = _assert_stored_equals_reference(program, warehouse, landing, PARTITIONS, KEYS)
     assert {r.args[0] for r in expected.events("violation")} == {"bob"}
 

@@ -95,7 +95,7 @@ def partitions(root: Path, program, evaluator) -> dict[tuple[str, str], Counter]
     }
 
 
-def test_many_epochs_one_by_one_equal_one_batch_and_reruns_change_nothing(
+def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     tmp_path: Path, events_file: Path
 ) -> None:
     program = compile_corpus(CORPUS, "sensors.pomo")
@@ -132,6 +132,49 @@ def test_many_epochs_one_by_one_equal_one_batch_and_reruns_change_nothing(
     for index in (0, EPOCHS // 2, EPOCHS - 1):
         stepwise.evaluate_epoch(stepwise.epochs[index])
     assert partitions(tmp_path / "stepwise", program, stepwise) == before
+
+    # A range evaluated at once (a Dagster run over a partition range) fills every
+    # partition, and every epoch's deferred events, as epoch by epoch; a later run of any
+    # epoch, or of part of the range, changes nothing.
+    ranged = evaluator_for(
+        program, prepare(program, events_file, EPOCH, 0, until), str(tmp_path / "ranged")
+    )
+    assert _over_range(ranged, program, ranged.epochs) == len(program.strata) - 1
+    assert partitions(tmp_path / "ranged", program, ranged) == before
+    deferred = by_epoch(stepwise, "follow_up", deferred=True)
+    assert by_epoch(ranged, "follow_up", deferred=True) == deferred
+    for index in (0, EPOCHS // 2, EPOCHS - 1):
+        ranged.evaluate_epoch(ranged.epochs[index])
+    assert partitions(tmp_path / "ranged", program, ranged) == before
+    assert _over_range(stepwise, program, stepwise.epochs[3:9]) == len(program.strata) - 1
+    assert partitions(tmp_path / "stepwise", program, stepwise) == before
+    assert by_epoch(stepwise, "follow_up", deferred=True) == deferred
+
+
+def _over_range(evaluator, program, epochs) -> int:
+    """Each stratum over ``epochs``, as a Dagster run over a partition range does: over all of
+    them at once where it can (`SparkEvaluator.span`), else epoch by epoch; how many
+    strata ran at once."""
+    at_once = 0
+    for stratum in program.strata:
+        span = evaluator.span(epochs, [stratum])
+        at_once += span is not None
+        for epoch in [span] if span else epochs:
+            evaluator.evaluate_stratum(stratum, epoch)
+    return at_once
+
+
+def _over_range(evaluator, program, epochs) -> int:
+    """Each stratum over ``epochs``, as a Dagster run over a partition range does: over all of
+    them at once where it can (`SparkEvaluator.span`), else epoch by epoch; how many
+    strata ran at once."""
+    at_once = 0
+    for stratum in program.strata:
+        span = evaluator.span(epochs, [stratum])
+        at_once += span is not None
+        for epoch in [span] if span else epochs:
+            evaluator.evaluate_stratum(stratum, epoch)
+    return at_once
 
 
 def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_more(

@@ -41,6 +41,7 @@ from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import remember_lookups
 from dagster_pomo.engine.spark.session import is_connect
+from dagster_pomo.engine.spark.spans import Span
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.timeline import NEVER, Epoch, epoch_key, first_tick
 from dagster_pomo.lang import Program, Stratum, ast
@@ -59,6 +60,12 @@ _SPARK = {"int": LongType(), "float": DoubleType(), "str": StringType(), "bool":
 def _stored(row: Row) -> tuple:
     """A version as a stored record, in the column order of :func:`struct_of`."""
     return (*row.args, *row.aggs, row.t, row.kt, row.exp, row.tau)
+
+
+def _slot(epoch: Epoch) -> tuple[int, int]:
+    """What this epoch's versions so far are kept under (a span starts where its first
+    epoch does, so its start alone would not tell them apart)."""
+    return (epoch.start, epoch.end)
 
 
 def struct_of(schema: Schema) -> StructType:
@@ -96,6 +103,7 @@ class SparkEvaluator:
     # water-tank epochs run as fast either way (BENCHMARKS.md).
     INTERPRET_INPUTS = 50_000
     TICKS_ALONE = 100_000  # clock ticks an epoch generates in one partition (see `_ticks`)
+    ONE_PASS = True  # whether a range of epochs may be evaluated as one (see `span`)
 
     def __init__(
         self,
@@ -126,13 +134,14 @@ class SparkEvaluator:
         }
         # Rows the last `evaluate_next` stored, per relation that only `@next` rules derive.
         self.carried_rows: dict[str, int] = {}
-        # This epoch's versions so far, by (epoch key, relation): read once, reused by rules.
-        self._current: dict[tuple[str, str], DataFrame] = {}
+        # This epoch's versions so far, by (`_slot`, relation): read once, reused by rules.
+        self._current: dict[tuple[tuple[int, int], str], DataFrame] = {}
         self._ends = [e.end for e in epochs]
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
         self.concurrency = max(1, concurrency)
         self._nothing: dict[str, DataFrame] = {}  # see `empty`
+        self._spans: dict[tuple[int, int], Span] = {}  # ranges evaluated as one, see `span`
         inputs = [r.name for r in self.catalog.inputs]
         self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
@@ -254,16 +263,21 @@ class SparkEvaluator:
         if name == CLOCK:
             return self._ticks(epoch.start, epoch.end)
         history = self._history(name, epoch, epoch.start)
-        current = self._current.get((epoch_key(epoch), name))
+        current = self._current.get((_slot(epoch), name))
         if current is None:
-            current = self.wh.read(name, self.structs[name], [epoch_key(epoch)])
-            self._current[(epoch_key(epoch), name)] = current
+            current = self.wh.read(name, self.structs[name], self._keys(epoch))
+            self._current[(_slot(epoch), name)] = current
         return history.unionByName(current)
+
+    def _keys(self, epoch: Epoch) -> list[str]:
+        """The stored partitions that make up ``epoch``: its own, or a span's."""
+        span = self._spans.get(_slot(epoch))
+        return span.keys if span is not None else [epoch_key(epoch)]
 
     def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None:
         """Let the rules of ``epoch`` read ``rows`` as its versions of ``name`` so far (a
         recursive relation's, between rounds) instead of the epoch's stored partition."""
-        self._current[(epoch_key(epoch), name)] = rows
+        self._current[(_slot(epoch), name)] = rows
 
     # ------------------------------------------------------------------ one epoch
 
@@ -304,11 +318,10 @@ class SparkEvaluator:
         Spark writes an epoch's bounds into the code it generates, so each epoch compiled its
         stages' classes anew and the JIT compiled them again: half the CPU of a small epoch,
         more than interpreting its few rows costs. A large epoch's rows repay the compiling."""
-        key = epoch_key(epoch)
         small = (
             self.store.local
             and not any(s.recursive for s in strata)
-            and self.store.input_events(key) <= self.INTERPRET_INPUTS
+            and sum(self.store.input_events(k) for k in self._keys(epoch)) <= self.INTERPRET_INPUTS
         )
         if not small or any(self.spark.conf.get(k, None) is not None for k in INTERPRETED):
             yield False
@@ -357,7 +370,6 @@ class SparkEvaluator:
         """The ``@next`` rules over the previous epoch. Relations that only ``@next`` rules derive
         are written to this epoch's partition; all results are returned for the strata."""
         carried = self._next(epoch) if epoch.previous is not None else {}
-        key = epoch_key(epoch)
         for rel in self.catalog:
             if rel.inductive and not rel.derived:
                 rows = carried.get(rel.name)
@@ -365,16 +377,52 @@ class SparkEvaluator:
                 parts = [p for p in (facts, rows) if p is not None]
                 rows = reduce(DataFrame.unionByName, parts) if parts else self.empty(rel.name)
                 self.carried_rows[rel.name] = self._store(
-                    rel.name, key, self.dedupe(rel.name, rows)
+                    rel.name, epoch, self.dedupe(rel.name, rows)
                 )
         return carried
 
-    def _store(self, name: str, key: str, rows: DataFrame, end: int | None = None) -> int:
-        """Store ``rows`` as epoch ``key`` of ``name`` (see `EpochStore.store`), where the
-        epoch's later strata then read them; how many were stamped before ``end``."""
-        made = self.store.store(name, key, rows, end)
-        self._current[(key, name)] = self.wh.read(name, self.structs[name], [key])
+    def _store(
+        self,
+        name: str,
+        epoch: Epoch,
+        rows: DataFrame,
+        end: int | None = None,
+        made: DataFrame | None = None,
+    ) -> int:
+        """Store ``rows`` as ``epoch`` of ``name`` (see `EpochStore.store`, or `Span.store`
+        for a span), where the epoch's later strata then read them; how many were stamped
+        before ``end``. ``made``: the versions the epoch's rules derived (before merging
+        them with the epoch's seeds); a span keeps those stamped after ``end`` per epoch."""
+        span = self._spans.get(_slot(epoch))
+        if span is None:
+            made = self.store.store(name, epoch_key(epoch), rows, end)
+        else:
+            later = None
+            if end is not None and made is not None:
+                # As each epoch would have kept them: merged only with its own versions.
+                later = self.dedupe(name, span.stamped_later(made), by=["epoch"])
+            made = span.store(self.wh, name, rows, later)
+        self._current[(_slot(epoch), name)] = self.wh.read(
+            name, self.structs[name], self._keys(epoch)
+        )
         return made
+
+    def span(self, epochs: Sequence[Epoch], strata: Sequence[Stratum]) -> Epoch | None:
+        """One epoch standing for ``epochs`` when ``strata`` can be evaluated over all of them
+        at once and store what they would store epoch by epoch (see `spans`): the corpus has
+        no ``@next`` rule, none of ``strata`` is recursive (a recursive stratum's rounds
+        write an epoch's partition themselves) and the epochs are consecutive and of one
+        length. Evaluate ``strata`` over the epoch returned, in order; None: epoch by epoch.
+        """
+        if not self.ONE_PASS or any(r.is_inductive for r in self.program.corpus.rules):
+            return None
+        if any(s.recursive for s in strata):
+            return None
+        span = Span.of(epochs)
+        if span is None:
+            return None
+        self._spans[_slot(span.epoch)] = span
+        return span.epoch
 
     def evaluate_stratum(
         self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
@@ -437,23 +485,22 @@ class SparkEvaluator:
         """What tells versions apart: arguments, ``t`` and ``kt``."""
         return [*self.schemas[name].columns, "t", "kt"]
 
-    def dedupe(self, name: str, df: DataFrame) -> DataFrame:
-        """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
+    def dedupe(self, name: str, df: DataFrame, by: Sequence[str] = ()) -> DataFrame:
+        """One version per ``(args, t, kt)`` (and value of the columns ``by``, kept): the
+        longest-living, or an aggregate's latest."""
         schema = self.schemas[name]
-        key = self.version_key(name)
+        key = [*self.version_key(name), *by]
+        out = [*R.row_columns(schema), *by]
         if schema.aggregates:
             rest = [*schema.aggregate_columns, "exp", "_tau"]
             best = F.max_by(F.struct(*rest), F.col("_tau")).alias("__best")
             return (
-                df.groupBy(*key)
-                .agg(best)
-                .select(*key, *[f"__best.{c}" for c in rest])
-                .select(*R.row_columns(schema))
+                df.groupBy(*key).agg(best).select(*key, *[f"__best.{c}" for c in rest]).select(*out)
             )
         return (
             df.groupBy(*key)
             .agg(F.max("exp").alias("exp"), F.min("_tau").alias("_tau"))
-            .select(*R.row_columns(schema))
+            .select(*out)
         )
 
     def _stratum(
@@ -465,6 +512,7 @@ class SparkEvaluator:
         seeds = {n: self._seeds(n, epoch, carried) for n in names}
         rules = [r for r in stratum.rules if r.body]
         rows: dict[str, DataFrame] = {}
+        made_here: dict[str, DataFrame] = {}  # what a span derives, for its deferred events
         written: dict[str, int] = {}
         if stratum.recursive:
             rows, written, stats.rounds = self.recursion.evaluate(stratum, epoch, seeds)
@@ -473,6 +521,8 @@ class SparkEvaluator:
             for n in names:
                 own = [r for r in rules if r.head.relation == n]
                 made = [self.derive(r, epoch) for r in own]
+                if made:
+                    made_here[n] = reduce(DataFrame.unionByName, made)
                 if seeds[n] is None and len(own) == 1 and own[0].aggregates:
                     # One aggregate rule alone makes one version per (group, tau): nothing
                     # to merge, and no shuffle to merge it.
@@ -481,14 +531,13 @@ class SparkEvaluator:
                 parts = [p for p in (seeds[n], *made) if p is not None]
                 merged = reduce(DataFrame.unionByName, parts) if parts else self.empty(n)
                 rows[n] = self.dedupe(n, merged)
-        key = epoch_key(epoch)
         for n in names:
             if n in written:
                 stats.rows[n] = written[n]
-                self._current[(key, n)] = self.wh.read(n, self.structs[n], [key])
+                self.hold(epoch, n, self.wh.read(n, self.structs[n], [epoch_key(epoch)]))
             else:
                 end = epoch.end if n in self.defers else None
-                stats.rows[n] = self._store(n, key, rows[n], end)
+                stats.rows[n] = self._store(n, epoch, rows[n], end, made_here.get(n))
         stats.seconds = time.perf_counter() - started
         return stats
 

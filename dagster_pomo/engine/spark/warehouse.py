@@ -171,13 +171,14 @@ class Warehouse:
             stream.close()
         return bytes(data).decode("utf-8")
 
-    def write_partitioned(self, relation: str, df: DataFrame) -> None:
-        """Rows with an ``epoch`` column, each epoch's directory replaced (one Spark job)."""
+    def write_partitioned(self, relation: str, df: DataFrame, deferred: bool = False) -> None:
+        """Rows with an ``epoch`` column, the directory of each epoch among them replaced (one
+        Spark job)."""
         (
             df.write.mode("overwrite")
             .option("partitionOverwriteMode", "dynamic")
             .partitionBy("epoch")
-            .parquet(self.path(relation))
+            .parquet(self.path(relation, deferred=deferred))
         )
 
     def read_all(self, relation: str, schema: StructType) -> DataFrame:
