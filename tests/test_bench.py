@@ -93,3 +93,18 @@ def test_growth_with_history_is_read_from_medians_of_ten_epochs() -> None:
     growing = [{"seconds": 1.0 + i / 50} for i in range(100)]
     assert _window_ratio(growing, 6, 10) == round(2.89 / 1.19, 2)
     assert _window_ratio(growing[:24], 6, 10) is None, "the two windows would overlap"
+
+
+def test_the_backfill_benchmark_runs_both_ways_and_checks_they_store_the_same(capsys) -> None:  # noqa: ANN001
+    """`python -m bench.backfill` runs a Dagster range both ways and compares the warehouses
+    (it exits with the difference otherwise); every step is in its table."""
+    from bench.backfill import main as backfill
+    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+
+    assert backfill(["--hours", "2", "--readings", "300", "--repeat", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert SparkEvaluator.ONE_PASS, "the setting is as it was"
+    for step in ("water_tanks__inputs", "water_tanks__stratum_0", "the run"):
+        assert step in printed
+    match = re.search(r"the same rows stored: ([\d,]+)", printed)
+    assert match and int(match.group(1).replace(",", "")) > 300
