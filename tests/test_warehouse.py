@@ -164,19 +164,6 @@ def _over_range(evaluator, program, epochs) -> int:
     return at_once
 
 
-def _over_range(evaluator, program, epochs) -> int:
-    """Each stratum over ``epochs``, as a Dagster run over a partition range does: over all of
-    them at once where it can (`SparkEvaluator.span`), else epoch by epoch; how many
-    strata ran at once."""
-    at_once = 0
-    for stratum in program.strata:
-        span = evaluator.span(epochs, [stratum])
-        at_once += span is not None
-        for epoch in [span] if span else epochs:
-            evaluator.evaluate_stratum(stratum, epoch)
-    return at_once
-
-
 def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_more(
     tmp_path: Path, events_file: Path
 ) -> None:

@@ -10,6 +10,7 @@ running the step again retries exactly the failed ones.
 """
 
 from collections.abc import Iterator, Mapping
+from itertools import groupby
 
 from dagster import (
     AssetDep,
@@ -29,7 +30,7 @@ from dagster_pomo.engine.actions import (
     run_actions,
     subscriptions,
 )
-from dagster_pomo.engine.spark.actions import epoch_events
+from dagster_pomo.engine.spark.actions import range_events
 from dagster_pomo.engine.spark.evaluator import epoch_key
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.orchestration.assets import PREVIOUS, CorpusAssets
@@ -84,11 +85,13 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
         ledger = Ledger(storage.ledger_path(program.name))
         total = ActionReport(name)
         try:
-            for epoch in shared.epochs_of(context):
-                events = epoch_events(warehouse, shared.schemas, subs, epoch_key(epoch))
-                report = run_actions(handler, events, ledger)
+            # The range's events in one read; handed over and reported epoch by epoch.
+            epochs = {epoch_key(e): e for e in shared.epochs_of(context)}
+            events = range_events(warehouse, shared.schemas, subs, list(epochs))
+            for at, of_epoch in groupby(events, key=lambda event: event.epoch):
+                report = run_actions(handler, of_epoch, ledger)
                 context.log.info(
-                    f"{epoch}: {report.ran} ran, {report.skipped} done before, "
+                    f"{epochs[at]}: {report.ran} ran, {report.skipped} done before, "
                     f"{len(report.failed)} failed"
                 )
                 total.merge(report)
