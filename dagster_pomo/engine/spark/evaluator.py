@@ -387,7 +387,7 @@ class SparkEvaluator:
         epoch: Epoch,
         rows: DataFrame,
         end: int | None = None,
-        made: DataFrame | None = None,
+        made: Sequence[DataFrame] = (),
     ) -> int:
         """Store ``rows`` as ``epoch`` of ``name`` (see `EpochStore.store`, or `Span.store`
         for a span), where the epoch's later strata then read them; how many were stamped
@@ -395,17 +395,18 @@ class SparkEvaluator:
         them with the epoch's seeds); a span keeps those stamped after ``end`` per epoch."""
         span = self._spans.get(_slot(epoch))
         if span is None:
-            made = self.store.store(name, epoch_key(epoch), rows, end)
+            stored = self.store.store(name, epoch_key(epoch), rows, end)
         else:
             later = None
-            if end is not None and made is not None:
+            if end is not None and made:
                 # As each epoch would have kept them: merged only with its own versions.
-                later = self.dedupe(name, span.stamped_later(made), by=["epoch"])
-            made = span.store(self.wh, name, rows, later)
+                derived = reduce(DataFrame.unionByName, made)
+                later = self.dedupe(name, span.stamped_later(derived), by=["epoch"])
+            stored = span.store(self.wh, name, rows, later)
         self._current[(_slot(epoch), name)] = self.wh.read(
             name, self.structs[name], self._keys(epoch)
         )
-        return made
+        return stored
 
     def span(self, epochs: Sequence[Epoch], strata: Sequence[Stratum]) -> Epoch | None:
         """One epoch standing for ``epochs`` when ``strata`` can be evaluated over all of them
@@ -512,7 +513,7 @@ class SparkEvaluator:
         seeds = {n: self._seeds(n, epoch, carried) for n in names}
         rules = [r for r in stratum.rules if r.body]
         rows: dict[str, DataFrame] = {}
-        made_here: dict[str, DataFrame] = {}  # what a span derives, for its deferred events
+        made_here: dict[str, list[DataFrame]] = {}  # what the rules derive, see `_store`
         written: dict[str, int] = {}
         if stratum.recursive:
             rows, written, stats.rounds = self.recursion.evaluate(stratum, epoch, seeds)
@@ -520,9 +521,7 @@ class SparkEvaluator:
             stats.rounds = 1
             for n in names:
                 own = [r for r in rules if r.head.relation == n]
-                made = [self.derive(r, epoch) for r in own]
-                if made:
-                    made_here[n] = reduce(DataFrame.unionByName, made)
+                made = made_here[n] = [self.derive(r, epoch) for r in own]
                 if seeds[n] is None and len(own) == 1 and own[0].aggregates:
                     # One aggregate rule alone makes one version per (group, tau): nothing
                     # to merge, and no shuffle to merge it.
@@ -537,7 +536,7 @@ class SparkEvaluator:
                 self.hold(epoch, n, self.wh.read(n, self.structs[n], [epoch_key(epoch)]))
             else:
                 end = epoch.end if n in self.defers else None
-                stats.rows[n] = self._store(n, epoch, rows[n], end, made_here.get(n))
+                stats.rows[n] = self._store(n, epoch, rows[n], end, made_here.get(n, ()))
         stats.seconds = time.perf_counter() - started
         return stats
 
