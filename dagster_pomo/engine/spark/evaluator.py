@@ -514,6 +514,7 @@ class SparkEvaluator:
         rules = [r for r in stratum.rules if r.body]
         rows: dict[str, DataFrame] = {}
         made_here: dict[str, list[DataFrame]] = {}  # what the rules derive, see `_store`
+        cached: list[DataFrame] = []
         written: dict[str, int] = {}
         if stratum.recursive:
             rows, written, stats.rounds = self.recursion.evaluate(stratum, epoch, seeds)
@@ -521,7 +522,13 @@ class SparkEvaluator:
             stats.rounds = 1
             for n in names:
                 own = [r for r in rules if r.head.relation == n]
-                made = made_here[n] = [self.derive(r, epoch) for r in own]
+                made = [self.derive(r, epoch) for r in own]
+                if made and n in self.defers and _slot(epoch) in self._spans:
+                    # A span writes them twice, to its partitions and to each epoch's
+                    # deferred events: worked out once.
+                    made = [reduce(DataFrame.unionByName, made).cache()]
+                    cached += made
+                made_here[n] = made
                 if seeds[n] is None and len(own) == 1 and own[0].aggregates:
                     # One aggregate rule alone makes one version per (group, tau): nothing
                     # to merge, and no shuffle to merge it.
@@ -530,13 +537,17 @@ class SparkEvaluator:
                 parts = [p for p in (seeds[n], *made) if p is not None]
                 merged = reduce(DataFrame.unionByName, parts) if parts else self.empty(n)
                 rows[n] = self.dedupe(n, merged)
-        for n in names:
-            if n in written:
-                stats.rows[n] = written[n]
-                self.hold(epoch, n, self.wh.read(n, self.structs[n], [epoch_key(epoch)]))
-            else:
-                end = epoch.end if n in self.defers else None
-                stats.rows[n] = self._store(n, epoch, rows[n], end, made_here.get(n, ()))
+        try:
+            for n in names:
+                if n in written:
+                    stats.rows[n] = written[n]
+                    self.hold(epoch, n, self.wh.read(n, self.structs[n], [epoch_key(epoch)]))
+                else:
+                    end = epoch.end if n in self.defers else None
+                    stats.rows[n] = self._store(n, epoch, rows[n], end, made_here.get(n, ()))
+        finally:
+            for frame in cached:
+                frame.unpersist()
         stats.seconds = time.perf_counter() - started
         return stats
 
