@@ -151,6 +151,41 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     assert by_epoch(stepwise, "follow_up", deferred=True) == deferred
 
 
+def test_a_range_from_the_first_epoch_takes_the_facts_before_it(tmp_path: Path) -> None:
+    """A backfill of every partition starts with the first epoch, which takes the facts from
+    before it (time 0, long before the first event): evaluated in one pass, the range stores
+    them, and what they derive, where epoch by epoch stores them."""
+    corpus = """.decl capacity(tank: str, max: float);
+    capacity("north", 100.0);
+    known("south");
+    known(tank) := capacity(tank, _);
+    seen(tank) := known(tank);
+    high(tank, level) := level(tank, level) ^ capacity(tank, max) if level > 0.9 * max;"""
+    program = compile_corpus(corpus, "tanks.pomo")
+    t0 = 1_700_000_000_000
+    path = tmp_path / "events.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"relation": "level", "t": t0 + i * 3_600_000, "args": ["north", 95.0]})
+            + "\n"
+            for i in range(3)
+        )
+    )
+    stored = {}
+    for way in ("stepwise", "ranged"):
+        evaluator = evaluator_for(program, prepare(program, path, 3_600_000), str(tmp_path / way))
+        if way == "stepwise":
+            for epoch in evaluator.epochs:
+                evaluator.evaluate_epoch(epoch)
+        else:
+            assert _over_range(evaluator, program, evaluator.epochs) == len(program.strata)
+        stored[way] = partitions(tmp_path / way, program, evaluator)
+    first = str(t0 // 3_600_000 * 3_600_000)
+    seen = stored["stepwise"][("seen", first)]
+    assert sorted(row[:2] for row in seen) == [("north", 0), ("south", 0)]  # (tank, t)
+    assert stored["ranged"] == stored["stepwise"]
+
+
 def _over_range(evaluator, program, epochs) -> int:
     """Each stratum over ``epochs``, as a Dagster run over a partition range does: over all of
     them at once where it can (`SparkEvaluator.span`), else epoch by epoch; how many

@@ -439,12 +439,8 @@ class SparkEvaluator:
         """Versions of a derived relation that this epoch gets without deriving them: facts,
         events deferred to it by earlier epochs, and ``@next`` results (None: there are none).
         """
-        first = epoch is self.epochs[0]
-        facts = [
-            r
-            for r in self.facts.get(name, [])
-            if (r.kt < epoch.end) and (first or r.kt >= epoch.start)
-        ]
+        # The first epoch, or a range starting with it, also takes the facts before it.
+        facts = [r for r in self.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
         parts = [self._rows_frame(name, facts)] if facts else []
         if name in self.defers:
             keys = [epoch_key(e) for e in self.epochs if e.start < epoch.start]
