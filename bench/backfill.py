@@ -7,7 +7,8 @@ alternating. "one pass" is the default, where each stratum's multi-asset evaluat
 range's epochs as one; the peer, "epoch by epoch", is the same run with that turned off
 (`SparkEvaluator.ONE_PASS`), as every range ran before. Both warehouses must hold the same
 rows. Prints the run's seconds and each step's (from Dagster's step events), medians over
-the repeats, and the ratio.
+the repeats, and the ratio. ``--pomo-run`` times ``pomo run`` over the same hours instead
+(`engine.run.run`, its range at once against ``one_pass=False``), without Dagster.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=int, default=24, help="hourly partitions in the range")
     parser.add_argument("--readings", type=int, default=240_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--pomo-run", action="store_true", help="time `pomo run` over the hours, not Dagster"
+    )
     args = parser.parse_args(argv)
     if args.hours < 2 or args.readings < 1 or args.repeat < 1:
         parser.error("--hours must be at least 2, --readings and --repeat at least 1")
@@ -33,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.w2_epochs import CORPUS, START
     from dagster_pomo.engine.actions import subscriptions
+    from dagster_pomo.engine.run import run
     from dagster_pomo.engine.spark.evaluator import SparkEvaluator
-    from dagster_pomo.examples import water_tank_events
+    from dagster_pomo.examples import HOUR, water_tank_events
     from dagster_pomo.lang import load_program
     from dagster_pomo.orchestration import pomo_definitions
 
@@ -54,8 +59,21 @@ def main(argv: list[str] | None = None) -> int:
         water_tank_events(
             landing / "r.jsonl", args.readings, tanks=3, hours=args.hours, start=START
         )
-        print(f"{args.readings:,} readings, a range of {args.hours} hourly partitions")
+        what = "`pomo run` over" if args.pomo_run else "a range of"
+        print(f"{args.readings:,} readings, {what} {args.hours} hourly partitions")
         runs = 0
+
+        def pomo_run(mode: str, hours: int) -> float:
+            """`pomo run` over ``hours`` into a fresh warehouse; its seconds."""
+            nonlocal runs
+            runs += 1
+            where = Path(tmp) / f"run{runs}"
+            until = START + hours * HOUR
+            started = time.perf_counter()
+            run(program, landing, HOUR, START, until, "spark", str(where), mode == "one pass")
+            took = time.perf_counter() - started
+            stored[mode] = _stored_rows(where / program.name)
+            return took
 
         def backfill(mode: str, keys: list[str]) -> float:
             """One Dagster run over ``keys`` in a fresh warehouse and instance; its seconds."""
@@ -85,10 +103,14 @@ def main(argv: list[str] | None = None) -> int:
             return took
 
         try:
-            backfill("one pass", keys[:1])  # the JVM warms up
+            if args.pomo_run:
+                pomo_run("one pass", 1)  # the JVM warms up
+            else:
+                backfill("one pass", keys[:1])
             for _ in range(args.repeat):
                 for mode in ("one pass", "epoch by epoch"):
-                    seconds[mode].append(backfill(mode, keys))
+                    took = pomo_run(mode, args.hours) if args.pomo_run else backfill(mode, keys)
+                    seconds[mode].append(took)
         finally:
             SparkEvaluator.ONE_PASS = True
     if stored["one pass"] != stored["epoch by epoch"]:

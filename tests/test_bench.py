@@ -108,3 +108,9 @@ def test_the_backfill_benchmark_runs_both_ways_and_checks_they_store_the_same(ca
         assert step in printed
     match = re.search(r"the same rows stored: ([\d,]+)", printed)
     assert match and int(match.group(1).replace(",", "")) > 300
+    # `pomo run` over the same hours, its range at once against epoch by epoch.
+    assert backfill(["--hours", "2", "--readings", "300", "--repeat", "1", "--pomo-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "water_tanks__inputs" not in printed and "the run" in printed
+    match = re.search(r"the same rows stored: ([\d,]+)", printed)
+    assert match and int(match.group(1).replace(",", "")) > 300

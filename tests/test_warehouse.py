@@ -150,6 +150,40 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     assert partitions(tmp_path / "stepwise", program, stepwise) == before
     assert by_epoch(stepwise, "follow_up", deferred=True) == deferred
 
+    # `pomo run` over the range: stratum by stratum, the recursive one epoch by epoch.
+    run = evaluator_for(
+        program, prepare(program, events_file, EPOCH, 0, until), str(tmp_path / "run")
+    )
+    assert run.evaluate_range(run.epochs) == len(program.strata) - 1 + EPOCHS
+    assert partitions(tmp_path / "run", program, run) == before
+    assert by_epoch(run, "follow_up", deferred=True) == deferred
+
+
+def test_pomo_run_without_recursion_takes_a_range_in_one_pass_and_a_short_last_epoch_alone(
+    tmp_path: Path, events_file: Path
+) -> None:
+    """`pomo run` evaluates its epochs of one length at once where a Dagster range would (all
+    strata in one pass when none is recursive), then a shorter last epoch on its own, and
+    stores what epoch by epoch stores, in every partition and every epoch's deferred
+    events. (With recursion: the test above.)"""
+    recursive_rule = "connected(a, c) := connected(a, b) ^ link(b, c);\n"
+    program = compile_corpus(CORPUS.replace(recursive_rule, ""), "sensors.pomo")
+    until = EPOCH * EPOCHS - 4  # the last epoch is 6 long
+    stored = {}
+    for way in ("stepwise", "run"):
+        evaluator = evaluator_for(
+            program, prepare(program, events_file, EPOCH, 0, until), str(tmp_path / way)
+        )
+        if way == "stepwise":
+            for epoch in evaluator.epochs:
+                evaluator.evaluate_epoch(epoch)
+        else:
+            assert evaluator.evaluate_range(evaluator.epochs) == 2
+        deferred = by_epoch(evaluator, "follow_up", deferred=True)
+        stored[way] = (partitions(tmp_path / way, program, evaluator), deferred)
+    assert any(stored["stepwise"][1].values()), "deferred events must be checked"
+    assert stored["run"] == stored["stepwise"]
+
 
 def test_a_range_from_the_first_epoch_takes_the_facts_before_it(tmp_path: Path) -> None:
     """A backfill of every partition starts with the first epoch, which takes the facts from

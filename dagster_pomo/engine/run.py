@@ -110,9 +110,12 @@ def run(
     until: int | None = None,
     engine: str = "spark",
     warehouse: str | None = None,
-    stats: list | None = None,
+    one_pass: bool = True,
 ) -> RunResult:
-    """Evaluate every epoch; versions of every derived relation in the result."""
+    """Evaluate every epoch; versions of every derived relation in the result. On Spark a
+    range of epochs runs in one pass where that stores the same (see
+    `SparkEvaluator.evaluate_range`); ``one_pass=False`` runs it epoch by epoch, as a
+    schedule does."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
     prepared = prepare(program, events, size, start, until)
@@ -123,7 +126,7 @@ def run(
     if engine == "spark":
         from dagster_pomo.engine.spark.evaluator import run_spark
 
-        result.versions = run_spark(program, prepared, warehouse=warehouse, stats=stats)
+        result.versions = run_spark(program, prepared, warehouse, one_pass)
     else:
         evaluator = ReferenceEvaluator(program, prepared.schemas)
         result.versions = evaluator.run(prepared.ingested.events, plan.epochs, plan.start)

@@ -306,6 +306,33 @@ class SparkEvaluator:
             stats.spark_jobs = None
         return stats
 
+    def evaluate_range(self, epochs: Sequence[Epoch]) -> int:
+        """Every stratum over ``epochs`` (consecutive, in order), storing what epoch by epoch
+        stores, in as few passes as `span` allows: the epochs of the first one's length at
+        once, then any shorter last epoch on its own. All strata in one pass when none is
+        recursive; else stratum by stratum, each recursive one epoch by epoch; with
+        ``@next`` epoch by epoch. How many passes ran."""
+        length = epochs[0].end - epochs[0].start if epochs else 0
+        cut = next((i for i, e in enumerate(epochs) if e.end - e.start != length), len(epochs))
+        same, rest = list(epochs[:cut]), list(epochs[cut:])
+        whole = self.span(same, self.program.strata)
+        if whole is not None:
+            for epoch in [whole, *rest]:
+                self.evaluate_epoch(epoch)
+            return 1 + len(rest)
+        if self.span(same, []) is None:
+            for epoch in epochs:
+                self.evaluate_epoch(epoch)
+            return len(epochs)
+        passes = 0
+        for stratum in self.program.strata:
+            span = self.span(same, [stratum])
+            for epoch in [span, *rest] if span is not None else epochs:
+                with self.plans_for(epoch, [stratum]):
+                    self.evaluate_stratum(stratum, epoch, {})
+                passes += 1
+        return passes
+
     @contextmanager
     def plans_for(self, epoch: Epoch, strata: Sequence[Stratum]) -> Iterator[bool]:
         """Within this block, where ``strata`` of ``epoch`` are evaluated, run their plans
@@ -632,16 +659,19 @@ def run_spark(
     program: Program,
     prepared: Prepared,
     warehouse: str | None = None,
-    stats: list[EpochStats] | None = None,
+    one_pass: bool = True,
 ) -> dict[str, list[Row]]:
-    """Evaluate every epoch on Spark; in a temporary warehouse unless one is given."""
+    """Evaluate every epoch on Spark, in a temporary warehouse unless one is given: over the
+    range at once where that stores the same (`SparkEvaluator.evaluate_range`), else (or
+    without ``one_pass``) epoch by epoch, as a schedule does."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
         evaluator = evaluator_for(program, prepared, warehouse or tmp)
-        for epoch in prepared.plan.epochs:
-            epoch_stats = evaluator.evaluate_epoch(epoch)
-            if stats is not None:
-                stats.append(epoch_stats)
+        if one_pass:
+            evaluator.evaluate_range(prepared.plan.epochs)
+        else:
+            for epoch in prepared.plan.epochs:
+                evaluator.evaluate_epoch(epoch)
         derived = [r.name for r in program.catalog if r.derived or r.inductive]
         return {name: evaluator.versions(name) for name in derived}
