@@ -139,36 +139,38 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     ranged = evaluator_for(
         program, prepare(program, events_file, EPOCH, 0, until), str(tmp_path / "ranged")
     )
-    assert _over_range(ranged, program, ranged.epochs) == len(program.strata) - 1
+    assert _over_range(ranged, program, ranged.epochs) == len(program.strata)
     assert partitions(tmp_path / "ranged", program, ranged) == before
     deferred = by_epoch(stepwise, "follow_up", deferred=True)
     assert by_epoch(ranged, "follow_up", deferred=True) == deferred
     for index in (0, EPOCHS // 2, EPOCHS - 1):
         ranged.evaluate_epoch(ranged.epochs[index])
     assert partitions(tmp_path / "ranged", program, ranged) == before
-    assert _over_range(stepwise, program, stepwise.epochs[3:9]) == len(program.strata) - 1
+    assert _over_range(stepwise, program, stepwise.epochs[3:9]) == len(program.strata)
     assert partitions(tmp_path / "stepwise", program, stepwise) == before
     assert by_epoch(stepwise, "follow_up", deferred=True) == deferred
 
-    # `pomo run` over the range: stratum by stratum, the recursive one epoch by epoch.
-    run = evaluator_for(
-        program, prepare(program, events_file, EPOCH, 0, until), str(tmp_path / "run")
-    )
-    assert run.evaluate_range(run.epochs) == len(program.strata) - 1 + EPOCHS
-    assert partitions(tmp_path / "run", program, run) == before
-    assert by_epoch(run, "follow_up", deferred=True) == deferred
+
+RECURSIVE_RULE = "connected(a, c) := connected(a, b) ^ link(b, c);\n"
+DELAYED_RULE = "connected(a, c) @time(t + 3) := connected(a, b) @time(t) ^ link(b, c);\n"
 
 
-def test_pomo_run_without_recursion_takes_a_range_in_one_pass_and_a_short_last_epoch_alone(
-    tmp_path: Path, events_file: Path
+@pytest.mark.parametrize(
+    ("rule", "passes"),
+    [("", 2), (DELAYED_RULE, 3 * 2 + 6)],
+    ids=["no-recursion", "recursion-that-defers"],
+)
+def test_pomo_run_takes_a_range_in_few_passes_and_a_short_last_epoch_alone(
+    tmp_path: Path, events_file: Path, rule: str, passes: int
 ) -> None:
-    """`pomo run` evaluates its epochs of one length at once where a Dagster range would (all
-    strata in one pass when none is recursive), then a shorter last epoch on its own, and
-    stores what epoch by epoch stores, in every partition and every epoch's deferred
-    events. (With recursion: the test above.)"""
-    recursive_rule = "connected(a, c) := connected(a, b) ^ link(b, c);\n"
-    program = compile_corpus(CORPUS.replace(recursive_rule, ""), "sensors.pomo")
-    until = EPOCH * EPOCHS - 4  # the last epoch is 6 long
+    """`pomo run` evaluates its epochs of one length at once where a Dagster range would, then
+    a shorter last epoch on its own, and stores what epoch by epoch stores, in every
+    partition and every epoch's deferred events: all strata in one pass (a recursive one
+    too: the test above evaluates its strata so, each over the range), or, when a
+    recursive relation defers events, stratum by stratum with that one epoch by epoch
+    (each other stratum: the range, then the last epoch)."""
+    program = compile_corpus(CORPUS.replace(RECURSIVE_RULE, rule), "sensors.pomo")
+    until = EPOCH * 6 - 4  # six epochs, the last 6 long
     stored = {}
     for way in ("stepwise", "run"):
         evaluator = evaluator_for(
@@ -178,10 +180,10 @@ def test_pomo_run_without_recursion_takes_a_range_in_one_pass_and_a_short_last_e
             for epoch in evaluator.epochs:
                 evaluator.evaluate_epoch(epoch)
         else:
-            assert evaluator.evaluate_range(evaluator.epochs) == 2
-        deferred = by_epoch(evaluator, "follow_up", deferred=True)
+            assert evaluator.evaluate_range(evaluator.epochs) == passes
+        deferred = {n: by_epoch(evaluator, n, deferred=True) for n in sorted(evaluator.defers)}
         stored[way] = (partitions(tmp_path / way, program, evaluator), deferred)
-    assert any(stored["stepwise"][1].values()), "deferred events must be checked"
+    assert all(any(d.values()) for d in stored["stepwise"][1].values()), "deferred events"
     assert stored["run"] == stored["stepwise"]
 
 

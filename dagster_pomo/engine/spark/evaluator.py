@@ -309,9 +309,9 @@ class SparkEvaluator:
     def evaluate_range(self, epochs: Sequence[Epoch]) -> int:
         """Every stratum over ``epochs`` (consecutive, in order), storing what epoch by epoch
         stores, in as few passes as `span` allows: the epochs of the first one's length at
-        once, then any shorter last epoch on its own. All strata in one pass when none is
-        recursive; else stratum by stratum, each recursive one epoch by epoch; with
-        ``@next`` epoch by epoch. How many passes ran."""
+        once, then any shorter last epoch on its own. All strata in one pass when `span`
+        allows it for all; else stratum by stratum, those it does not allow (recursion that
+        defers events) epoch by epoch; with ``@next`` epoch by epoch. How many passes ran."""
         length = epochs[0].end - epochs[0].start if epochs else 0
         cut = next((i for i, e in enumerate(epochs) if e.end - e.start != length), len(epochs))
         same, rest = list(epochs[:cut]), list(epochs[cut:])
@@ -438,19 +438,23 @@ class SparkEvaluator:
     def span(self, epochs: Sequence[Epoch], strata: Sequence[Stratum]) -> Epoch | None:
         """One epoch standing for ``epochs`` when ``strata`` can be evaluated over all of them
         at once and store what they would store epoch by epoch (see `spans`): the corpus has
-        no ``@next`` rule, none of ``strata`` is recursive (a recursive stratum's rounds
-        write an epoch's partition themselves) and the epochs are consecutive and of one
-        length. Evaluate ``strata`` over the epoch returned, in order; None: epoch by epoch.
-        """
+        no ``@next`` rule, no recursive stratum among ``strata`` derives a relation that
+        defers events (its rounds do not tell the versions they derive from its seeds, which
+        must not be deferred again) and the epochs are consecutive and of one length.
+        Evaluate ``strata`` over the epoch returned, in order; None: epoch by epoch."""
         if not self.ONE_PASS or any(r.is_inductive for r in self.program.corpus.rules):
             return None
-        if any(s.recursive for s in strata):
+        if any(s.recursive and self.defers & set(s.relations) for s in strata):
             return None
         span = Span.of(epochs)
         if span is None:
             return None
         self._spans[_slot(span.epoch)] = span
         return span.epoch
+
+    def is_span(self, epoch: Epoch) -> bool:
+        """Whether ``epoch`` stands for a range of epochs (see `span`)."""
+        return _slot(epoch) in self._spans
 
     def evaluate_stratum(
         self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
@@ -546,7 +550,7 @@ class SparkEvaluator:
             for n in names:
                 own = [r for r in rules if r.head.relation == n]
                 made = [self.derive(r, epoch) for r in own]
-                if made and n in self.defers and _slot(epoch) in self._spans:
+                if made and n in self.defers and self.is_span(epoch):
                     # A span writes them twice, to its partitions and to each epoch's
                     # deferred events: worked out once.
                     made = [reduce(DataFrame.unionByName, made).cache()]

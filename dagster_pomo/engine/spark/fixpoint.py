@@ -197,7 +197,7 @@ class Recursion:
             ]
         )
         arrow = to_arrow_schema(struct)
-        staging = self._tasks_write(name)
+        staging = self._tasks_write(name, epoch)
         run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, self.TASK_ROWS, staging)
         if staging is None:
             out, seen = self._observed(
@@ -236,12 +236,13 @@ class Recursion:
         waiting = out.filter(F.col(rounds.NEW)).select(*R.row_columns(self.ev.schemas[name]))
         return {name: waiting}, None, ran
 
-    def _tasks_write(self, name: str) -> str | None:
+    def _tasks_write(self, name: str, epoch: Epoch) -> str | None:
         """A staging folder for the rounds' tasks to write the relation's epoch into, when
         they can: Spark runs in this process's machine (local mode, not Connect), the
-        warehouse is on its file system, and every version belongs to the epoch (none is
-        deferred). Otherwise None: the tasks' rows go through Spark as usual."""
-        if not self.ev.local_spark() or name in self.ev.defers:
+        warehouse is on its file system, every version belongs to the epoch (none is
+        deferred) and the epoch is one partition (not a span, whose versions are split by
+        time). Otherwise None: the tasks' rows go through Spark as usual."""
+        if not self.ev.local_spark() or name in self.ev.defers or self.ev.is_span(epoch):
             return None
         return self.ev.wh.staging(name)
 
