@@ -140,6 +140,8 @@ def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
                         f"{d}(x, z) := {d}(x, y) ^ {q}(y, z);",
                         f"{d}(x, z) := {d}(x, y) ^ {q}(y, z) if x != z;",
                         f"{d}(x, z) := {d}(x, y) ^ {q}(y, z) ^ !c(z);",
+                        # Each step later than the last: versions deferred from round to round.
+                        f"{d}(x, z) @time(t + 2) := {d}(x, y) @time(t) ^ {q}(y, z);",
                         # Same generation: no argument passes through unchanged.
                         f"{d}(x, y) := {p}(a, x) ^ {d}(a, b) ^ {q}(b, y);",
                     ]
