@@ -305,7 +305,7 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
         evaluator, epochs = shared.evaluator(context, spark, storage)
         rows = {n: 0 for n in unit.relations}
         rounds, seconds, interpreted = 0, 0.0, 0
-        # A range's epochs at once where that stores the same (no `@next`, no recursion).
+        # A range's epochs at once where that stores the same (see `SparkEvaluator.span`).
         span = None if unit.carries else evaluator.span(epochs, unit.strata)
         passes = [span] if span is not None else epochs
         for epoch in passes:

@@ -320,7 +320,7 @@ class SparkEvaluator:
             for epoch in [whole, *rest]:
                 self.evaluate_epoch(epoch)
             return 1 + len(rest)
-        if self.span(same, []) is None:
+        if self.span(same, []) is None:  # none can (`@next`, under two epochs)
             for epoch in epochs:
                 self.evaluate_epoch(epoch)
             return len(epochs)
