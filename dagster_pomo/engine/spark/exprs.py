@@ -7,7 +7,9 @@ A null anywhere means "no value": guards treat it as false, heads drop the row.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
+from functools import reduce
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -102,7 +104,10 @@ def _call(expr: ast.Call, env: Mapping[str, tuple[str, str]], typ: str | None) -
     if name in ("min", "max"):
         spark_type = SPARK_TYPES[typ or "float"]
         cast = [c.cast(spark_type) for c in cols]
-        return (F.least(*cast) if name == "min" else F.greatest(*cast)), typ
+        # Spark's least and greatest skip a null argument; an undefined one makes it undefined.
+        undefined = reduce(operator.or_, [c.isNull() for c in cols])
+        picked = F.least(*cast) if name == "min" else F.greatest(*cast)
+        return F.when(~undefined, picked), typ
     if name in ("floor", "ceil"):
         fn = F.floor if name == "floor" else F.ceil
         return fn(cols[0].cast("double")).cast("long"), "int"
