@@ -3,7 +3,10 @@
 - The reference evaluator gives the same events whatever the epoch size (DESIGN §3.5),
   for corpora without ``@next``, the one construct whose results depend on it.
 - The Spark engine, epoch by epoch and in one batch, gives what the reference gives with
-  the same epochs, with its plans interpreted (small epochs) and compiled.
+  the same epochs, with its plans interpreted (small epochs) and compiled, and with small
+  epochs worked out in this process.
+- A range in one pass (Spark's plans) stores what epoch by epoch (small epochs in this
+  process) stores, folder by folder.
 
 Spark pays a fixed cost per epoch, so its example count is small by default; set
 ``POMO_SPARK_EXAMPLES`` for a longer run.
@@ -93,8 +96,11 @@ def test_spark_gives_what_the_reference_gives(tmp_path_factory, case: Case) -> N
     batch = outcome(case, tmp, HORIZON_END, "reference")
     for size in (12, 16, HORIZON_END):
         expected = outcome(case, tmp, size, "reference") if case.sequential else batch
-        with generated_code(size == HORIZON_END):
+        with generated_code(size == HORIZON_END), in_process(False):
             assert outcome(case, tmp, size, "spark", one_pass=size != 16) == expected, size
+        if size != 12:  # and as this process works small epochs out (a range never is)
+            with in_process(True):
+                assert outcome(case, tmp, size, "spark", one_pass=False) == expected, size
 
 
 @settings(
@@ -140,6 +146,20 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     assert stored["ranged"] == stored["stepwise"]
     evaluator.evaluate_epoch(evaluator.epochs[1])
     assert _normal(partitions(tmp / "ranged", program, evaluator)) == stored["stepwise"][0]
+
+
+@contextmanager
+def in_process(on: bool) -> Iterator[None]:
+    """Within this block, small epochs' strata are worked out in this process when ``on``,
+    else always by Spark's plans (`SparkEvaluator.in_process`)."""
+    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+
+    before = SparkEvaluator.IN_PROCESS_INPUTS
+    SparkEvaluator.IN_PROCESS_INPUTS = 10**9 if on else 0
+    try:
+        yield
+    finally:
+        SparkEvaluator.IN_PROCESS_INPUTS = before
 
 
 @contextmanager

@@ -1,1 +1,2 @@
-"""Evaluation of checked programs: on Spark, and by a small pure-Python reference."""
+"""Evaluation of checked programs: on Spark (small epochs in this process, see
+`inprocess`), and by a small pure-Python reference."""

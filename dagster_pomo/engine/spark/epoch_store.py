@@ -45,7 +45,7 @@ class EpochStore:
         if self.local and name not in self._large and self._small(key):
             table = rows.limit(self.COLLECT_ROWS + 1).toArrow()
             if table.num_rows <= self.COLLECT_ROWS:
-                return self._put(name, key, table, end)
+                return self.put(name, key, table, end)
             self._large.add(name)
         if end is None:
             return self._write_counted(name, key, rows)
@@ -62,7 +62,7 @@ class EpochStore:
             self._inputs[key] = sum(self.wh.stored_rows(n, key) for n in self._input_names)
         return self._inputs[key]
 
-    def _put(self, name: str, key: str, table: pa.Table, end: int | None) -> int:
+    def put(self, name: str, key: str, table: pa.Table, end: int | None = None) -> int:
         """``table`` stored by this process, as :meth:`store` would have Spark store it."""
         if end is not None:
             stamped_later = pc.greater_equal(table["kt"], end)

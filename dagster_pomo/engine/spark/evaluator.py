@@ -19,6 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,6 +35,8 @@ from pyspark.sql.types import (
 )
 
 from dagster_pomo.engine.constants import clocks
+from dagster_pomo.engine.inprocess import rules as local_rules
+from dagster_pomo.engine.inprocess import stratum as local
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.schema import Schema
@@ -102,6 +107,9 @@ class SparkEvaluator:
     # recursion without generated code when it can (see `plans_for`); about where
     # water-tank epochs run as fast either way (BENCHMARKS.md).
     INTERPRET_INPUTS = 50_000
+    # A deductive stratum of an epoch of at most IN_PROCESS_INPUTS input events is worked
+    # out in this process when it can be (see `in_process`); 0: never.
+    IN_PROCESS_INPUTS = 100_000
     TICKS_ALONE = 100_000  # clock ticks an epoch generates in one partition (see `_ticks`)
     ONE_PASS = True  # whether a range of epochs may be evaluated as one (see `span`)
 
@@ -145,6 +153,11 @@ class SparkEvaluator:
         inputs = [r.name for r in self.catalog.inputs]
         self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
+        # Stored epochs read by this process, per (relation, epoch key), for the epoch of
+        # `_tables_for` (see `_table`); and which strata it can work out (`in_process`).
+        self._tables: dict[tuple[str, str], pd.DataFrame] = {}
+        self._tables_for: tuple[int, int] | None = None
+        self._local_strata: dict[int, bool] = {}
 
     # ------------------------------------------------------------------ set-up
 
@@ -293,6 +306,7 @@ class SparkEvaluator:
             earlier = set(tracker.getJobIdsForGroup(group))
         started = time.perf_counter()
         self._current = {}  # earlier epochs' entries are no longer needed
+        self._tables, self._tables_for = {}, None  # nor what this process read (inputs may change)
         self._read = set()
         with self.plans_for(epoch, self.program.strata) as stats.interpreted:
             carried = self.evaluate_next(epoch)
@@ -531,9 +545,103 @@ class SparkEvaluator:
             .select(*out)
         )
 
+    def in_process(self, stratum: Stratum, epoch: Epoch) -> bool:
+        """Whether this process works ``stratum`` of ``epoch`` out instead of Spark: the
+        epoch is small (at most ``IN_PROCESS_INPUTS`` input events, counted from its files:
+        Spark and the warehouse on this machine) and not a range, and the stratum is one
+        `inprocess.stratum.supported` takes (no recursion, no ``@next``). A small epoch's
+        Spark jobs cost far more than its rows; a large one's rows repay them."""
+        if not self.store.local or self.is_span(epoch):
+            return False
+        if stratum.index not in self._local_strata:
+            ok = local.supported(self.program, stratum, self.schemas)
+            self._local_strata[stratum.index] = ok
+        return (
+            self._local_strata[stratum.index]
+            and self.store.input_events(epoch_key(epoch)) <= self.IN_PROCESS_INPUTS
+        )
+
+    def _table(self, name: str, key: str) -> pd.DataFrame:
+        """Stored epoch ``key`` of ``name`` as this process reads it (once an epoch)."""
+        if (name, key) not in self._tables:
+            schema = local_rules.arrow_schema(self.schemas[name])
+            self._tables[(name, key)] = self.wh.read_table(name, [key], schema).to_pandas()
+        return self._tables[(name, key)]
+
+    def _local_state(self, name: str, epoch: Epoch) -> pd.DataFrame:
+        """`state` in this process: the versions of ``name`` that can take part in a match
+        with ``tau`` in ``epoch``."""
+        if name == CLOCK:
+            schema = self.schemas[CLOCK]
+            return local.ticks(self.program, schema, self.clock_start, epoch.start, epoch.end)
+        reach = self.life.get(name, NEVER)
+        keys = [
+            epoch_key(e)
+            for e in self.epochs
+            if e.start < epoch.start and (reach >= NEVER or e.end + reach > epoch.start)
+        ]
+        self._read.update((name, k) for k in keys)
+        history = [self._table(name, k) for k in keys]
+        history = [h[h["exp"].to_numpy() > epoch.start] for h in history]
+        current = self._table(name, epoch_key(epoch))
+        parts = [p for p in [*history, current] if len(p)]
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts or [current])[0]
+
+    def _local_seeds(self, name: str, epoch: Epoch) -> pd.DataFrame | None:
+        """`_seeds` in this process: facts and events deferred to ``epoch``."""
+        schema = local_rules.arrow_schema(self.schemas[name])
+        parts = []
+        facts = [r for r in self.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
+        if facts:
+            parts.append(frames.arrow_table([_stored(r) for r in facts], self.structs[name]))
+        if name in self.defers:
+            keys = [epoch_key(e) for e in self.epochs if e.start < epoch.start]
+            deferred = self.wh.read_table(name, keys, schema, deferred=True)
+            kt = deferred["kt"]
+            window = pc.and_(pc.greater_equal(kt, epoch.start), pc.less(kt, epoch.end))
+            if (deferred := deferred.filter(window)).num_rows:
+                parts.append(deferred)
+        if not parts:
+            return None
+        return pa.concat_tables([p.cast(schema) for p in parts]).to_pandas()
+
+    def _stratum_in_process(self, stratum: Stratum, epoch: Epoch) -> StratumStats:
+        """`_stratum` worked out by this process (see `in_process`), stored as Spark's
+        would be."""
+        stats = StratumStats(stratum.index, stratum.relations, rounds=1)
+        started = time.perf_counter()
+        if self._tables_for != _slot(epoch):
+            self._tables, self._tables_for = {}, _slot(epoch)
+        seeds = {n: self._local_seeds(n, epoch) for n in stratum.relations}
+        made = local.evaluate(
+            self.program,
+            stratum,
+            self.schemas,
+            lambda name: self._local_state(name, epoch),
+            seeds,
+            self.life,
+            epoch.lower,
+            epoch.end,
+        )
+        key = epoch_key(epoch)
+        for name, table in made.items():
+            end = epoch.end if name in self.defers else None
+            stats.rows[name] = self.store.put(name, key, table, end)
+            if end is not None:
+                table = table.filter(pc.less(table["kt"], end))
+            self._tables[(name, key)] = table.to_pandas()
+            self._current.pop((_slot(epoch), name), None)  # Spark's plans read it anew
+        stats.seconds = time.perf_counter() - started
+        return stats
+
     def _stratum(
         self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame]
     ) -> StratumStats:
+        if self.in_process(stratum, epoch):
+            try:
+                return self._stratum_in_process(stratum, epoch)
+            except local_rules.TooLarge:
+                pass  # nothing is stored before every relation is worked out: Spark's turn
         stats = StratumStats(stratum.index, stratum.relations)
         started = time.perf_counter()
         names = list(stratum.relations)

@@ -1,0 +1,506 @@
+"""One rule over pandas frames of versions, as :mod:`dagster_pomo.engine.spark.rules` plans it.
+
+The same steps as the Spark plans, on the epoch's few rows in this process: positive
+atoms become renamed columns and join on shared variables (or on buckets of a band
+their guards keep them in), ``where`` adds columns, guards filter, ``tau`` is the
+largest ``kt``, negations drop the matches some agreeing version is alive for, and the
+head computes ``t``, ``kt`` and ``exp`` (DESIGN §3.1). Aggregates cut each combination
+of events into segments and hand them to :mod:`dagster_pomo.engine.sweep`, which the
+Spark plans run in their tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from dagster_pomo.engine import sweep
+from dagster_pomo.engine.bands import Band, bands
+from dagster_pomo.engine.constants import constant_values
+from dagster_pomo.engine.inprocess.exprs import (
+    NUMPY,
+    Col,
+    Vec,
+    cast,
+    supported,
+    truthy,
+    value,
+)
+from dagster_pomo.engine.inprocess.exprs import _binop as binop
+from dagster_pomo.engine.schema import Schema, rule_env
+from dagster_pomo.engine.timeline import NEVER
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.check import CLOCK, binding_of
+from dagster_pomo.lang.kinds import expr_type
+
+META = ("t", "kt", "exp", "_tau")
+# The most matches a join may make in this process; beyond, the stratum goes to Spark.
+MAX_MATCHES = 2_000_000
+
+
+class TooLarge(Exception):
+    """A join would make more than ``MAX_MATCHES`` rows: a task for Spark, not this process."""
+
+
+def _check(size: int) -> None:
+    if size > MAX_MATCHES:
+        raise TooLarge(f"a join of {size:,} matches")
+
+
+def _pairs(left: pd.DataFrame, right: pd.DataFrame, on: Sequence[str]) -> int:
+    """How many rows an inner join of ``left`` and ``right`` on ``on`` makes."""
+    if not on:
+        return len(left) * len(right)
+    counts = left.groupby(list(on), sort=False).size().rename("__l").reset_index()
+    other = right.groupby(list(on), sort=False).size().rename("__r").reset_index()
+    both = counts.merge(other, on=list(on), how="inner")
+    return int((both["__l"].to_numpy() * both["__r"].to_numpy()).sum())
+
+
+ARROW = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
+
+
+def row_columns(schema: Schema) -> list[str]:
+    return [*schema.columns, *schema.aggregate_columns, *META]
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    """The stored columns of a relation as Arrow types (those of Spark's ``struct_of``)."""
+    fields = [pa.field(c, ARROW[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
+    fields += [pa.field(f"_agg_{fn}", ARROW[t]) for fn, _, t in schema.aggregates]
+    fields += [pa.field(m, pa.int64()) for m in META]
+    return pa.schema(fields)
+
+
+def atom_columns(atom: ast.Atom, schema: Schema) -> list[tuple[ast.Expr, str, str]]:
+    pairs = list(zip(atom.args, schema.columns, schema.types, strict=True))
+    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
+    for ann in atom.annotations:
+        pairs.append(
+            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
+        )
+    return pairs
+
+
+def _compatible(a: str | None, b: str) -> bool:
+    fam = {"int": "number", "float": "number"}
+    return a is not None and fam.get(a, a) == fam.get(b, b)
+
+
+def rule_supported(rule: ast.Rule, schemas: Mapping[str, Schema]) -> bool:
+    """Whether this module works ``rule`` out as the Spark plans do: its expressions are
+    :func:`exprs.supported`, its head's values fit their columns, its aggregates are over
+    numbers (the others take Spark's range window)."""
+    types = rule_env(rule, schemas)
+    exprs: list[ast.Expr] = [*rule.guards, *(d.expr for d in rule.defs)]
+    for atom in (*rule.positive, *rule.negative):
+        exprs += [a for a in atom.args if not isinstance(a, ast.Var | ast.Wildcard)]
+        exprs += [x for ann in atom.annotations for x in ann.args]
+    exprs += [*rule.head.args, *(x for ann in rule.head.annotations for x in ann.args)]
+    if not all(supported(e, types) for e in exprs if not isinstance(e, ast.Wildcard)):
+        return False
+    head = schemas[rule.head.relation]
+    for arg, typ in zip(rule.head.args, head.types, strict=True):
+        found = expr_type(arg, types)
+        if found not in (None, typ) and {found, typ} != {"int", "float"}:
+            return False
+    return all(
+        not ann.args or expr_type(ann.args[0], types) in ("int", "float") for ann in rule.aggregates
+    )
+
+
+# ---------------------------------------------------------------------------- matches
+
+
+@dataclass
+class Matches:
+    """A frame of matches: variable columns, and ``__kt<i>``/``__exp<i>`` per atom (and
+    ``__k<i>_<j>``, the atom's event, when asked for)."""
+
+    df: pd.DataFrame
+    env: dict[str, Col]
+    atoms: int
+    keys: list[str]
+
+
+def _atom_frame(
+    i: int,
+    atom: ast.Atom,
+    df: pd.DataFrame,
+    schema: Schema,
+    constants: Mapping[str, object],
+    want_key: bool,
+) -> tuple[pd.DataFrame, dict[str, Col], list[tuple[ast.Expr, str, str]], list[str]]:
+    env: dict[str, Col] = {}
+    keep = np.ones(len(df), dtype=bool)
+    checks: list[tuple[ast.Expr, str, str]] = []
+    renamed: dict[str, pd.Series] = {}
+    for j, (arg, col, typ) in enumerate(atom_columns(atom, schema)):
+        if atom.relation == CLOCK and isinstance(arg, ast.Var) and arg.name in constants:
+            arg = ast.Const(constants[arg.name], "int")  # noqa: PLW2901
+        if isinstance(arg, ast.Wildcard):
+            continue
+        if isinstance(arg, ast.Var):
+            if arg.name in env:
+                keep &= df[col].to_numpy() == df[env[arg.name].column].to_numpy()
+            else:
+                env[arg.name] = Col(col, typ)
+        elif isinstance(arg, ast.Const):
+            const = value(arg, df, {})
+            if _compatible(const.typ, typ):
+                stored = Vec(df[col].to_numpy(), None, typ)
+                keep &= truthy(binop("==", stored, const))
+            else:
+                keep[:] = False
+        else:
+            checks.append((arg, f"__x{i}_{j}", typ))
+            renamed[f"__x{i}_{j}"] = df[col]
+    out = {f"v_{name}": df[c.column] for name, c in env.items()}
+    out.update(renamed)
+    out[f"__kt{i}"] = df["kt"]
+    out[f"__exp{i}"] = df["exp"]
+    keys: list[str] = []
+    if want_key:
+        for c in [*schema.columns, *schema.aggregate_columns, "t"]:
+            keys.append(f"__k{i}_{c}")
+            out[keys[-1]] = df[c]
+    frame = pd.DataFrame(out)[keep] if not keep.all() else pd.DataFrame(out)
+    return (
+        frame.reset_index(drop=True),
+        {name: Col(f"v_{name}", c.typ) for name, c in env.items()},
+        checks,
+        keys,
+    )
+
+
+def matches(
+    rule: ast.Rule,
+    sources: Sequence[pd.DataFrame],
+    schemas: Mapping[str, Schema],
+    want_keys: bool = False,
+) -> Matches:
+    constants = constant_values(rule)
+    types = rule_env(rule, schemas)
+    guarded = bands(rule.guards, constants)
+    joined: pd.DataFrame | None = None
+    env: dict[str, Col] = {}
+    checks: list[tuple[ast.Expr, str, str]] = []
+    keys: list[str] = []
+    for i, (atom, df) in enumerate(zip(rule.positive, sources, strict=True)):
+        frame, frame_env, frame_checks, frame_keys = _atom_frame(
+            i, atom, df, schemas[atom.relation], constants, want_keys
+        )
+        checks += frame_checks
+        keys += frame_keys
+        shared = [f"v_{v}" for v in frame_env if v in env]
+        if joined is None:
+            joined = frame
+        elif shared:
+            _check(_pairs(joined, frame, shared))
+            joined = joined.merge(frame, on=shared, how="inner", sort=False)
+        else:
+            joined = _band_join(joined, env, frame, frame_env, guarded)
+        for name, col in frame_env.items():
+            env.setdefault(name, col)
+    assert joined is not None
+    for d in binding_of(rule).def_order:
+        vec = value(d.expr, joined, env)
+        typ = vec.typ or types.get(d.var.name, "str")
+        joined[f"v_{d.var.name}"] = vec.values if vec.typ else np.zeros(len(joined), NUMPY[typ])
+        ok = None
+        if vec.ok is not None or vec.typ is None:
+            ok = f"v_{d.var.name}__ok"
+            joined[ok] = vec.valid() if vec.typ else np.zeros(len(joined), dtype=bool)
+        env[d.var.name] = Col(f"v_{d.var.name}", typ, ok)
+    keep = np.ones(len(joined), dtype=bool)
+    for expr, column, typ in checks:
+        vec = value(expr, joined, env)
+        if _compatible(vec.typ, typ):
+            keep &= truthy(binop("==", vec, Vec(joined[column].to_numpy(), None, typ)))
+        else:
+            keep[:] = False
+    for guard in rule.guards:
+        keep &= truthy(value(guard, joined, env))
+    if not keep.all():
+        joined = joined[keep].reset_index(drop=True)
+    return Matches(joined, env, len(rule.positive), keys)
+
+
+def _band_join(
+    left: pd.DataFrame,
+    left_env: Mapping[str, Col],
+    right: pd.DataFrame,
+    right_env: Mapping[str, Col],
+    guarded: Sequence[Band],
+) -> pd.DataFrame:
+    """Frames sharing no variable: paired within buckets of a band their guards keep two
+    integer variables in (the guards still decide), else every pair."""
+    for band in guarded:
+        if band.left in right_env and band.right in left_env:
+            band = band.flipped()  # noqa: PLW2901
+        x, y = left_env.get(band.left), right_env.get(band.right)
+        if x is None or y is None or x.typ != "int" or y.typ != "int":
+            continue
+        width, first, last = band.buckets()
+        offsets = np.arange(first, last + 1, dtype=np.int64)
+        yb = right[y.column].to_numpy() // width
+        spread = right.loc[right.index.repeat(len(offsets))].reset_index(drop=True)
+        spread["__band"] = np.repeat(yb, len(offsets)) + np.tile(offsets, len(right))
+        lb = left.assign(__band=left[x.column].to_numpy() // width)
+        _check(_pairs(lb, spread, ["__band"]))
+        return lb.merge(spread, on="__band", how="inner", sort=False).drop(columns="__band")
+    _check(len(left) * len(right))
+    return left.merge(right, how="cross")
+
+
+def _tau(m: Matches) -> np.ndarray:
+    kts = np.column_stack([m.df[f"__kt{i}"].to_numpy() for i in range(m.atoms)])
+    return kts.max(axis=1) if len(m.df) else np.zeros(0, dtype=np.int64)
+
+
+def _min_exp(m: Matches) -> np.ndarray:
+    exps = np.column_stack([m.df[f"__exp{i}"].to_numpy() for i in range(m.atoms)])
+    return exps.min(axis=1) if len(m.df) else np.zeros(0, dtype=np.int64)
+
+
+def valid(
+    m: Matches, rule: ast.Rule, negated: Sequence[pd.DataFrame], schemas: Mapping[str, Schema]
+) -> pd.DataFrame:
+    """Matches whose versions are all alive at ``__tau`` and whose negations hold there."""
+    df = m.df.assign(__tau=_tau(m), __mexp=_min_exp(m))
+    df = df[df["__mexp"].to_numpy() > df["__tau"].to_numpy()].reset_index(drop=True)
+    for atom, source in zip(rule.negative, negated, strict=True):
+        df = anti_join(df, atom, source, schemas[atom.relation], m.env)
+    return df
+
+
+def anti_join(
+    df: pd.DataFrame, atom: ast.Atom, source: pd.DataFrame, schema: Schema, env: Mapping[str, Col]
+) -> pd.DataFrame:
+    """Drop the rows of ``df`` for which some version of ``atom`` agreeing with them is
+    alive at ``__tau`` (made by then, expiring after): per agreeing group, the latest
+    expiry among the versions made by ``tau`` is after it."""
+    if df.empty or source.empty:
+        return df
+    left: dict[str, np.ndarray] = {}
+    right: dict[str, np.ndarray] = {}
+    has = np.ones(len(df), dtype=bool)
+    for j, (arg, col, typ) in enumerate(atom_columns(atom, schema)):
+        if isinstance(arg, ast.Wildcard):
+            continue
+        vec = value(arg, df, env)
+        if not _compatible(vec.typ, typ):
+            return df  # no version can agree
+        stored = source[col].to_numpy()
+        mine = vec.values
+        if vec.typ != typ:  # an int and a float: compared as doubles
+            stored, mine = stored.astype(np.float64), mine.astype(np.float64)
+        has &= vec.valid()
+        left[f"__n{j}"], right[f"__n{j}"] = mine, stored
+    by = list(left)
+    probe = pd.DataFrame({**left, "__tau": df["__tau"].to_numpy(), "__row": np.arange(len(df))})
+    probe = probe[has]
+    versions = pd.DataFrame(
+        {**right, "kt": source["kt"].to_numpy(), "exp": source["exp"].to_numpy()}
+    )
+    versions = versions.groupby([*by, "kt"], sort=False, as_index=False)["exp"].max()
+    versions = versions.sort_values("kt", kind="stable")
+    if by:
+        versions["exp"] = versions.groupby(by, sort=False)["exp"].cummax()
+    else:
+        versions["exp"] = versions["exp"].cummax()
+    found = pd.merge_asof(
+        probe.sort_values("__tau", kind="stable"),
+        versions,
+        left_on="__tau",
+        right_on="kt",
+        by=by or None,
+        direction="backward",
+    )
+    alive = found["exp"].to_numpy(dtype=np.float64, na_value=-np.inf) > found["__tau"].to_numpy()
+    drop = np.zeros(len(df), dtype=bool)
+    drop[found["__row"].to_numpy()[alive]] = True
+    return df[~drop].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------- heads
+
+
+def time_vec(expr: ast.Expr, df: pd.DataFrame, env: Mapping[str, Col]) -> Vec:
+    """An explicit head time: an integer, or a float with an integral value; else none."""
+    vec = value(expr, df, env)
+    if vec.typ == "float":
+        whole = np.floor(vec.values) == vec.values
+        safe = np.where(whole, vec.values, 0.0)
+        return Vec(safe.astype(np.int64), vec.valid() & whole, "int")
+    if vec.typ == "int":
+        return vec
+    return Vec(np.zeros(len(df), np.int64), np.zeros(len(df), dtype=bool), "int")
+
+
+def head_rows(
+    rule: ast.Rule,
+    df: pd.DataFrame,
+    env: Mapping[str, Col],
+    schema: Schema,
+    lifetime: int | None,
+    tau: np.ndarray,
+    exp: np.ndarray,
+    aggregates: Mapping[str, np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """The derived versions; rows with an undefined argument or time are dropped."""
+    out: dict[str, np.ndarray] = {}
+    ok = np.ones(len(df), dtype=bool)
+    for arg, name, typ in zip(rule.head.args, schema.columns, schema.types, strict=True):
+        vec = cast(value(arg, df, env), typ)
+        out[name] = vec.values
+        ok &= vec.valid()
+    out.update(aggregates or {})
+    if rule.head.time is None:
+        t = tau
+    else:
+        vec = time_vec(rule.head.time, df, env)
+        t = vec.values
+        ok &= vec.valid()
+    if lifetime is None:
+        cap = np.full(len(df), NEVER, dtype=np.int64)
+    else:
+        cap = np.where(t > NEVER - lifetime, NEVER, t + lifetime)
+    out["t"] = t
+    out["kt"] = np.maximum(tau, t)
+    out["exp"] = np.minimum(exp, cap)
+    out["_tau"] = tau
+    frame = pd.DataFrame(out)
+    return frame if ok.all() else frame[ok].reset_index(drop=True)
+
+
+def derive(
+    rule: ast.Rule,
+    sources: Sequence[pd.DataFrame],
+    negated: Sequence[pd.DataFrame],
+    schemas: Mapping[str, Schema],
+    lifetime: int | None,
+    a: int,
+    b: int,
+) -> pd.DataFrame:
+    """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``."""
+    m = matches(rule, sources, schemas)
+    df = valid(m, rule, negated, schemas)
+    tau = df["__tau"].to_numpy()
+    df = df[(tau >= a) & (tau < b)].reset_index(drop=True)
+    schema = schemas[rule.head.relation]
+    tau, mexp = df["__tau"].to_numpy(), df["__mexp"].to_numpy()
+    return head_rows(rule, df, m.env, schema, lifetime, tau, mexp)
+
+
+def aggregate(
+    rule: ast.Rule,
+    sources: Sequence[pd.DataFrame],
+    negated: Sequence[pd.DataFrame],
+    schemas: Mapping[str, Schema],
+    lifetime: int | None,
+    a: int,
+    b: int,
+    reach: int,
+) -> pd.DataFrame:
+    """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau``
+    and alive at ``tau``, each distinct combination of events once (as
+    :func:`dagster_pomo.engine.spark.rules.aggregate`)."""
+    m = matches(rule, sources, schemas, want_keys=True)
+    df = valid(m, rule, negated, schemas)
+    df = df[(df["__tau"].to_numpy() < b) & (df["__mexp"].to_numpy() > a)].reset_index(drop=True)
+    schema = schemas[rule.head.relation]
+    cols: dict[str, np.ndarray] = {}
+    ok = np.ones(len(df), dtype=bool)
+    group: list[str] = []
+    for j, arg in enumerate(rule.head.args):
+        vec = cast(value(arg, df, m.env), schema.types[j])
+        cols[f"__g{j}"], ok = vec.values, ok & vec.valid()
+        group.append(f"__g{j}")
+    if rule.head.time is not None:
+        vec = time_vec(rule.head.time, df, m.env)
+        cols["__gt"], ok = vec.values, ok & vec.valid()
+        group.append("__gt")
+    aggregates: list[tuple[str, str | None]] = []
+    for i, ann in enumerate(rule.aggregates):
+        if ann.args:
+            vec = value(ann.args[0], df, m.env)
+            cols[f"__val{i}"], ok = vec.values, ok & vec.valid()
+            aggregates.append((ann.name, f"__val{i}"))
+        else:
+            aggregates.append((ann.name, None))
+    made = pd.DataFrame(
+        {
+            **cols,
+            "__at": df["__tau"].to_numpy(),
+            "__mexp": df["__mexp"].to_numpy(),
+            **{k: df[k].to_numpy() for k in m.keys},
+        }
+    )
+    made = made[ok]
+    # A combination of events may match in several versions: at time x it counts once,
+    # with the latest expiry among its versions made by x. Its time line is cut into
+    # segments, from each version's tau to the next one's (see the Spark plan).
+    combination = [*group, *m.keys]
+    made = made.sort_values([*combination, "__at"], kind="stable").reset_index(drop=True)
+    if combination:
+        same = made.groupby(combination, sort=False, dropna=False)
+        made["__mexp"] = same["__mexp"].cummax()
+        after = same["__at"].shift(-1, fill_value=NEVER)
+    else:
+        made["__mexp"] = made["__mexp"].cummax()
+        after = made["__at"].shift(-1, fill_value=NEVER)
+    until = np.minimum(after.to_numpy(dtype=np.int64), made["__mexp"].to_numpy())
+    made["__until"] = until
+    at = made["__at"].to_numpy()
+    made = made[(until > at) & (until > a)]
+    at, until = made["__at"].to_numpy(), made["__until"].to_numpy()
+    made = made.assign(__full=until >= NEVER if reach >= NEVER else until == at + reach)
+    columns = [*group, "__at", "__until", "__mexp", "__full", *(c for _, c in aggregates if c)]
+    table = pa.Table.from_pandas(made[columns], preserve_index=False)
+    swept = sweep.sweep(table, group, aggregates, None if reach >= NEVER else reach, NEVER, a)
+    n = swept.column("__n").to_numpy()
+    aggs: dict[str, np.ndarray] = {}
+    for i, ann in enumerate(rule.aggregates):
+        part = swept.column(f"__part{i}").to_numpy(zero_copy_only=False)
+        result = part / n if ann.name == "average" else part
+        typ = schema.aggregates[i][2]
+        aggs[f"_agg_{ann.name}"] = cast(Vec(result, None, _typ(result)), typ).values
+    grouped = swept.select([*group, "__at"]).to_pandas()
+    head_env = {f"__head{j}": Col(f"__g{j}", schema.types[j]) for j in range(len(rule.head.args))}
+    time: tuple[ast.Annotation, ...] = ()
+    if rule.head.time is not None:
+        head_env["__headt"] = Col("__gt", "int")
+        time = (ast.Annotation("time", (ast.Var("__headt"),)),)
+    head = ast.Rule(
+        ast.Atom(
+            rule.head.relation,
+            tuple(ast.Var(f"__head{j}") for j in range(len(rule.head.args))),
+            time,
+        )
+    )
+    tau = grouped["__at"].to_numpy()
+    exp = swept.column("__least_exp").to_numpy(zero_copy_only=False)
+    return head_rows(head, grouped, head_env, schema, lifetime, tau, exp, aggs)
+
+
+def _typ(values: np.ndarray) -> str:
+    return "float" if values.dtype.kind == "f" else "int"
+
+
+def dedupe(schema: Schema, df: pd.DataFrame) -> pd.DataFrame:
+    """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
+    key = [*schema.columns, "t", "kt"]
+    if df.empty:
+        return df[row_columns(schema)]
+    if schema.aggregates:
+        latest = df.sort_values("_tau", kind="stable").drop_duplicates(key, keep="last")
+        return latest[row_columns(schema)].reset_index(drop=True)
+    out = df.groupby(key, sort=False, as_index=False, dropna=False).agg(
+        exp=("exp", "max"), _tau=("_tau", "min")
+    )
+    return out[row_columns(schema)]
