@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--actions", type=int, default=100_000, help="W3 derived events")
     parser.add_argument("--json", help="write every measurement to this file")
+    harness.spark_plans_option(parser)
     args = parser.parse_args(argv)
+    harness.apply_spark_plans(args)
 
     if {"w1", "w2"} & set(args.workloads):
         from dataclasses import replace

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import harness
 from bench.harness import proc_stat, thread_cpu
 
 
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--remote", default=None, help="a Spark Connect URL (sc://host:port) to use instead"
     )
+    harness.spark_plans_option(parser)
     args = parser.parse_args(argv)
+    harness.apply_spark_plans(args)
     began = time.perf_counter()
 
     from bench.w2_epochs import CORPUS, START

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import harness
 from bench.harness import TICK, descendants, proc_stat, thread_cpu
 
 SHORT = 0.03  # a JVM call under 30 ms builds or asks; a longer one runs a job
@@ -181,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="evaluate the last epoch this many times more (its code is compiled by then)",
     )
+    harness.spark_plans_option(parser)
     args = parser.parse_args(argv)
+    harness.apply_spark_plans(args)
     if args.hours < 1 or args.readings < 1 or args.again < 0:
         parser.error("--hours and --readings must be at least 1, --again at least 0")
 

@@ -10,6 +10,7 @@ and the Python workers under it.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
@@ -169,3 +170,20 @@ def table(measurements: list[Measurement], ours: str = "dagster-pomo") -> str:
                 f"| {m.peak_mb:,.0f} ({m.jvm_mb:,.0f}) | {_extras(m.extra)} |"
             )
     return "\n".join(lines)
+
+
+def spark_plans_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spark-plans",
+        action="store_true",
+        help="evaluate small epochs on Spark's plans too, not in this process "
+        "(SparkEvaluator.IN_PROCESS_INPUTS = 0)",
+    )
+
+
+def apply_spark_plans(args: argparse.Namespace) -> None:
+    """``--spark-plans``: every epoch of this process goes to Spark's plans."""
+    if args.spark_plans:
+        from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+
+        SparkEvaluator.IN_PROCESS_INPUTS = 0

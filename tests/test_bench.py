@@ -33,12 +33,21 @@ def test_the_harness_runs_every_workload_on_tiny_sizes(tmp_path: Path, capsys) -
     assert all(m["duplicates"] == 0 for m in results["w3"])
 
 
-def test_the_cold_start_report_names_each_step_and_the_jvm_threads(capsys) -> None:  # noqa: ANN001
+def _restores_in_process(monkeypatch) -> None:  # noqa: ANN001
+    """``--spark-plans`` sets a class's setting for the process: put back after the test."""
+    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+
+    monkeypatch.setattr(SparkEvaluator, "IN_PROCESS_INPUTS", SparkEvaluator.IN_PROCESS_INPUTS)
+
+
+def test_the_cold_start_report_names_each_step_and_the_jvm_threads(capsys, monkeypatch) -> None:  # noqa: ANN001
     """`python -m bench.cold_start` times a run's steps and splits the JVM's CPU by thread
-    (here in the test run's warm process: only that it reports, not what)."""
+    (here in the test run's warm process: only that it reports, not what). With
+    ``--spark-plans`` its small epochs run Spark's tasks."""
     from bench.cold_start import main as cold
 
-    assert cold(["--readings", "600", "--hours", "2"]) == 0
+    _restores_in_process(monkeypatch)
+    assert cold(["--readings", "600", "--hours", "2", "--spark-plans"]) == 0
     printed = capsys.readouterr().out
     for step in ("starting Spark", "reading and storing the inputs", "epoch 1", "epoch 2"):
         assert step in printed
@@ -46,13 +55,17 @@ def test_the_cold_start_report_names_each_step_and_the_jvm_threads(capsys) -> No
     assert "Executor task" in printed
 
 
-def test_the_epoch_profile_lists_the_last_epochs_jobs_and_who_called_the_jvm(capsys) -> None:  # noqa: ANN001
+def test_the_epoch_profile_lists_the_last_epochs_jobs_and_who_called_the_jvm(
+    capsys, monkeypatch
+) -> None:  # noqa: ANN001
     """`python -m bench.epoch_profile` breaks each epoch down (JVM calls, Spark jobs,
     compiled classes, the JVM's CPU and its JIT's share), lists the last epoch's jobs stage
     by stage and the warm epochs' CPU by who spent it (what it reports, not how fast)."""
     from bench.epoch_profile import main as profile
 
-    assert profile(["--readings", "600", "--hours", "2", "--callers", "--again", "1"]) == 0
+    _restores_in_process(monkeypatch)
+    argv = ["--readings", "600", "--hours", "2", "--callers", "--again", "1", "--spark-plans"]
+    assert profile(argv) == 0
     printed = capsys.readouterr().out.splitlines()
     rows = [line.split() for line in printed if re.match(r"\s*\d+\s+\d+\.\d+\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == [1, 2]
