@@ -578,3 +578,32 @@ def test_a_join_too_large_for_this_process_goes_to_spark(tmp_path: Path, events_
     assert partitions(tmp_path / "here", program, here) == partitions(
         tmp_path / "spark", program, spark
     )
+
+
+def test_writers_at_once_never_trip_over_the_staging_folder(tmp_path: Path) -> None:
+    """Strata of an epoch run side by side and each writes through ``_staging/``, which the
+    last writer to finish removes: writers at once must neither fail nor lose an epoch."""
+    import pyarrow as pa
+
+    from dagster_pomo.engine.spark.session import spark_session
+    from dagster_pomo.engine.spark.warehouse import Warehouse
+
+    wh = Warehouse(spark_session(), str(tmp_path), "c")
+    table = pa.table({"x": [1, 2, 3]})
+    failed: list[BaseException] = []
+
+    def write(relation: str) -> None:
+        try:
+            for key in range(200):
+                wh.put(relation, str(key), table)
+        except BaseException as error:  # noqa: BLE001 (reported below)
+            failed.append(error)
+
+    threads = [threading.Thread(target=write, args=(f"r{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failed, failed
+    assert all(wh.stored_rows(f"r{i}", str(k)) == 3 for i in range(4) for k in range(200))
+    assert not (tmp_path / "c" / "_staging").exists()

@@ -86,11 +86,11 @@ class Warehouse:
                     if left.stat().st_mtime < time.time() - STALE_SECONDS:
                         shutil.rmtree(left, ignore_errors=True)
         while True:
-            base.mkdir(parents=True, exist_ok=True)
             try:
+                base.mkdir(parents=True, exist_ok=True)
                 return tempfile.mkdtemp(prefix=f"{relation}-", dir=base)
-            except FileNotFoundError:  # another writer removed the emptied base just now
-                continue
+            except (FileNotFoundError, FileExistsError):
+                continue  # another writer removed the emptied base just now
 
     def promote(self, staging: str, relation: str, key: str, deferred: bool = False) -> None:
         """Make the files of ``staging`` epoch ``key`` of ``relation``: the old directory is
@@ -126,6 +126,16 @@ class Warehouse:
         if not folder.is_dir():
             return 0
         return sum(pq.read_metadata(f).num_rows for f in folder.glob("*.parquet"))
+
+    def stored_keys(self, relation: str, deferred: bool = False) -> set[str]:
+        """The epochs of ``relation`` stored (one listing of its folder; the warehouse must be
+        on the local file system)."""
+        folder = Path(_local(self.path(relation, deferred=deferred)))
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return set()
+        return {n.removeprefix("epoch=") for n in names if n.startswith("epoch=")}
 
     def read_table(
         self, relation: str, keys: Iterable[str], schema: pa.Schema, deferred: bool = False
