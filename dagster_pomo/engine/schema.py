@@ -36,6 +36,15 @@ class Schema:
         return tuple(f"_agg_{fn}" for fn, _, _ in self.aggregates)
 
 
+# What every stored version has besides its columns and aggregates.
+META = ("t", "kt", "exp", "_tau")
+
+
+def row_columns(schema: Schema) -> list[str]:
+    """The stored columns of a relation, in order."""
+    return [*schema.columns, *schema.aggregate_columns, *META]
+
+
 def rule_env(rule: ast.Rule, schemas: Mapping[str, Schema]) -> dict[str, str]:
     """Types of the variables a rule binds, as far as the ``schemas`` known so far tell."""
 

@@ -10,7 +10,7 @@ a number) are not done here: :func:`supported` says so, and such rules stay on S
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +126,7 @@ def value(expr: ast.Expr, df: pd.DataFrame, env: Env) -> Vec:
             return nothing(n, "int")
         return Vec(-inner.values, inner.ok, inner.typ)
     if isinstance(expr, ast.BinOp):
-        return _binop(expr.op, value(expr.left, df, env), value(expr.right, df, env))
+        return binop(expr.op, value(expr.left, df, env), value(expr.right, df, env))
     if isinstance(expr, ast.Call):
         types = {name: col.typ for name, col in env.items()}
         args = [value(a, df, env) for a in expr.args]
@@ -144,7 +144,8 @@ _COMPARE = {
 }
 
 
-def _binop(op: str, left: Vec, right: Vec) -> Vec:
+def binop(op: str, left: Vec, right: Vec) -> Vec:
+    """``left op right``, as the Spark plans work it out (see the module)."""
     n = len(left.values)
     ok = _both(left.ok, right.ok)
     if op in ast.COMPARISONS:
@@ -190,7 +191,7 @@ def _text(vec: Vec) -> np.ndarray:
     return np.array([str(v) for v in vec.values.tolist()], dtype=object)
 
 
-def _strings(values: np.ndarray, fn) -> np.ndarray:  # noqa: ANN001
+def _strings(values: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
     return np.array([fn(v) for v in values.tolist()], dtype=object)
 
 
@@ -249,6 +250,13 @@ def _call(name: str, args: list[Vec], typ: str | None, n: int) -> Vec:
             return nothing(n, "float")
         return Vec(to_float(args[0].values), ok, "float")
     raise TypeError(f"unknown function {name}")
+
+
+def present(vec: Vec) -> np.ndarray:
+    """Rows Spark's ``dropna`` keeps: with a value, and not NaN."""
+    if vec.typ == "float":
+        return vec.valid() & ~np.isnan(vec.values)
+    return vec.valid()
 
 
 def truthy(vec: Vec) -> np.ndarray:

@@ -19,25 +19,26 @@ import pandas as pd
 import pyarrow as pa
 
 from dagster_pomo.engine import sweep
+from dagster_pomo.engine.atoms import atom_columns, atom_reads, comparable
 from dagster_pomo.engine.bands import Band, bands
 from dagster_pomo.engine.constants import constant_values
 from dagster_pomo.engine.inprocess.exprs import (
     NUMPY,
     Col,
     Vec,
+    binop,
     cast,
+    present,
     supported,
     truthy,
     value,
 )
-from dagster_pomo.engine.inprocess.exprs import _binop as binop
-from dagster_pomo.engine.schema import Schema, rule_env
+from dagster_pomo.engine.schema import META, Schema, row_columns, rule_env
 from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.check import CLOCK, binding_of
+from dagster_pomo.lang.check import binding_of
 from dagster_pomo.lang.kinds import expr_type
 
-META = ("t", "kt", "exp", "_tau")
 # The most matches a join may make in this process; beyond, the stratum goes to Spark.
 MAX_MATCHES = 2_000_000
 
@@ -64,31 +65,12 @@ def _pairs(left: pd.DataFrame, right: pd.DataFrame, on: Sequence[str]) -> int:
 ARROW = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
 
 
-def row_columns(schema: Schema) -> list[str]:
-    return [*schema.columns, *schema.aggregate_columns, *META]
-
-
 def arrow_schema(schema: Schema) -> pa.Schema:
     """The stored columns of a relation as Arrow types (those of Spark's ``struct_of``)."""
     fields = [pa.field(c, ARROW[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
     fields += [pa.field(f"_agg_{fn}", ARROW[t]) for fn, _, t in schema.aggregates]
     fields += [pa.field(m, pa.int64()) for m in META]
     return pa.schema(fields)
-
-
-def atom_columns(atom: ast.Atom, schema: Schema) -> list[tuple[ast.Expr, str, str]]:
-    pairs = list(zip(atom.args, schema.columns, schema.types, strict=True))
-    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
-    for ann in atom.annotations:
-        pairs.append(
-            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
-        )
-    return pairs
-
-
-def _compatible(a: str | None, b: str) -> bool:
-    fam = {"int": "number", "float": "number"}
-    return a is not None and fam.get(a, a) == fam.get(b, b)
 
 
 def rule_supported(rule: ast.Rule, schemas: Mapping[str, Schema]) -> bool:
@@ -135,30 +117,19 @@ def _atom_frame(
     constants: Mapping[str, object],
     want_key: bool,
 ) -> tuple[pd.DataFrame, dict[str, Col], list[tuple[ast.Expr, str, str]], list[str]]:
-    env: dict[str, Col] = {}
+    reads = atom_reads(atom, schema, constants)
+    env = {name: Col(col, typ) for name, (col, typ) in reads.binds.items()}
     keep = np.ones(len(df), dtype=bool)
-    checks: list[tuple[ast.Expr, str, str]] = []
-    renamed: dict[str, pd.Series] = {}
-    for j, (arg, col, typ) in enumerate(atom_columns(atom, schema)):
-        if atom.relation == CLOCK and isinstance(arg, ast.Var) and arg.name in constants:
-            arg = ast.Const(constants[arg.name], "int")  # noqa: PLW2901
-        if isinstance(arg, ast.Wildcard):
-            continue
-        if isinstance(arg, ast.Var):
-            if arg.name in env:
-                keep &= df[col].to_numpy() == df[env[arg.name].column].to_numpy()
-            else:
-                env[arg.name] = Col(col, typ)
-        elif isinstance(arg, ast.Const):
-            const = value(arg, df, {})
-            if _compatible(const.typ, typ):
-                stored = Vec(df[col].to_numpy(), None, typ)
-                keep &= truthy(binop("==", stored, const))
-            else:
-                keep[:] = False
+    for a, b in reads.same:
+        keep &= df[a].to_numpy() == df[b].to_numpy()
+    for const, col, typ in reads.constants:
+        wanted = value(const, df, {})
+        if comparable(wanted.typ, typ):
+            keep &= truthy(binop("==", Vec(df[col].to_numpy(), None, typ), wanted))
         else:
-            checks.append((arg, f"__x{i}_{j}", typ))
-            renamed[f"__x{i}_{j}"] = df[col]
+            keep[:] = False
+    checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in reads.checks]
+    renamed = {f"__x{i}_{j}": df[col] for j, _, col, _ in reads.checks}
     out = {f"v_{name}": df[c.column] for name, c in env.items()}
     out.update(renamed)
     out[f"__kt{i}"] = df["kt"]
@@ -219,7 +190,7 @@ def matches(
     keep = np.ones(len(joined), dtype=bool)
     for expr, column, typ in checks:
         vec = value(expr, joined, env)
-        if _compatible(vec.typ, typ):
+        if comparable(vec.typ, typ):
             keep &= truthy(binop("==", vec, Vec(joined[column].to_numpy(), None, typ)))
         else:
             keep[:] = False
@@ -293,7 +264,7 @@ def anti_join(
         if isinstance(arg, ast.Wildcard):
             continue
         vec = value(arg, df, env)
-        if not _compatible(vec.typ, typ):
+        if not comparable(vec.typ, typ):
             return df  # no version can agree
         stored = source[col].to_numpy()
         mine = vec.values
@@ -358,7 +329,7 @@ def head_rows(
     for arg, name, typ in zip(rule.head.args, schema.columns, schema.types, strict=True):
         vec = cast(value(arg, df, env), typ)
         out[name] = vec.values
-        ok &= vec.valid()
+        ok &= present(vec)
     out.update(aggregates or {})
     if rule.head.time is None:
         t = tau
@@ -419,7 +390,7 @@ def aggregate(
     group: list[str] = []
     for j, arg in enumerate(rule.head.args):
         vec = cast(value(arg, df, m.env), schema.types[j])
-        cols[f"__g{j}"], ok = vec.values, ok & vec.valid()
+        cols[f"__g{j}"], ok = vec.values, ok & present(vec)
         group.append(f"__g{j}")
     if rule.head.time is not None:
         vec = time_vec(rule.head.time, df, m.env)
@@ -429,7 +400,7 @@ def aggregate(
     for i, ann in enumerate(rule.aggregates):
         if ann.args:
             vec = value(ann.args[0], df, m.env)
-            cols[f"__val{i}"], ok = vec.values, ok & vec.valid()
+            cols[f"__val{i}"], ok = vec.values, ok & present(vec)
             aggregates.append((ann.name, f"__val{i}"))
         else:
             aggregates.append((ann.name, None))

@@ -19,23 +19,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from dagster_pomo.engine import sweep
+from dagster_pomo.engine.atoms import atom_columns, atom_reads, comparable
 from dagster_pomo.engine.bands import Band, bands
 from dagster_pomo.engine.constants import constant_values
-from dagster_pomo.engine.schema import Schema, rule_env
+from dagster_pomo.engine.schema import Schema, row_columns, rule_env
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
 from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.check import CLOCK, binding_of
-
-META = ("t", "kt", "exp", "_tau")
+from dagster_pomo.lang.check import binding_of
 
 # Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
 cloudpickle.register_pickle_by_value(sweep)
-
-
-def row_columns(schema: Schema) -> list[str]:
-    """The stored columns of a relation, in order."""
-    return [*schema.columns, *schema.aggregate_columns, *META]
 
 
 def _var(name: str) -> str:
@@ -51,18 +45,6 @@ class Matches:
     atoms: int
 
 
-def atom_columns(atom: ast.Atom, schema: Schema) -> list[tuple[ast.Expr, str, str]]:
-    """Each argument and annotation of ``atom`` with the stored column it reads and its type:
-    arguments in column order, ``@time`` reads ``t``, an aggregate its ``_agg_`` column."""
-    pairs = list(zip(atom.args, schema.columns, schema.types, strict=True))
-    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
-    for ann in atom.annotations:
-        pairs.append(
-            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
-        )
-    return pairs
-
-
 def _atom_frame(
     i: int,
     atom: ast.Atom,
@@ -72,29 +54,14 @@ def _atom_frame(
     want_key: bool,
 ) -> tuple[DataFrame, dict[str, tuple[str, str]], list]:
     """Select and rename one positive atom's columns; return deferred expression checks."""
-    env: dict[str, tuple[str, str]] = {}
-    cols: list[Column] = []
-    filters: list[Column] = []
-    checks: list[tuple[ast.Expr, str, str]] = []
-    for j, (arg, col, typ) in enumerate(atom_columns(atom, schema)):
-        if atom.relation == CLOCK and isinstance(arg, ast.Var) and arg.name in constants:
-            arg = ast.Const(constants[arg.name], "int")  # noqa: PLW2901
-        if isinstance(arg, ast.Wildcard):
-            continue
-        if isinstance(arg, ast.Var):
-            if arg.name in env:  # the same variable twice in one atom: equal values
-                filters.append(F.col(col) == F.col(env[arg.name][0]))
-            else:
-                env[arg.name] = (col, typ)
-        elif isinstance(arg, ast.Const):
-            value, vtype = compile_expr(arg, {})
-            if _compatible(vtype, typ):
-                filters.append(F.col(col) == value)
-            else:
-                filters.append(F.lit(False))
-        else:
-            checks.append((arg, f"__x{i}_{j}", typ))
-            cols.append(F.col(col).alias(f"__x{i}_{j}"))
+    reads = atom_reads(atom, schema, constants)
+    env = reads.binds
+    filters = [F.col(a) == F.col(b) for a, b in reads.same]
+    for const, col, typ in reads.constants:
+        value, vtype = compile_expr(const, {})
+        filters.append(F.col(col) == value if comparable(vtype, typ) else F.lit(False))
+    checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in reads.checks]
+    cols = [F.col(col).alias(f"__x{i}_{j}") for j, _, col, _ in reads.checks]
     for f in filters:
         df = df.filter(f)
     selected = [F.col(col).alias(_var(name)) for name, (col, _) in env.items()]
@@ -105,11 +72,6 @@ def _atom_frame(
         selected.append(F.struct(*[F.col(c) for c in key_cols]).alias(f"__key{i}"))
     out = df.select(*selected)
     return out, {name: (_var(name), typ) for name, (_, typ) in env.items()}, checks
-
-
-def _compatible(a: str | None, b: str) -> bool:
-    fam = {"int": "number", "float": "number"}
-    return a is not None and fam.get(a, a) == fam.get(b, b)
 
 
 def matches(
@@ -147,7 +109,7 @@ def matches(
     for expr, column, typ in checks:
         value, vtype = compile_expr(expr, env)
         joined = joined.filter(
-            truthy(value == F.col(column)) if _compatible(vtype, typ) else F.lit(False)
+            truthy(value == F.col(column)) if comparable(vtype, typ) else F.lit(False)
         )
     for guard in rule.guards:
         col, _ = compile_expr(guard, env)
@@ -241,7 +203,7 @@ def anti_join(
             continue
         value, vtype = compile_expr(arg, env)
         condition = condition & (
-            (F.col(f"__n{k}_{j}") == value) if _compatible(vtype, typ) else F.lit(False)
+            (F.col(f"__n{k}_{j}") == value) if comparable(vtype, typ) else F.lit(False)
         )
     for cond in alive:
         condition = condition & cond
