@@ -39,7 +39,7 @@ from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.inprocess import stratum as local
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.run import Prepared
-from dagster_pomo.engine.schema import Schema
+from dagster_pomo.engine.schema import META, Schema
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.epoch_store import EpochStore
@@ -76,7 +76,7 @@ def _slot(epoch: Epoch) -> tuple[int, int]:
 def struct_of(schema: Schema) -> StructType:
     fields = [StructField(c, _SPARK[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
     fields += [StructField(f"_agg_{fn}", _SPARK[t]) for fn, _, t in schema.aggregates]
-    fields += [StructField(m, LongType()) for m in R.META]
+    fields += [StructField(m, LongType()) for m in META]
     return StructType(fields)
 
 
@@ -87,6 +87,7 @@ class StratumStats:
     rounds: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    in_process: bool = False  # worked out by this process, not Spark (see `in_process`)
 
 
 @dataclass
@@ -361,6 +362,7 @@ class SparkEvaluator:
         more than interpreting its few rows costs. A large epoch's rows repay the compiling."""
         small = (
             self.store.local
+            and not all(self.in_process(s, epoch) for s in strata)  # no plans to run
             and not any(s.recursive for s in strata)
             and sum(self.store.input_events(k) for k in self._keys(epoch)) <= self.INTERPRET_INPUTS
         )
@@ -581,7 +583,8 @@ class SparkEvaluator:
             if e.start < epoch.start and (reach >= NEVER or e.end + reach > epoch.start)
         ]
         self._read.update((name, k) for k in keys)
-        history = [self._table(name, k) for k in keys]
+        stored = self.wh.stored_keys(name)  # a relation's folder lists few of its epochs
+        history = [self._table(name, k) for k in keys if k in stored]
         history = [h[h["exp"].to_numpy() > epoch.start] for h in history]
         current = self._table(name, epoch_key(epoch))
         parts = [p for p in [*history, current] if len(p)]
@@ -595,8 +598,9 @@ class SparkEvaluator:
         if facts:
             parts.append(frames.arrow_table([_stored(r) for r in facts], self.structs[name]))
         if name in self.defers:
+            stored = self.wh.stored_keys(name, deferred=True)
             keys = [epoch_key(e) for e in self.epochs if e.start < epoch.start]
-            deferred = self.wh.read_table(name, keys, schema, deferred=True)
+            deferred = self.wh.read_table(name, [k for k in keys if k in stored], schema, True)
             kt = deferred["kt"]
             window = pc.and_(pc.greater_equal(kt, epoch.start), pc.less(kt, epoch.end))
             if (deferred := deferred.filter(window)).num_rows:
@@ -608,7 +612,7 @@ class SparkEvaluator:
     def _stratum_in_process(self, stratum: Stratum, epoch: Epoch) -> StratumStats:
         """`_stratum` worked out by this process (see `in_process`), stored as Spark's
         would be."""
-        stats = StratumStats(stratum.index, stratum.relations, rounds=1)
+        stats = StratumStats(stratum.index, stratum.relations, rounds=1, in_process=True)
         started = time.perf_counter()
         if self._tables_for != _slot(epoch):
             self._tables, self._tables_for = {}, _slot(epoch)
