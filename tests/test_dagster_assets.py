@@ -79,6 +79,7 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     assert meta["pomo/rows_total"].value == meta["pomo/new_rows"].value > 0
     # Without `@next` or recursion, the range's epochs are evaluated in one pass.
     assert (meta["pomo/epochs"].value, meta["pomo/passes"].value) == (len(KEYS), 1)
+    assert meta["pomo/passes_in_process"].value == 0, "a range in one pass is Spark's"
     preview = meta["pomo/preview"].value
     assert 0 < len(preview.records) <= 5
     assert [c.name for c in preview.schema.columns][:3] == ["tank", "average(level)", "max(level)"]
@@ -157,6 +158,11 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     again = materialize(assets, instance=instance, resources=resources, partition_key=KEYS[1])
     assert again.success
     assert stored(program, warehouse) == got, "re-materializing a partition changes nothing"
+    # One small partition: its strata worked out in the run's process, no plan interpreted.
+    for node in ("water_tanks__stratum_0", "water_tanks__stratum_3"):
+        meta = again.asset_materializations_for_node(node)[0].metadata
+        ran = (meta["pomo/passes_in_process"].value, meta["pomo/epochs_interpreted"].value)
+        assert ran == (1, 0), node
 
     # An input partition is versioned by its events: reading unchanged landing files again
     # is no new data, an added event is, and only then is what reads it stale.

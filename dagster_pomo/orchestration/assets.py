@@ -304,13 +304,13 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
                 context.log.warning(warning.render(shared.program.source))
         evaluator, epochs = shared.evaluator(context, spark, storage)
         rows = {n: 0 for n in unit.relations}
-        rounds, seconds, interpreted = 0, 0.0, 0
+        rounds, seconds, interpreted, in_process = 0, 0.0, 0, 0
         # A range's epochs at once where that stores the same (see `SparkEvaluator.span`).
         span = None if unit.carries else evaluator.span(epochs, unit.strata)
         passes = [span] if span is not None else epochs
         for epoch in passes:
             with evaluator.plans_for(epoch, unit.strata) as without_codegen:
-                interpreted += without_codegen
+                here = True  # whether every stratum of the pass was worked out in process
                 carried = None
                 if unit.carries:
                     carried = evaluator.evaluate_next(epoch)
@@ -321,7 +321,11 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
                     for name, n in stats.rows.items():
                         rows[name] += n
                     rounds, seconds = max(rounds, stats.rounds), seconds + stats.seconds
-                    context.log.info(f"{epoch} stratum {stratum.index}: {stats.rows}")
+                    here = here and stats.in_process
+                    where = " (in process)" if stats.in_process else ""
+                    context.log.info(f"{epoch} stratum {stratum.index}{where}: {stats.rows}")
+                in_process += here
+                interpreted += without_codegen and not here
         last = epoch_key(epochs[-1])
         for name in unit.relations:
             yield MaterializeResult(
@@ -332,8 +336,9 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
                     "pomo/epochs": len(epochs),
                     "pomo/passes": len(passes),
                     "pomo/fixpoint_rounds_max": rounds,
-                    "pomo/spark_seconds": round(seconds, 3),
+                    "pomo/evaluation_seconds": round(seconds, 3),
                     "pomo/epochs_interpreted": interpreted,
+                    "pomo/passes_in_process": in_process,
                 },
             )
 
