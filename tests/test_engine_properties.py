@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.lang import compile_corpus
+from tests.compare import in_process
 from tests.engine_strategies import KINDS, Case, cases, corpora, event_streams
 
 HORIZON_END = 48  # every stream ends before this; a multiple of the epoch sizes below
@@ -146,20 +147,6 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     assert stored["ranged"] == stored["stepwise"]
     evaluator.evaluate_epoch(evaluator.epochs[1])
     assert _normal(partitions(tmp / "ranged", program, evaluator)) == stored["stepwise"][0]
-
-
-@contextmanager
-def in_process(on: bool) -> Iterator[None]:
-    """Within this block, small epochs' strata are worked out in this process when ``on``,
-    else always by Spark's plans (`SparkEvaluator.in_process`)."""
-    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
-
-    before = SparkEvaluator.IN_PROCESS_INPUTS
-    SparkEvaluator.IN_PROCESS_INPUTS = 10**9 if on else 0
-    try:
-        yield
-    finally:
-        SparkEvaluator.IN_PROCESS_INPUTS = before
 
 
 @contextmanager

@@ -1,5 +1,6 @@
 """The time semantics of DESIGN §3 and the seeds' examples, with expected outputs worked
-out by hand. Every case runs on every engine and at several epoch sizes."""
+out by hand. Every case runs on every engine and at several epoch sizes, and on Spark
+also with small epochs worked out in this process."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from dagster_pomo.engine.run import ENGINES, event_json, run
 from dagster_pomo.lang import compile_corpus
+from tests.compare import in_process
 
 EPOCHS = (1, 7, 10, 1000)
 
@@ -30,7 +32,17 @@ def evaluate(
     )
     # Epoch by epoch, as a schedule runs them: how time is cut into epochs is what the
     # sizes below are there to vary (a range in one pass is checked against this elsewhere).
-    result = run(program, path, epoch, 0, until, engine=engine, one_pass=False)
+    # "spark" runs Spark's plans; "in-process" small epochs' strata in this process.
+    with in_process(engine == "in-process"):
+        result = run(
+            program,
+            path,
+            epoch,
+            0,
+            until,
+            engine=engine.replace("in-process", "spark"),
+            one_pass=False,
+        )
     assert not result.ingested.quarantined
     return {
         name: [event_json(program, name, row) for row in result.events(name)]
@@ -51,7 +63,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "engine" not in metafunc.fixturenames:
         return
     if "epoch" in metafunc.fixturenames:
-        cases = [(e, s) for e in ENGINES for s in (SPARK_EPOCHS if e == "spark" else EPOCHS)]
+        engines = (*ENGINES, "in-process")
+        cases = [(e, s) for e in engines for s in (EPOCHS if e == "reference" else SPARK_EPOCHS)]
         metafunc.parametrize(("engine", "epoch"), cases, ids=[f"{e}-{s}ms" for e, s in cases])
     else:
         metafunc.parametrize("engine", ENGINES)
