@@ -6,6 +6,7 @@ worked out once, here.
 
 from __future__ import annotations
 
+from dagster_pomo.engine.timeline import first_tick
 from dagster_pomo.engine.values import Value, evaluate
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
@@ -32,3 +33,19 @@ def clocks(program: Program) -> set[tuple[int, int]]:
                 if period > 0:
                     found.add((offset, period))
     return found
+
+
+def tick_ranges(
+    program: Program, clock_start: int, start: int, end: int
+) -> list[tuple[int, int, int, int]]:
+    """``(offset, period, first, stop)`` for each clock with ticks alive at some instant of
+    ``[start, end)``: ticks ``k`` in ``[first, stop)``, at ``offset + k * period``, none
+    before ``clock_start``."""
+    begin = max(start, clock_start)
+    out = []
+    for o, p in sorted(clocks(program)):
+        first = first_tick(o, p, begin)
+        stop = -((o - end) // p)  # ticks before `end`: k < ceil((end - o) / p)
+        if first < stop:
+            out.append((o, p, first, stop))
+    return out

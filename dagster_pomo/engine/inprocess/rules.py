@@ -416,15 +416,11 @@ def aggregate(
     # A combination of events may match in several versions: at time x it counts once,
     # with the latest expiry among its versions made by x. Its time line is cut into
     # segments, from each version's tau to the next one's (see the Spark plan).
-    combination = [*group, *m.keys]
+    combination = [*group, *m.keys]  # never empty: every atom's event is a key
     made = made.sort_values([*combination, "__at"], kind="stable").reset_index(drop=True)
-    if combination:
-        same = made.groupby(combination, sort=False, dropna=False)
-        made["__mexp"] = same["__mexp"].cummax()
-        after = same["__at"].shift(-1, fill_value=NEVER)
-    else:
-        made["__mexp"] = made["__mexp"].cummax()
-        after = made["__at"].shift(-1, fill_value=NEVER)
+    same = made.groupby(combination, sort=False, dropna=False)
+    made["__mexp"] = same["__mexp"].cummax()
+    after = same["__at"].shift(-1, fill_value=NEVER)
     until = np.minimum(after.to_numpy(dtype=np.int64), made["__mexp"].to_numpy())
     made["__until"] = until
     at = made["__at"].to_numpy()

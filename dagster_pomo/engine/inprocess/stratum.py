@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dagster_pomo.engine.constants import clocks
+from dagster_pomo.engine.constants import tick_ranges
 from dagster_pomo.engine.inprocess import rules as R
 from dagster_pomo.engine.schema import Schema
-from dagster_pomo.engine.timeline import NEVER, first_tick
+from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.lang import Program, Stratum
 
 
@@ -35,13 +35,9 @@ def supported(program: Program, stratum: Stratum, schemas: Mapping[str, Schema])
 
 def ticks(program: Program, schema: Schema, clock_start: int, start: int, end: int) -> pd.DataFrame:
     """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start)."""
-    begin = max(start, clock_start)
     offset_col, period_col = schema.columns
     parts = []
-    for o, p in sorted(clocks(program)):
-        first, stop = first_tick(o, p, begin), -((o - end) // p)
-        if stop <= first:
-            continue
+    for o, p, first, stop in tick_ranges(program, clock_start, start, end):
         t = o + np.arange(first, stop, dtype=np.int64) * p
         parts.append(
             pd.DataFrame(

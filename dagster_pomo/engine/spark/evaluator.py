@@ -34,7 +34,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dagster_pomo.engine.constants import clocks
+from dagster_pomo.engine.constants import clocks, tick_ranges
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.inprocess import stratum as local
 from dagster_pomo.engine.rows import Row
@@ -48,7 +48,7 @@ from dagster_pomo.engine.spark.lookups import remember_lookups
 from dagster_pomo.engine.spark.session import is_connect
 from dagster_pomo.engine.spark.spans import Span
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.timeline import NEVER, Epoch, epoch_key, first_tick
+from dagster_pomo.engine.timeline import NEVER, Epoch, epoch_key
 from dagster_pomo.lang import Program, Stratum, ast
 from dagster_pomo.lang.check import CLOCK
 
@@ -243,14 +243,9 @@ class SparkEvaluator:
         Spark generates them from a range (no rows cross from Python), and knows how few they
         are, so joins broadcast them. A range of up to ``TICKS_ALONE`` ticks is one partition:
         broadcasting it is one task, not one for each of the session's default partitions."""
-        begin = max(start, self.clock_start)
         offset_col, period_col = self.schemas[CLOCK].columns
         parts = []
-        for o, p in sorted(clocks(self.program)):
-            first = first_tick(o, p, begin)
-            stop = -((o - end) // p)  # ticks before `end`: k < ceil((end - o) / p)
-            if stop <= first:
-                continue
+        for o, p, first, stop in tick_ranges(self.program, self.clock_start, start, end):
             t = (F.lit(o) + F.col("id") * F.lit(p)).cast("long")
             slices = 1 if stop - first <= self.TICKS_ALONE else None
             parts.append(
