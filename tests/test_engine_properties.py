@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_pomo.engine.run import event_json, run
+from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.lang import compile_corpus
 from tests.compare import in_process
@@ -65,7 +66,9 @@ def outcome(
 ) -> dict[str, list[dict]]:
     program = compile_corpus(case.corpus, "generated.pomo")
     path = _events_file(case, tmp)
-    result = run(program, path, epoch, 0, HORIZON_END, engine=engine, one_pass=one_pass)
+    result = run(
+        program, path, epoch, 0, HORIZON_END, engine=engine, one_pass=one_pass, window=ANY_TIME
+    )
     return {
         name: [_normal(event_json(program, name, row)) for row in result.events(name)]
         for name in result.outputs
@@ -127,7 +130,7 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     stored = {}
     for way in ("stepwise", "ranged"):
         evaluator = evaluator_for(
-            program, prepare(program, path, 12, 0, HORIZON_END), str(tmp / way)
+            program, prepare(program, path, 12, 0, HORIZON_END, ANY_TIME), str(tmp / way)
         )
         if way == "stepwise":
             for epoch in evaluator.epochs:

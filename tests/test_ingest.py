@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dagster_pomo.engine.ingest import _coerce_plain, coerce, ingest_files
+from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.rows import Row, digest
 from dagster_pomo.engine.timeline import parse_duration, parse_time, show_duration, show_time
 from dagster_pomo.lang import compile_corpus
@@ -62,7 +63,7 @@ def test_every_line_is_accepted_or_quarantined_with_its_reason(tmp_path: Path) -
     path = tmp_path / "landing.jsonl"
     path.write_text("\n".join(lines) + "\n")
 
-    ingested = ingest_files(program, [path])
+    ingested = ingest_files(program, [path], ANY_TIME)
 
     assert ingested.lines_read == len(GOOD) + len(BAD)
     assert ingested.accepted + len(ingested.quarantined) == ingested.lines_read
@@ -79,7 +80,7 @@ def test_values_are_typed_as_declared(tmp_path: Path) -> None:
     program = compile_corpus(CORPUS, "tanks.pomo")
     path = tmp_path / "landing.jsonl"
     path.write_text("\n".join(GOOD) + "\n")
-    events = ingest_files(program, [path]).events
+    events = ingest_files(program, [path], ANY_TIME).events
     second = events["water_level"][1]
     assert second.args == ("t2", 91.0) and isinstance(second.args[1], float)
     assert second.t == parse_time("2024-01-01T00:00:01Z") == 1_704_067_201_000
@@ -122,25 +123,25 @@ def test_files_known_to_hold_nothing_in_the_span_are_not_read_again(tmp_path: Pa
     new.write_text(line(100) + line(120))
     files = [old, new]
 
-    everything = ingest_span(program, files, {}, None, 1000)
+    everything = ingest_span(program, files, {}, None, 1000, ANY_TIME)
     assert everything.files_read == 2 and everything.lines_read == 5
     assert (everything.landed[str(old)].first, everything.landed[str(old)].last) == (10, 30)
 
-    latest = ingest_span(program, files, everything.landed, 100, 200)
+    latest = ingest_span(program, files, everything.landed, 100, 200, ANY_TIME)
     assert latest.files_read == 1, "the old file holds nothing from time 100 on"
     assert [r.t for r in latest.events["water_level"]] == [100, 120]
     assert latest.lines_read == 5 and latest.files == everything.files
     assert [(Path(q.file).name, q.line) for q in latest.quarantined] == [("a.jsonl", 2)]
-    assert ingest_span(program, files, everything.landed, 20, 50).files_read == 1
-    assert ingest_span(program, files, everything.landed, None, 50).files_read == 1
+    assert ingest_span(program, files, everything.landed, 20, 50, ANY_TIME).files_read == 1
+    assert ingest_span(program, files, everything.landed, None, 50, ANY_TIME).files_read == 1
 
     with open(old, "a", encoding="utf-8") as handle:  # a late event, in an old file
         handle.write(line(150))
-    late = ingest_span(program, files, latest.landed, 100, 200)
+    late = ingest_span(program, files, latest.landed, 100, 200, ANY_TIME)
     assert late.files_read == 2, "a file that changed is read again"
     assert sorted(r.t for r in late.events["water_level"]) == [10, 30, 100, 120, 150]
     assert late.landed[str(old)].last == 150 and late.lines_read == 6
-    assert ingest_span(program, files, late.landed, 100, 200).files_read == 2
+    assert ingest_span(program, files, late.landed, 100, 200, ANY_TIME).files_read == 2
 
 
 SCALARS = st.one_of(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dagster_pomo.engine import rounds
+from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.run import event_json, prepare, run
 from dagster_pomo.engine.spark.evaluator import evaluator_for
 from dagster_pomo.engine.spark.fixpoint import Recursion
@@ -60,7 +61,7 @@ def expected(events: Path) -> dict[str, list]:
 
 def _outcome(events: Path, engine: str, epoch: int) -> dict[str, list]:
     program = compile_corpus(CORPUS, "graph.pomo")
-    result = run(program, events, epoch, start=0, until=UNTIL, engine=engine)
+    result = run(program, events, epoch, start=0, until=UNTIL, engine=engine, window=ANY_TIME)
     return {
         name: sorted(json.dumps(event_json(program, name, row)) for row in result.events(name))
         for name in ("path", "sg")
@@ -94,7 +95,7 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
     lines = [{"relation": "edge", "t": 0, "args": [i, (i + 1) % 30]} for i in range(30)]
     events = tmp_path / "cycle.jsonl"
     events.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    prepared = prepare(program, events, 10, 0, 10)
+    prepared = prepare(program, events, 10, 0, 10, ANY_TIME)
 
     def closure(warehouse: str) -> tuple[int, int | None, int]:
         evaluator = evaluator_for(program, prepared, str(tmp_path / warehouse))
@@ -122,7 +123,7 @@ def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkey
     lines = [{"relation": "edge", "t": 0, "args": [i, (i + 1) % 12]} for i in range(12)]
     events = tmp_path / "cycle.jsonl"
     events.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    prepared = prepare(program, events, 10, 0, 10)
+    prepared = prepare(program, events, 10, 0, 10, ANY_TIME)
     warehouse = tmp_path / "wh"
     evaluator = evaluator_for(program, prepared, str(warehouse))  # workers start here
     assert evaluator.evaluate_epoch(evaluator.epochs[0]).strata[-1].rows["path"] == 12 * 12

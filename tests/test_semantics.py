@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dagster_pomo.engine.run import ENGINES, event_json, run
+from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.lang import compile_corpus
 from tests.compare import in_process
 
@@ -42,6 +43,7 @@ def evaluate(
             until,
             engine=engine.replace("in-process", "spark"),
             one_pass=False,
+            window=ANY_TIME,
         )
     assert not result.ingested.quarantined
     return {

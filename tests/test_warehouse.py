@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.run import prepare
 from dagster_pomo.engine.spark.evaluator import epoch_key, evaluator_for
 from dagster_pomo.lang import compile_corpus
@@ -106,14 +107,14 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     until = EPOCH * EPOCHS
 
     stepwise = evaluator_for(
-        program, prepare(program, events_file, EPOCH, 0, until), str(tmp_path / "stepwise")
+        program, prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME), str(tmp_path / "stepwise")
     )
     assert len(stepwise.epochs) == EPOCHS
     for epoch in stepwise.epochs:
         stepwise.evaluate_epoch(epoch)
 
     batch = evaluator_for(
-        program, prepare(program, events_file, until, 0, until), str(tmp_path / "batch")
+        program, prepare(program, events_file, until, 0, until, window=ANY_TIME), str(tmp_path / "batch")
     )
     (only,) = batch.epochs
     batch.evaluate_epoch(only)
@@ -141,7 +142,7 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     # partition, and every epoch's deferred events, as epoch by epoch; a later run of any
     # epoch, or of part of the range, changes nothing.
     ranged = evaluator_for(
-        program, prepare(program, events_file, EPOCH, 0, until), str(tmp_path / "ranged")
+        program, prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME), str(tmp_path / "ranged")
     )
     assert _over_range(ranged, program, ranged.epochs) == len(program.strata)
     assert partitions(tmp_path / "ranged", program, ranged) == before
@@ -178,7 +179,7 @@ def test_pomo_run_takes_a_range_in_few_passes_and_a_short_last_epoch_alone(
     stored = {}
     for way in ("stepwise", "run"):
         evaluator = evaluator_for(
-            program, prepare(program, events_file, EPOCH, 0, until), str(tmp_path / way)
+            program, prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME), str(tmp_path / way)
         )
         if way == "stepwise":
             for epoch in evaluator.epochs:
@@ -213,7 +214,7 @@ def test_a_range_from_the_first_epoch_takes_the_facts_before_it(tmp_path: Path) 
     )
     stored = {}
     for way in ("stepwise", "ranged"):
-        evaluator = evaluator_for(program, prepare(program, path, 3_600_000), str(tmp_path / way))
+        evaluator = evaluator_for(program, prepare(program, path, 3_600_000, window=ANY_TIME), str(tmp_path / way))
         if way == "stepwise":
             for epoch in evaluator.epochs:
                 evaluator.evaluate_epoch(epoch)
@@ -247,7 +248,7 @@ def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_m
     fails with its error, the strata under way finish, and the strata after it never start."""
     program = compile_corpus(CORPUS, "sensors.pomo")
     evaluator = evaluator_for(
-        program, prepare(program, events_file, EPOCH * 10, 0, EPOCH * 20), str(tmp_path / "wh")
+        program, prepare(program, events_file, EPOCH * 10, 0, EPOCH * 20, window=ANY_TIME), str(tmp_path / "wh")
     )
     assert evaluator.concurrency == 2
     by_relation = {r: s for s in program.strata for r in s.relations}
@@ -315,7 +316,7 @@ def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quara
     mounted = tmp_path / "mounted"
     mounted.mkdir()
     cluster = f"pomo{abs(hash(str(tmp_path)))}"
-    prepared = prepare(program, events_file, EPOCH * EPOCHS // 2, 0, EPOCH * EPOCHS)
+    prepared = prepare(program, events_file, EPOCH * EPOCHS // 2, 0, EPOCH * EPOCHS, window=ANY_TIME)
 
     local = evaluator_for(program, prepared, str(tmp_path / "local"))
     conf = local.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
@@ -407,7 +408,7 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
     it in an epoch, go to Spark's writer, deferred events too. The warehouse holds the same
     rows in the same folders either way."""
     program = compile_corpus(CORPUS, "sensors.pomo")
-    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS)
+    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     ours = evaluator_for(program, prepared, str(tmp_path / "ours"))
     mixed = evaluator_for(program, prepared, str(tmp_path / "mixed"), ours.spark)
     ours.IN_PROCESS_INPUTS = mixed.IN_PROCESS_INPUTS = 0  # Spark's plans, whoever writes
@@ -477,7 +478,7 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
     from dagster_pomo.engine.spark.evaluator import INTERPRETED
 
     program = compile_corpus(FLAT, "flat.pomo")
-    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS)
+    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     interpreted = evaluator_for(program, prepared, str(tmp_path / "interpreted"))
     spark = interpreted.spark
     compiled = evaluator_for(program, prepared, str(tmp_path / "compiled"), spark)
@@ -531,7 +532,7 @@ def test_small_epochs_worked_out_in_this_process_hold_what_spark_holds(
     Spark job; the warehouse then holds what Spark's plans store, folder by folder,
     deferred events too. A recursive stratum still runs on Spark, between them."""
     program = compile_corpus(corpus, "sensors.pomo")
-    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS)
+    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     here = evaluator_for(program, prepared, str(tmp_path / "here"))
     spark = evaluator_for(program, prepared, str(tmp_path / "spark"), here.spark)
     spark.IN_PROCESS_INPUTS = 0
@@ -562,7 +563,7 @@ def test_a_join_too_large_for_this_process_goes_to_spark(tmp_path: Path, events_
     from dagster_pomo.engine.inprocess import rules as local_rules
 
     program = compile_corpus(FLAT, "flat.pomo")
-    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS)
+    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     here = evaluator_for(program, prepared, str(tmp_path / "here"))
     spark = evaluator_for(program, prepared, str(tmp_path / "spark"), here.spark)
     spark.IN_PROCESS_INPUTS = 0

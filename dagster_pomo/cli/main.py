@@ -1,25 +1,28 @@
 """Entry point of the ``pomo`` command.
 
 Exit codes: 0 success, 1 a corpus or input error (reported on stderr as
-``FILE:LINE:COL: message`` with a caret), 2 a usage error.
+``FILE:LINE:COL: message`` with a caret), 2 a usage error, 3 an internal error (a bug:
+one line on stderr, the traceback in a file it names).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster_pomo import __version__
+from dagster_pomo.engine.lines import printable
 from dagster_pomo.errors import PomoError, UsageError
 from dagster_pomo.lang import CorpusError, Program, load_program
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.run import EpochPlan
 
-EXIT_OK, EXIT_CORPUS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_CORPUS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class _Usage(Exception):
@@ -86,6 +89,7 @@ def cmd_strata(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from dagster_pomo.engine.lines import parse_window
     from dagster_pomo.engine.reference import EvaluationError
     from dagster_pomo.engine.run import format_tables, run, write_outputs
     from dagster_pomo.engine.timeline import parse_duration, parse_time
@@ -95,6 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         size = parse_duration(args.epoch)
         start = _time_option("--start", args.start, parse_time)
         until = _time_option("--until", args.until, parse_time)
+        window = _time_option("--times", args.times, parse_window)
     except UsageError as exc:
         raise _Usage(str(exc)) from None
     if start is not None and until is not None and until <= start:
@@ -114,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             where = settings.remote or spark.sparkContext.master
             confs = ", ".join(f"{k}={spark.conf.get(k)}" for k in settings.conf)
             print(f"spark: {where}" + (f" ({confs})" if confs else ""), file=sys.stderr)
-        result = run(program, args.events, size, start, until, engine=args.engine)
+        result = run(program, args.events, size, start, until, engine=args.engine, window=window)
     except (EvaluationError, PomoError) as exc:
         print(f"{path}: {exc}", file=sys.stderr)
         return EXIT_CORPUS
@@ -273,6 +278,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="produce exactly the events known before TIME; default: the end of "
         "the epoch holding the last event",
     )
+    from dagster_pomo.engine.lines import DEFAULT_TIMES
+
+    run.add_argument(
+        "--times",
+        default=str(DEFAULT_TIMES),
+        metavar="FROM..UNTIL",
+        help="the times input events may have (ISO-8601 or ms; `any` for no bound); events "
+        f"outside are quarantined (default {DEFAULT_TIMES}: catches times in seconds and "
+        "sentinels such as year 9999)",
+    )
     run.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
     run.add_argument("--out", metavar="DIR", help="write JSON Lines files here")
     run.add_argument(
@@ -358,6 +373,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(EXIT_USAGE, f"pomo: error: {exc}\n")
     except BrokenPipeError:  # e.g. `pomo strata x | head`
         return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every other error is ours: say so, keep the trace
+        return _internal_error(args, exc)
+
+
+def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
+    """One line saying this is a bug, the traceback in a file (or on stderr with
+    ``POMO_TRACEBACK=1``): a script can tell it from a corpus error by the exit code."""
+    import tempfile
+    import traceback
+
+    trace = "".join(traceback.format_exception(exc))
+    if os.environ.get("POMO_TRACEBACK") == "1":
+        sys.stderr.write(trace)
+        where = "above"
+    else:
+        fd, where = tempfile.mkstemp(prefix="pomo-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(f"pomo {__version__}: {' '.join(sys.argv)}\n{trace}")
+    summary = printable(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+    print(
+        f"pomo: internal error in `pomo {args.command}` ({summary}); this is a bug in "
+        f"dagster-pomo, please report it with the traceback {where}",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

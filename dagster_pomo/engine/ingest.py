@@ -17,6 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from dagster_pomo.engine.constants import constant_values
+from dagster_pomo.engine.lines import (
+    DEFAULT_TIMES,
+    INT_MAX,
+    INT_MIN,
+    NOT_UTF8,
+    BadLine,
+    TimeWindow,
+    decode,
+    event_time,
+    printable,
+    read_lines,
+    text_value,
+)
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.timeline import NEVER, parse_time
 from dagster_pomo.engine.values import Undefined, Value, evaluate
@@ -139,12 +152,17 @@ def coerce(value: Any, typ: str) -> Value:
     """``value`` as a value of column type ``typ``, or ``ValueError`` saying why not."""
     kind = _kind(value)
     if typ == "time":
-        return parse_time(value)
+        t = parse_time(value)
+        if not INT_MIN <= t <= INT_MAX:
+            raise ValueError(f"time {t} does not fit a 64-bit integer of milliseconds")
+        return t
     if typ == "float" and kind in ("int", "float"):
         return float(value)
+    if typ == "int" and kind == "int" and not INT_MIN <= value <= INT_MAX:
+        raise ValueError(f"got {value}, which does not fit a 64-bit integer")
     if typ == kind:
         # Events repeat a few names (tanks, users) millions of times: one copy of each.
-        return sys.intern(value) if kind == "str" else value
+        return sys.intern(text_value(value)) if kind == "str" else value
     shown = json.dumps(value)
     raise ValueError(f"got {shown}, {KIND_NAMES[kind]}" if kind else f"got {shown}")
 
@@ -196,38 +214,25 @@ def _column_types(
 # --------------------------------------------------------------------------- landing files
 
 
-def _not_a_number(name: str) -> Any:
-    """Python reads ``NaN`` and ``Infinity``, JSON has neither: such a value would compare
-    with no other, so no average, least or greatest over it would mean anything."""
-    raise ValueError(f"{name} is not a JSON number: send a finite number")
-
-
 INPUTS_SHOWN = 6  # input relations a quarantine reason names, at most
-_DECODER = json.JSONDecoder(parse_constant=_not_a_number)  # one for all lines: making one is dear
+NAME_SHOWN = 60  # characters of an unknown relation's name a reason repeats
 
 
-def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...], int]:
-    """Relation, raw args and time of one line, or ``ValueError`` with the reason."""
-    try:
-        obj = _DECODER.decode(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
-    if not isinstance(obj, dict):
-        raise ValueError("an event must be a JSON object")
+def _parse_line(
+    program: Program, text: str, window: TimeWindow
+) -> tuple[Relation, tuple[Any, ...], int]:
+    """Relation, raw args and time of one line, or ``BadLine`` with the reason."""
+    obj = decode(text)
     name = obj.get("relation")
     if not isinstance(name, str):
-        raise ValueError('missing "relation"')
+        raise BadLine('missing "relation"')
     if name not in program.catalog or name == "clock":
-        raise ValueError(f"unknown relation `{name}`; {_inputs_hint(program, name)}")
+        shown = name[:NAME_SHOWN] + ("..." if len(name) > NAME_SHOWN else "")
+        raise BadLine(f"unknown relation `{shown}`; {_inputs_hint(program, name)}")
     rel = program.catalog[name]
     if not rel.is_input:
-        raise ValueError(f"`{name}` is derived by rules; it does not take input events")
-    if "t" not in obj or obj["t"] is None:
-        raise ValueError('missing time "t"')
-    try:
-        t = parse_time(obj["t"])
-    except ValueError as exc:
-        raise ValueError(f"invalid time: {exc}") from None
+        raise BadLine(f"`{name}` is derived by rules; it does not take input events")
+    t = event_time(obj, window)
     raw = obj.get("args", [])
     if isinstance(raw, dict):
         missing = [c for c in rel.columns if c not in raw]
@@ -237,15 +242,15 @@ def _parse_line(program: Program, text: str) -> tuple[Relation, tuple[Any, ...],
             if missing:
                 parts.append("missing " + ", ".join(f"`{c}`" for c in missing))
             if extra:
-                parts.append("unknown " + ", ".join(f"`{c}`" for c in extra))
-            raise ValueError(f"`{name}` has columns {', '.join(rel.columns)}: {'; '.join(parts)}")
+                parts.append("unknown " + ", ".join(f"`{c[:NAME_SHOWN]}`" for c in extra[:3]))
+            raise BadLine(f"`{name}` has columns {', '.join(rel.columns)}: {'; '.join(parts)}")
         args = tuple(raw[c] for c in rel.columns)
     elif isinstance(raw, list):
         if len(raw) != rel.arity:
-            raise ValueError(f"`{name}` takes {rel.arity} arguments, this has {len(raw)}")
+            raise BadLine(f"`{name}` takes {rel.arity} arguments, this has {len(raw)}")
         args = tuple(raw)
     else:
-        raise ValueError('"args" must be an object or a list')
+        raise BadLine('"args" must be an object or a list')
     return rel, args, t
 
 
@@ -272,10 +277,13 @@ def _check_kinds(rel: Relation, args: tuple[Any, ...]) -> None:
             )
 
 
-def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
-    """Read, validate and type every line of ``paths``. A relation whose columns are all
-    declared is typed as its lines are read; the lines of one whose types the data decides
-    wait (with their text, in case they turn out to be bad) until every line is read."""
+def ingest_files(
+    program: Program, paths: Iterable[Path], window: TimeWindow = DEFAULT_TIMES
+) -> Ingested:
+    """Read, validate and type every line of ``paths``; events whose time lies outside
+    ``window`` are quarantined. A relation whose columns are all declared is typed as its
+    lines are read; the lines of one whose types the data decides wait (with their text, in
+    case they turn out to be bad) until every line is read."""
     out = Ingested()
     declared = {
         rel.name: types
@@ -295,25 +303,23 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
         out.files.append(file)
         out.files_read += 1
         signatures[file] = file_signature(path)
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for number, line in enumerate(handle, start=1):
-                text = line.rstrip("\n")
-                if not text.strip():
+        for number, text, shown in read_lines(path):
+            out.lines_read += 1
+            lines[file] += 1
+            try:
+                if text is None:
+                    raise BadLine(NOT_UTF8)
+                rel, args, t = _parse_line(program, text, window)
+                types = declared.get(rel.name)
+                if types is None:
+                    _check_kinds(rel, args)  # before its values count for the types
+                    pending.append((file, number, text, rel, args, t))
                     continue
-                out.lines_read += 1
-                lines[file] += 1
-                try:
-                    rel, args, t = _parse_line(program, text)
-                    types = declared.get(rel.name)
-                    if types is None:
-                        _check_kinds(rel, args)  # before its values count for the types
-                        pending.append((file, number, text, rel, args, t))
-                        continue
-                    values = _coerce_args(rel, args, types)
-                except ValueError as exc:
-                    out.quarantined.append(Quarantined(file, number, str(exc), text))
-                    continue
-                accept(file, rel, values, t)
+                values = _coerce_args(rel, args, types)
+            except ValueError as exc:
+                out.quarantined.append(_quarantined(file, number, str(exc), shown))
+                continue
+            accept(file, rel, values, t)
     by_rel: dict[str, list[tuple[Any, ...]]] = {}
     for *_, rel, args, _t in pending:
         by_rel.setdefault(rel.name, []).append(args)
@@ -326,7 +332,7 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
         try:
             values = _coerce_args(rel, args, types[rel.name])
         except ValueError as exc:
-            out.quarantined.append(Quarantined(file, number, str(exc), text))
+            out.quarantined.append(_quarantined(file, number, str(exc), text))
             continue
         accept(file, rel, values, t)
     out.quarantined.sort(key=lambda q: (q.file, q.line))
@@ -339,12 +345,18 @@ def ingest_files(program: Program, paths: Iterable[Path]) -> Ingested:
     return out
 
 
+def _quarantined(file: str, line: int, reason: str, text: str) -> Quarantined:
+    """A bad line as it can be printed and stored (a lone surrogate escaped)."""
+    return Quarantined(file, line, printable(reason), printable(text))
+
+
 def ingest_span(
     program: Program,
     paths: Sequence[Path],
     known: Mapping[str, Landed],
     start: int | None,
     end: int,
+    window: TimeWindow = DEFAULT_TIMES,
 ) -> Ingested:
     """Every accepted event of ``paths`` in ``[start, end)``, and more; the counts and bad
     lines of all of them. A file ``known`` unchanged to hold no event in the span is not read
@@ -356,7 +368,7 @@ def ingest_span(
             fresh.append(path)
         else:
             kept.append((str(path), entry))
-    out = ingest_files(program, fresh)
+    out = ingest_files(program, fresh, window)
     for file, entry in kept:
         out.landed[file] = entry
         out.lines_read += entry.lines
@@ -385,11 +397,13 @@ def _coerce_plain(args: tuple[Any, ...], types: tuple[str, ...]) -> tuple[Value,
     out: list[Value] = []
     for v, typ in zip(args, types, strict=True):
         kind = type(v)  # exact: a bool is no int here
-        if kind is str and typ == "str":
+        if kind is str and typ == "str" and v.isascii():
             out.append(sys.intern(v))
         elif (kind is float or kind is int) and typ == "float":
             out.append(float(v))
-        elif (kind is int and typ == "int") or (kind is bool and typ == "bool"):
+        elif (kind is int and typ == "int" and INT_MIN <= v <= INT_MAX) or (
+            kind is bool and typ == "bool"
+        ):
             out.append(v)
         else:
             return None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
+from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.rows import Row, merge_versions
 from dagster_pomo.engine.schema import Schema, infer_schemas
 from dagster_pomo.engine.timeline import NEVER, Epoch, align_down, epochs
@@ -94,8 +95,10 @@ def prepare(
     size: int,
     start: int | None = None,
     until: int | None = None,
+    window: TimeWindow = DEFAULT_TIMES,
 ) -> Prepared:
-    landed = ingest_files(program, landing_files(events) if events else [])
+    """The events read (times outside ``window`` quarantined), the schemas, the epochs."""
+    landed = ingest_files(program, landing_files(events) if events else [], window)
     times = landed.times  # the run starts at the first landed event, or else the first fact
     ingested = load_inputs(program, landed)
     schemas = infer_schemas(program, ingested.types)
@@ -111,14 +114,15 @@ def run(
     engine: str = "spark",
     warehouse: str | None = None,
     one_pass: bool = True,
+    window: TimeWindow = DEFAULT_TIMES,
 ) -> RunResult:
     """Evaluate every epoch; versions of every derived relation in the result. On Spark a
     range of epochs runs in one pass where that stores the same (see
     `SparkEvaluator.evaluate_range`); ``one_pass=False`` runs it epoch by epoch, as a
-    schedule does."""
+    schedule does. Events whose time lies outside ``window`` are quarantined."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
-    prepared = prepare(program, events, size, start, until)
+    prepared = prepare(program, events, size, start, until, window)
     plan = prepared.plan
     result = RunResult(program, plan, prepared.ingested)
     if not plan.epochs:

@@ -24,6 +24,8 @@ BODY_ARITY = {name: 1 for name in ANNOTATION_ARITY if name != "next"}
 
 def suggest(name: str, choices: Iterable[str]) -> str | None:
     """ "did you mean `x`?" for the choice closest to a misspelt ``name``, if one is close."""
+    if len(name) > 100:  # no misspelling of a name people write; and the comparison is quadratic
+        return None
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.75)
     return f"did you mean `{close[0]}`?" if close else None
 

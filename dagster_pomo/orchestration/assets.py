@@ -153,17 +153,20 @@ class CorpusAssets:
         What each file held is kept beside the warehouse (``_landing.json``), so files known
         unchanged to hold nothing in ``epochs`` are not read again."""
         wh = evaluator.wh
+        window = storage.window()
         try:
             index = json.loads(wh.read_text(LANDING_INDEX) or "{}")
-            known = {file: Landed.from_json(entry) for file, entry in index.items()}
+            # What files held was judged with the accepted times: other times, read again.
+            files = index["files"] if index.get("times") == str(window) else {}
+            known = {file: Landed.from_json(entry) for file, entry in files.items()}
         except (ValueError, KeyError, TypeError, AttributeError):  # unreadable: read all
             known = {}
         start = None if epochs[0] == evaluator.epochs[0] else epochs[0].start
         ingested = ingest_span(
-            self.program, landing_files(storage.landing), known, start, epochs[-1].end
+            self.program, landing_files(storage.landing), known, start, epochs[-1].end, window
         )
-        index = {file: entry.to_json() for file, entry in ingested.landed.items()}
-        wh.write_text(LANDING_INDEX, json.dumps(index, sort_keys=True))
+        files = {file: entry.to_json() for file, entry in ingested.landed.items()}
+        wh.write_text(LANDING_INDEX, json.dumps({"times": str(window), "files": files}))
         for name, rows in corpus_facts(self.program).items():
             ingested.events.setdefault(name, []).extend(rows)
         return ingested

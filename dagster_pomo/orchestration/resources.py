@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, parse_window
 from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
 from dagster_pomo.engine.spark.session import QUICK_JIT, SparkSettings, spark_session
 from dagster_pomo.errors import UsageError
@@ -61,6 +62,18 @@ class PomoStorage(ConfigurableResource):
         description="folder of the action ledgers (SQLite, one per corpus); default: the "
         "warehouse root when it is a local path",
     )
+    times: str = Field(
+        default=str(DEFAULT_TIMES),
+        description="the times input events may have, FROM..UNTIL (ISO-8601 or milliseconds) "
+        "or `any`; an event outside is quarantined (a time in seconds, a sentinel)",
+    )
+
+    def window(self) -> TimeWindow:
+        """The accepted times, or a ``UsageError`` saying how to write them."""
+        try:
+            return parse_window(self.times)
+        except ValueError as exc:
+            raise UsageError(f"PomoStorage.times: {exc}") from None
 
     def local_folder(self, corpus: str) -> Path | None:
         """``corpus``'s folder in the warehouse when the warehouse is a local path."""

@@ -24,21 +24,23 @@ from dagster import (
 )
 
 from dagster_pomo.engine.ingest import file_signature, landing_files
-from dagster_pomo.engine.timeline import parse_time
+from dagster_pomo.engine.lines import TimeWindow, decode, event_time, read_lines
 from dagster_pomo.lang import Program
 from dagster_pomo.orchestration.resources import PomoStorage
 
 
-def event_times(path: Path) -> list[int]:
-    """The times of a landing file's readable events (bad lines are the inputs step's business:
-    it quarantines them)."""
+def event_times(path: Path, window: TimeWindow) -> list[int]:
+    """The times of a landing file's readable events within ``window``. Bad lines are the
+    inputs step's business (it quarantines them): whatever the file holds, this never
+    raises on it, so the sensor's cursor moves on."""
     times = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            try:
-                times.append(parse_time(json.loads(line)["t"]))
-            except (ValueError, KeyError, TypeError):
-                continue
+    for _, text, _ in read_lines(path):
+        if text is None:
+            continue
+        try:
+            times.append(event_time(decode(text), window))
+        except ValueError:
+            continue
     return times
 
 
@@ -74,9 +76,15 @@ def landing_sensor(
         if not fresh:
             return SkipReason("no new or changed landing files")
         touched: set[str] = set()
+        window = storage.window()
         for path in fresh:
-            touched |= partitions_for(partitions_def, event_times(path))
-            seen[path.name] = file_signature(path)
+            try:
+                signature = file_signature(path)
+                touched |= partitions_for(partitions_def, event_times(path, window))
+            except OSError as exc:  # removed or unreadable since it was listed: next tick
+                context.log.warning(f"{path.name}: {exc}")
+                continue
+            seen[path.name] = signature
         done = context.instance.get_materialized_partitions(input_key)
         late = sorted(k for k in touched if k in done)
         if late:  # a late file: its epochs and every later materialized epoch go stale

@@ -25,6 +25,7 @@ from dagster_pomo.engine import rounds
 from dagster_pomo.engine.linear import linear_plan
 from dagster_pomo.engine.partitioning import stable_argument
 from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark.estimates import bounded
 from dagster_pomo.engine.spark.session import is_connect
 from dagster_pomo.engine.timeline import Epoch, epoch_key
 from dagster_pomo.lang import Stratum, ast
@@ -222,7 +223,7 @@ class Recursion:
             # The tasks' files, in memory again (files without ``__new`` hold no waiting row).
             read = self.ev.spark.read.schema(struct).parquet(staging)
             out = read.withColumn(rounds.NEW, F.coalesce(F.col(rounds.NEW), F.lit(False)))
-            out = out.localCheckpoint(eager=True)
+            out = bounded(out.localCheckpoint(eager=True))
             self.ev.wh.discard(staging)
         stored = out.select(*R.row_columns(self.ev.schemas[name]))
         if not pending:
@@ -256,12 +257,12 @@ class Recursion:
             stored = rows.localCheckpoint(eager=True)
             return stored, stored.agg(*metrics).first().asDict()
         seen = Observation(name)
-        stored = rows.observe(seen, *metrics).localCheckpoint(eager=True)
+        stored = bounded(rows.observe(seen, *metrics).localCheckpoint(eager=True))
         return stored, dict(seen.get)
 
     def _piece(self, name: str, rows: DataFrame) -> DataFrame:
         """``rows`` stored (one Spark job) laid out as :meth:`_laid_out` says."""
-        return self._laid_out(name, rows).localCheckpoint(eager=True)
+        return bounded(self._laid_out(name, rows).localCheckpoint(eager=True))
 
     def _counted_piece(self, name: str, rows: DataFrame) -> tuple[DataFrame, int]:
         """:meth:`_piece`, and how many rows it holds."""

@@ -1,0 +1,177 @@
+"""Landing files as numbered lines, and one line as a JSON event, strictly.
+
+Whatever a file holds, reading it never raises: a line that cannot be an event raises
+:class:`BadLine` with the reason, and the caller quarantines it. Lines end at ``\\n``
+(a ``\\r`` before it is dropped, one inside a line is part of it); a byte-order mark at
+the start of a file is skipped; text must be UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dagster_pomo.engine.timeline import parse_time, show_time
+
+KEYS = ("relation", "t", "args")  # what an event line may hold
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # an `int` column holds 64-bit integers
+NUMBER_DIGITS = 30  # digits a number literal may have: more cannot be an int64 or a float
+_BOM = "\ufeff"
+
+
+class BadLine(ValueError):
+    """A line that is not an acceptable event; the message is the quarantine reason."""
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """The times an input event may have, ``[earliest, latest)``. An event outside is
+    quarantined: a time in seconds where milliseconds were meant, or a sentinel such as
+    year 9999, would otherwise stretch a run over hundreds of thousands of epochs."""
+
+    earliest: int
+    latest: int
+
+    def check(self, t: int) -> None:
+        if not self.earliest <= t < self.latest:
+            hint = ""
+            if 0 <= t * 1000 < self.latest and t * 1000 >= self.earliest:
+                hint = " (in seconds? times are milliseconds since 1970)"
+            shown = f"{t} ({show_time(t)})" if abs(t) < 2**63 - 1 else f"{str(t)[:20]}... ms"
+            raise BadLine(
+                f"time {shown} is outside the accepted times "
+                f"{show_time(self.earliest)} to {show_time(self.latest)}{hint}; "
+                "widen them with --times (pomo run) or times= (Dagster) if it is meant"
+            )
+
+    def __str__(self) -> str:
+        return f"{show_time(self.earliest)}..{show_time(self.latest)}"
+
+
+# Times a run can work with at all: t + a lifetime must stay a 64-bit integer.
+ANY_TIME = TimeWindow(-(2**62), 2**62)
+# The default: a time in seconds read as milliseconds lands in January 1970, a sentinel far
+# beyond 2100.
+DEFAULT_TIMES = TimeWindow(parse_time("2000-01-01T00:00:00Z"), parse_time("2100-01-01T00:00:00Z"))
+
+
+def parse_window(text: str) -> TimeWindow:
+    """``FROM..UNTIL`` (ISO-8601 or milliseconds, either side may be empty for "no bound"),
+    or ``any``."""
+    if text.strip() == "any":
+        return ANY_TIME
+    first, sep, last = text.partition("..")
+    if not sep:
+        raise ValueError(f"`{text}` is not FROM..UNTIL (e.g. 2020-01-01..2030-01-01) or `any`")
+    earliest = parse_time(first) if first.strip() else ANY_TIME.earliest
+    latest = parse_time(last) if last.strip() else ANY_TIME.latest
+    if not ANY_TIME.earliest <= earliest < latest <= ANY_TIME.latest:
+        raise ValueError(f"`{text}`: the first time must come before the second, within ±2^62 ms")
+    return TimeWindow(earliest, latest)
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
+    """``(number, text, shown)`` for each non-blank line of ``path``: ``text`` is None when
+    the line is not UTF-8 (``shown`` then escapes the bad bytes, for the quarantine)."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield number, None, raw.decode("utf-8", errors="backslashreplace")
+                continue
+            yield number, text.removeprefix(_BOM) if number == 1 else text, text
+
+
+NOT_UTF8 = "not UTF-8 text (an invalid byte is shown as \\x..): write the file as UTF-8"
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: a repeated key would silently lose a value."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BadLine(f"key `{key}` appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _float(text: str) -> float:
+    if len(text) > NUMBER_DIGITS + 10:
+        raise BadLine(f"number `{text[:20]}...` has too many digits")
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadLine(f"number `{text}` is too large for a 64-bit float")
+    return value
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > NUMBER_DIGITS:
+        raise BadLine(f"number `{text[:20]}...` has {len(text.lstrip('-'))} digits: too large")
+    return int(text)
+
+
+def _constant(name: str) -> Any:
+    raise BadLine(f"{name} is not a JSON number: send a finite number")
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_float=_float, parse_int=_int, parse_constant=_constant
+)
+
+
+def decode(text: str) -> dict[str, Any]:
+    """The line as a JSON object with only the keys an event has, or :class:`BadLine`."""
+    try:
+        obj = _DECODER.decode(text)
+    except BadLine:
+        raise
+    except json.JSONDecodeError as exc:
+        raise BadLine(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        msg = "JSON nested too deeply: an event's values are numbers, strings or booleans"
+        raise BadLine(msg) from None
+    if not isinstance(obj, dict):
+        raise BadLine("an event must be a JSON object")
+    extra = [k for k in obj if k not in KEYS]
+    if extra:
+        shown = ", ".join(f"`{k[:40]}`" for k in extra[:3])
+        raise BadLine(f"unknown key {shown}: an event has only relation, t and args")
+    return obj
+
+
+def printable(text: str) -> str:
+    """``text`` with any lone surrogate escaped, so it can be printed and written as UTF-8."""
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
+def text_value(value: str) -> str:
+    """``value`` if it can be stored as UTF-8; a lone surrogate (``"\\ud800"``) cannot."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = json.dumps(value)[:40]
+        raise BadLine(f"text {shown} holds a lone surrogate: not Unicode text") from None
+    return value
+
+
+def event_time(obj: dict[str, Any], window: TimeWindow) -> int:
+    """The event's time, checked against ``window``."""
+    raw = obj.get("t")
+    if raw is None:
+        raise BadLine('missing time "t"')
+    try:
+        t = parse_time(raw)
+    except (ValueError, OverflowError) as exc:
+        raise BadLine(f"invalid time: {exc}") from None
+    window.check(t)
+    return t
