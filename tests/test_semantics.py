@@ -330,3 +330,16 @@ def test_rules_check_warns_about_match_nothing_on_any_engine(tmp_path, engine) -
     out = evaluate(tmp_path, corpus, events, 1000, engine)
     assert out["quoted"] == out["opened"] == out["named"] == out["late"] == []
     assert out["fine"] == [ev(["a", "31.0"], 10, 300_010)]
+
+
+def test_an_undefined_constant_definition_matches_nothing(tmp_path, engine, epoch) -> None:
+    """`where b = 1 / 0` depends on no event and is undefined: the rule matches nothing (as
+    an undefined value of any match drops it), on every engine; nothing crashes."""
+    corpus = """r(x, b) := a(x) where b = 1 / 0;
+    s(x, d) := a(x) where c = 2 * 3, d = c % 0;
+    u(x, c) := a(x) where c = 2 * 3;
+    q(x) := a(x) ^ !r(x, _);"""
+    out = evaluate(tmp_path, corpus, [("a", 0, [1]), ("a", 4, [2])], epoch, engine)
+    assert out["r"] == [] and out["s"] == []
+    assert out["u"] == [ev([1, 6], 0), ev([2, 6], 4)]
+    assert out["q"] == [ev([1], 0), ev([2], 4)]

@@ -107,14 +107,18 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     until = EPOCH * EPOCHS
 
     stepwise = evaluator_for(
-        program, prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME), str(tmp_path / "stepwise")
+        program,
+        prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
+        str(tmp_path / "stepwise"),
     )
     assert len(stepwise.epochs) == EPOCHS
     for epoch in stepwise.epochs:
         stepwise.evaluate_epoch(epoch)
 
     batch = evaluator_for(
-        program, prepare(program, events_file, until, 0, until, window=ANY_TIME), str(tmp_path / "batch")
+        program,
+        prepare(program, events_file, until, 0, until, window=ANY_TIME),
+        str(tmp_path / "batch"),
     )
     (only,) = batch.epochs
     batch.evaluate_epoch(only)
@@ -142,7 +146,9 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     # partition, and every epoch's deferred events, as epoch by epoch; a later run of any
     # epoch, or of part of the range, changes nothing.
     ranged = evaluator_for(
-        program, prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME), str(tmp_path / "ranged")
+        program,
+        prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
+        str(tmp_path / "ranged"),
     )
     assert _over_range(ranged, program, ranged.epochs) == len(program.strata)
     assert partitions(tmp_path / "ranged", program, ranged) == before
@@ -179,7 +185,9 @@ def test_pomo_run_takes_a_range_in_few_passes_and_a_short_last_epoch_alone(
     stored = {}
     for way in ("stepwise", "run"):
         evaluator = evaluator_for(
-            program, prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME), str(tmp_path / way)
+            program,
+            prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
+            str(tmp_path / way),
         )
         if way == "stepwise":
             for epoch in evaluator.epochs:
@@ -214,7 +222,9 @@ def test_a_range_from_the_first_epoch_takes_the_facts_before_it(tmp_path: Path) 
     )
     stored = {}
     for way in ("stepwise", "ranged"):
-        evaluator = evaluator_for(program, prepare(program, path, 3_600_000, window=ANY_TIME), str(tmp_path / way))
+        evaluator = evaluator_for(
+            program, prepare(program, path, 3_600_000, window=ANY_TIME), str(tmp_path / way)
+        )
         if way == "stepwise":
             for epoch in evaluator.epochs:
                 evaluator.evaluate_epoch(epoch)
@@ -248,7 +258,9 @@ def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_m
     fails with its error, the strata under way finish, and the strata after it never start."""
     program = compile_corpus(CORPUS, "sensors.pomo")
     evaluator = evaluator_for(
-        program, prepare(program, events_file, EPOCH * 10, 0, EPOCH * 20, window=ANY_TIME), str(tmp_path / "wh")
+        program,
+        prepare(program, events_file, EPOCH * 10, 0, EPOCH * 20, window=ANY_TIME),
+        str(tmp_path / "wh"),
     )
     assert evaluator.concurrency == 2
     by_relation = {r: s for s in program.strata for r in s.relations}
@@ -316,7 +328,9 @@ def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quara
     mounted = tmp_path / "mounted"
     mounted.mkdir()
     cluster = f"pomo{abs(hash(str(tmp_path)))}"
-    prepared = prepare(program, events_file, EPOCH * EPOCHS // 2, 0, EPOCH * EPOCHS, window=ANY_TIME)
+    prepared = prepare(
+        program, events_file, EPOCH * EPOCHS // 2, 0, EPOCH * EPOCHS, window=ANY_TIME
+    )
 
     local = evaluator_for(program, prepared, str(tmp_path / "local"))
     conf = local.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ from dagster_pomo import __version__
 from dagster_pomo.engine.lines import printable
 from dagster_pomo.errors import PomoError, UsageError
 from dagster_pomo.lang import CorpusError, Program, load_program
+from dagster_pomo.lang.errors import render_all
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.run import EpochPlan
@@ -54,8 +55,8 @@ def _load(path: Path) -> Program | None:
         n = len(exc.errors)
         print(f"{path}: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
         return None
-    for warning in program.warnings:
-        print(warning.render(program.source), file=sys.stderr)
+    if program.warnings:
+        print(render_all(program.source, program.warnings), file=sys.stderr)
     return program
 
 
@@ -104,6 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise _Usage(str(exc)) from None
     if start is not None and until is not None and until <= start:
         raise _Usage(f"--until {args.until} is not after --start {args.start}: no epoch to run")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise _Usage(f"--out {args.out} is a file; name a folder to write the results in")
     if not Path(args.events).exists():
         print(f"pomo: error: {args.events}: no such file or folder of events", file=sys.stderr)
         return EXIT_CORPUS
@@ -393,7 +396,7 @@ def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
         fd, where = tempfile.mkstemp(prefix="pomo-traceback-", suffix=".txt")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(f"pomo {__version__}: {' '.join(sys.argv)}\n{trace}")
-    summary = printable(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+    summary = printable((f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:200])
     print(
         f"pomo: internal error in `pomo {args.command}` ({summary}); this is a bug in "
         f"dagster-pomo, please report it with the traceback {where}",

@@ -7,18 +7,23 @@ worked out once, here.
 from __future__ import annotations
 
 from dagster_pomo.engine.timeline import first_tick
-from dagster_pomo.engine.values import Value, evaluate
+from dagster_pomo.engine.values import Undefined, Value, evaluate
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
 
 
 def constant_values(rule: ast.Rule) -> dict[str, Value]:
-    """The rule's ``where`` definitions that depend on no event, evaluated."""
+    """The rule's ``where`` definitions that depend on no event, evaluated. One that is
+    undefined (``1 / 0``) is left out, with those that use it: each match then works it out
+    as any definition, finds it undefined, and is dropped, as docs/semantics.md says."""
     b = binding_of(rule)
     env: dict[str, Value] = {}
     for d in b.def_order:
         if d.var.name in b.constant_defs:
-            env[d.var.name] = evaluate(d.expr, env)
+            try:
+                env[d.var.name] = evaluate(d.expr, env)
+            except Undefined:
+                continue
     return env
 
 

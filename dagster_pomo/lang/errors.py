@@ -45,6 +45,24 @@ def sort_diagnostics(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
     return sorted(diagnostics, key=lambda d: (d.span.start, d.span.end, d.message))
 
 
+SHOWN = 100  # diagnostics rendered at once: the first ones, then how many more
+
+
+def render_all(source: Source, diagnostics: Sequence[Diagnostic], limit: int = SHOWN) -> str:
+    """The first ``limit`` diagnostics rendered, then a line counting the rest: a corpus
+    with a hundred thousand errors still prints a page."""
+    shown = [d.render(source) for d in diagnostics[:limit]]
+    rest = len(diagnostics) - limit
+    if rest > 0:
+        kinds = (
+            "errors and warnings"
+            if len({d.severity for d in diagnostics}) > 1
+            else ("warnings" if diagnostics[0].severity is Severity.WARNING else "errors")
+        )
+        shown.append(f"{source.name}: ... and {rest:,} more {kinds} not shown")
+    return "\n".join(shown)
+
+
 class CorpusError(PomoError):
     """A rule corpus has one or more errors; ``diagnostics`` lists all of them."""
 
@@ -58,7 +76,8 @@ class CorpusError(PomoError):
         return [d for d in self.diagnostics if d.severity is Severity.ERROR]
 
     def render(self) -> str:
-        return "\n".join(d.render(self.source) for d in self.diagnostics)
+        """The first :data:`SHOWN` diagnostics, and how many more there are."""
+        return render_all(self.source, self.diagnostics)
 
 
 class PomoSyntaxError(CorpusError):

@@ -15,7 +15,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from lark import Lark, Token, Transformer, UnexpectedInput, v_args
+from lark import Lark, Token, Transformer, Tree, UnexpectedInput, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
 
 from dagster_pomo.lang import ast
@@ -23,6 +23,8 @@ from dagster_pomo.lang.errors import Diagnostic, PomoSyntaxError
 from dagster_pomo.lang.source import Source, Span
 
 INT64_MAX = 2**63 - 1
+MAX_DEPTH = 100  # levels of a statement's syntax tree (expressions nested in parentheses...)
+MAX_BODY = 100  # atoms in one rule's body
 KEYWORDS = frozenset({"if", "where", "true", "false"})
 DURATION_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -119,12 +121,42 @@ def _parse_statement(source: Source, start: int, end: int) -> ast.Statement:
         tree = _lark().parse(chunk)
     except UnexpectedInput as exc:
         raise _Failure(_syntax_diagnostic(source, start, chunk, exc)) from None
+    too_large = _too_large(source, start, tree)
+    if too_large is not None:
+        raise _Failure(too_large)
     try:
         return _ToAst(source, start).transform(tree)
     except VisitError as exc:
         if isinstance(exc.orig_exc, _Failure):
             raise exc.orig_exc from None
         raise
+
+
+def _too_large(source: Source, base: int, tree: Tree[Token]) -> Diagnostic | None:
+    """A statement nested deeper than :data:`MAX_DEPTH` or with a body of more than
+    :data:`MAX_BODY` atoms, located; every pass after the parser walks the tree recursively,
+    and a join of that many atoms is no rule anyone means. Walked without recursion."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        meta = node.meta
+        where = source.span(base + meta.start_pos, base + meta.end_pos) if not meta.empty else None
+        if depth > MAX_DEPTH and where is not None:
+            return Diagnostic(
+                f"expression nested more than {MAX_DEPTH} levels deep",
+                where,
+                "split it into steps with `where` definitions (`where a = ..., b = a + ...`)",
+            )
+        if node.data == "formula":
+            atoms = sum(1 for c in node.children if isinstance(c, Tree) and c.data != "guard")
+            if atoms > MAX_BODY and where is not None:
+                return Diagnostic(
+                    f"a body of {atoms} atoms; at most {MAX_BODY} are joined in one rule",
+                    where,
+                    "derive intermediate relations from parts of the body and join those",
+                )
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
+    return None
 
 
 # --------------------------------------------------------------------------- errors
@@ -358,7 +390,7 @@ class _ToAst(Transformer[Token, Any]):
         return ast.Const(self._int(children[0]), "int", self._span(meta))
 
     def float(self, meta: Any, children: list[Token]) -> ast.Const:
-        value = float(children[0])
+        value = float(children[0]) if len(children[0]) <= 400 else float("inf")
         if value in (float("inf"), float("-inf")):
             self._fail("number too large for a float", self._tok_span(children[0]))
         return ast.Const(value, "float", self._span(meta))
@@ -375,6 +407,15 @@ class _ToAst(Transformer[Token, Any]):
                 "invalid escape in string",
                 self._tok_span(tok),
                 'use \\" \\\\ \\n \\t \\r \\b \\f \\/ or \\uXXXX',
+            )
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self._fail(
+                "the string holds a lone surrogate (\\ud800 to \\udfff), which is not text",
+                self._tok_span(tok),
+                "write a character outside the Basic Multilingual Plane as a pair, "
+                "e.g. \\ud83d\\ude00",
             )
         return ast.Const(value, "str", self._span(meta))
 
@@ -404,16 +445,17 @@ class _ToAst(Transformer[Token, Any]):
         return ast.Call(str(children[0]), tuple(children[1:]), self._span(meta))
 
     def _int(self, tok: Token) -> int:
-        value = int(str(tok))
-        if value > INT64_MAX:
+        text = str(tok)
+        if len(text.lstrip("0")) > 19 or int(text) > INT64_MAX:
             self._fail("integer literal does not fit in 64 bits", self._tok_span(tok))
-        return value
+        return int(text)
 
     def _duration(self, tok: Token) -> int:
         text = str(tok)
         digits = text.rstrip("smhd")
         unit = text[len(digits) :]
-        value = int(digits) * DURATION_UNITS[unit]
+        fits = len(digits.lstrip("0")) <= 19
+        value = int(digits) * DURATION_UNITS[unit] if fits else INT64_MAX + 1
         if value > INT64_MAX:
             self._fail("duration does not fit in 64 bits of milliseconds", self._tok_span(tok))
         return value

@@ -6,6 +6,8 @@ import bisect
 from dataclasses import dataclass, field
 from functools import cached_property
 
+EXCERPT = 100  # characters of a source line shown under a diagnostic, at most
+
 
 @dataclass(frozen=True)
 class Span:
@@ -50,7 +52,15 @@ class Source:
         return self.text[span.start : span.end]
 
     def excerpt(self, span: Span) -> list[str]:
-        """The span's first line, indented, and a caret line under the span."""
+        """The span's first line, indented, and a caret line under the span. A line longer
+        than :data:`EXCERPT` characters is cut to that many around the caret."""
         text = self.line_text(span.line).replace("\t", " ")
-        width = max(1, min(span.end - span.start, len(text) - span.column + 1))
-        return [f"    {text}", "    " + " " * (span.column - 1) + "^" * width]
+        column = span.column - 1
+        width = max(1, min(span.end - span.start, len(text) - column))
+        if len(text) > EXCERPT:
+            first = max(0, min(column - EXCERPT // 4, len(text) - EXCERPT))
+            shown = text[first : first + EXCERPT]
+            before, after = ("..." if first else ""), ("..." if first + EXCERPT < len(text) else "")
+            text, column = before + shown + after, column - first + len(before)
+            width = max(1, min(width, len(shown) - (column - len(before))))
+        return [f"    {text}", "    " + " " * column + "^" * width]
