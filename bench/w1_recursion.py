@@ -135,6 +135,7 @@ def _case(
     work: Path,  # noqa: ANN001
 ) -> list[Measurement]:
     """One program on one graph: DuckDB, then dagster-pomo checked against it."""
+    from dagster_pomo.engine.lines import ANY_TIME
     from dagster_pomo.engine.run import prepare
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import spark_session

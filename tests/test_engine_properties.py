@@ -26,8 +26,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.lang import compile_corpus
 from tests.compare import in_process

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from dagster_pomo.engine.run import ENGINES, event_json, run
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.run import ENGINES, event_json, run
 from dagster_pomo.lang import compile_corpus
 from tests.compare import in_process
 

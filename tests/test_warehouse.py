@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.run import prepare
 from dagster_pomo.engine.spark.evaluator import epoch_key, evaluator_for
 from dagster_pomo.lang import compile_corpus
