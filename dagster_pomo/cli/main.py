@@ -55,6 +55,9 @@ def _load(path: Path) -> Program | None:
         n = len(exc.errors)
         print(f"{path}: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
         return None
+    except UsageError as exc:  # e.g. a file name that cannot name a corpus
+        print(f"{path}: {exc}", file=sys.stderr)
+        return None
     if program.warnings:
         print(render_all(program.source, program.warnings), file=sys.stderr)
     return program

@@ -30,6 +30,44 @@ def suggest(name: str, choices: Iterable[str]) -> str | None:
     return f"did you mean `{close[0]}`?" if close else None
 
 
+MAX_NAME = 200  # characters of a relation name: it names folders and files (255 bytes at most)
+
+
+def check_names(corpus: ast.Corpus) -> list[Diagnostic]:
+    """Relation names that cannot name the relation's folder in the warehouse or its file of
+    ``pomo run --out``: names starting with ``_`` are the project's own files there
+    (``_quarantine.jsonl``, ``_staging``, ``_landing.json``), and very long names do not fit
+    a file name. Each name is reported once, where it first appears."""
+    found: list[Diagnostic] = []
+    seen: set[str] = set()
+    atoms = [(d.relation, d.name_span) for d in corpus.decls] + [
+        (a.relation, a.name_span)
+        for rule in corpus.rules
+        for a in (rule.head, *(lit.atom for lit in rule.body))
+    ]
+    for name, span in atoms:
+        if name in seen:
+            continue
+        seen.add(name)
+        if name.startswith("_"):
+            found.append(
+                Diagnostic(
+                    f"relation names starting with `_` are reserved: `{name}`",
+                    span,
+                    f"rename it, e.g. `{name.lstrip('_') or 'r'}`",
+                )
+            )
+        elif len(name) > MAX_NAME:
+            found.append(
+                Diagnostic(
+                    f"a relation name of {len(name)} characters; at most {MAX_NAME}",
+                    span,
+                    "a relation names a folder of the warehouse: shorten it",
+                )
+            )
+    return found
+
+
 def check_rules(corpus: ast.Corpus) -> list[Diagnostic]:
     """Every per-rule problem in ``corpus``."""
     found: list[Diagnostic] = []

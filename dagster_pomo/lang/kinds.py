@@ -119,9 +119,10 @@ def _times(rule: ast.Rule, catalog: Catalog) -> set[str]:
 
 
 def _shown(expr: ast.Expr, kind: str, times: set[str]) -> str:
+    name = KIND_NAMES.get(kind, f"a {kind}")  # an unknown declared type is reported elsewhere
     if not isinstance(expr, ast.Var):
-        return KIND_NAMES[kind]
-    return f"{'a time' if expr.name in times else KIND_NAMES[kind]} (`{expr.name}`)"
+        return name
+    return f"{'a time' if expr.name in times else name} (`{expr.name}`)"
 
 
 def check_kinds(rule: ast.Rule, catalog: Catalog) -> Iterator[Diagnostic]:

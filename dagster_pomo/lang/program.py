@@ -7,12 +7,14 @@ user fixes a file in one round rather than one error at a time.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.catalog import Catalog, build_catalog
-from dagster_pomo.lang.check import check_rules
+from dagster_pomo.lang.check import check_names, check_rules
 from dagster_pomo.lang.errors import (
     CorpusError,
     Diagnostic,
@@ -62,12 +64,29 @@ class Program:
         return "\n".join(([render_decl(decl)] if decl else []) + rules)
 
 
+_CORPUS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def check_corpus_name(name: str) -> None:
+    """A corpus names a folder of the warehouse and Dagster asset keys: letters, digits,
+    ``_``, ``-`` and ``.``, starting with a letter or digit, at most 100 characters (so it
+    is never ``..`` nor a path)."""
+    if not _CORPUS_NAME.fullmatch(name) or ".." in name:
+        raise UsageError(
+            f"`{name[:100]}` cannot name a corpus (its folder in the warehouse, its assets): "
+            "use letters, digits, `_`, `-` and `.`, starting with a letter or digit, at most "
+            "100 characters; rename the file or pass another name"
+        )
+
+
 def compile_corpus(
     text: str | bytes, name: str = "<corpus>", corpus_name: str | None = None
 ) -> Program:
     """Check ``text`` completely; raise :class:`CorpusError` listing every error."""
+    stem = corpus_name or ("corpus" if name.startswith("<") else Path(name).stem)
+    check_corpus_name(stem)
     corpus = parse(text, name)
-    found = list(check_rules(corpus))
+    found = [*check_names(corpus), *check_rules(corpus)]
     catalog, catalog_problems = build_catalog(corpus)
     found += catalog_problems
     found += [d for rule in corpus.rules for d in check_kinds(rule, catalog)]
@@ -77,7 +96,6 @@ def compile_corpus(
         kind = StratificationError if cycle_problems and not errors else CorpusError
         raise kind(corpus.source, errors + cycle_problems)
     warnings = tuple(sort_diagnostics(d for d in found if d.severity is Severity.WARNING))
-    stem = corpus_name or Path(name).stem
     return Program(stem, corpus, catalog, tuple(strata), warnings)
 
 
