@@ -3,26 +3,33 @@
 A corpus names handlers (``pattern ~ handler;`` or ``head ~ handler := ...``);
 Python code registers callables under those names. Each distinct event
 ``(relation, args, t)`` that a handler listens to gets an idempotency key from
-the handler's name and the event. The ledger (SQLite, beside the warehouse)
-records each key as ``started`` before the handler runs and ``done`` after:
+the handler's name and the event. Handlers are called until they succeed, each
+call with the event's stable key; a handler that records the key has
+exactly-once effects. The ledger (SQLite, beside the warehouse) makes it so:
 
-- a ``done`` key is never handed to its handler again (retries, re-runs,
-  backfills, late data re-deriving the event);
-- a key left ``started`` or ``failed`` (a crash or an exception) is retried
-  with the same key, so a handler that de-duplicates by key has its effect
-  exactly once, and no event is left without one.
-
-Keys are marked ``done`` in small batches: a crash loses at most a batch of
-``done`` marks, and those events are handed over again with their old keys.
+- before a handler sees an event, its key is *claimed*: marked ``started`` with
+  an owner (host, process, call) and a lease. Two runs that overlap (a sensor run
+  and a scheduled run) never hand the same event over at the same time: a claim
+  another live owner holds is left to it;
+- each key is marked ``done`` as soon as its handler returns (durably, one
+  transaction per event), and a ``done`` key is never handed over again (retries,
+  re-runs, backfills, late data re-deriving the event);
+- a key left ``started`` or ``failed`` is handed over again, with the same key,
+  once its claim is free: at once when its handler raised or its owner's process
+  on this machine has died, else when the lease ends. A crash therefore repeats
+  at most the call that was in flight.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import sqlite3
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,10 +113,37 @@ CREATE TABLE IF NOT EXISTS actions (
     attempts INTEGER NOT NULL,
     started_at REAL NOT NULL,
     finished_at REAL,
-    error TEXT
+    error TEXT,
+    owner TEXT,
+    lease_until REAL
 );
 CREATE INDEX IF NOT EXISTS actions_by_state ON actions (handler, state);
 """
+LEASE = 600.0  # seconds a claim holds without renewal (renewed while its batch runs)
+HOST = socket.gethostname()
+
+
+def new_owner() -> str:
+    """Who claims: this host, this process and this call (``host:pid:token``)."""
+    return f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def _owner_alive(owner: str | None) -> bool:
+    """Whether ``owner``'s process may still be running: a process of this host that no
+    longer exists is dead; of another host, only its lease can tell."""
+    if not owner:
+        return False
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != HOST or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Ledger:
@@ -122,6 +156,10 @@ class Ledger:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(actions)")}
+        for column, typ in (("owner", "TEXT"), ("lease_until", "REAL")):
+            if column not in columns:  # a ledger written before claims had owners
+                self.db.execute(f"ALTER TABLE actions ADD COLUMN {column} {typ}")
 
     def close(self) -> None:
         self.db.close()
@@ -138,32 +176,85 @@ class Ledger:
             found.update(k for (k,) in rows)
         return found
 
-    def start(self, events: Sequence[ActionEvent]) -> None:
+    def claim(
+        self, events: Sequence[ActionEvent], owner: str, lease: float = LEASE
+    ) -> tuple[list[ActionEvent], int]:
+        """Claim the events whose keys are free (new, ``failed``, or ``started`` by an
+        owner that is dead or whose lease ended), in one transaction; the claimed events,
+        and how many were left to a live owner."""
         now = time.time()
+        claimed: list[ActionEvent] = []
+        held = 0
         with self._transaction():
+            keys = [e.key for e in events]
+            known: dict[str, tuple[str, str | None, float | None]] = {}
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self.db.execute(
+                    f"SELECT key, state, owner, lease_until FROM actions WHERE key IN ({marks})",
+                    chunk,
+                )
+                known.update((k, (st, o, lu)) for k, st, o, lu in rows)
+            for event in events:
+                state, holder, until = known.get(event.key, (None, None, None))
+                if state == "done":
+                    continue
+                if state == "started" and holder != owner and (until or 0) > now:
+                    if _owner_alive(holder):
+                        held += 1
+                        continue
+                claimed.append(event)
             self.db.executemany(
                 "INSERT INTO actions (key, handler, relation, args, t, epoch, state, attempts,"
-                " started_at) VALUES (?, ?, ?, ?, ?, ?, 'started', 1, ?)"
+                " started_at, owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, 'started', 1, ?, ?, ?)"
                 " ON CONFLICT (key) DO UPDATE SET state = 'started',"
-                " attempts = attempts + 1, started_at = excluded.started_at, error = NULL",
+                " attempts = attempts + 1, started_at = excluded.started_at, error = NULL,"
+                " owner = excluded.owner, lease_until = excluded.lease_until",
                 [
-                    (e.key, e.handler, e.relation, json.dumps(dict(e.args)), e.t, e.epoch, now)
-                    for e in events
+                    (
+                        e.key, e.handler, e.relation, json.dumps(dict(e.args)), e.t, e.epoch,
+                        now, owner, now + lease,
+                    )
+                    for e in claimed
                 ],
+            )  # fmt: skip
+        return claimed, held
+
+    def renew(self, keys: Sequence[str], owner: str, lease: float = LEASE) -> None:
+        """Extend ``owner``'s claims on ``keys`` (those not finished yet)."""
+        until = time.time() + lease
+        with self._transaction():
+            self.db.executemany(
+                "UPDATE actions SET lease_until = ? WHERE key = ? AND owner = ?"
+                " AND state = 'started'",
+                [(until, k, owner) for k in keys],
+            )
+
+    def release(self, keys: Sequence[str], owner: str) -> None:
+        """Give up ``owner``'s unfinished claims on ``keys`` (an interrupted call): the next
+        run hands them over at once, rather than when the lease ends."""
+        with self._transaction():
+            self.db.executemany(
+                "UPDATE actions SET lease_until = 0 WHERE key = ? AND owner = ?"
+                " AND state = 'started'",
+                [(k, owner) for k in keys],
             )
 
     def finish(self, keys: Sequence[str]) -> None:
         now = time.time()
         with self._transaction():
             self.db.executemany(
-                "UPDATE actions SET state = 'done', finished_at = ? WHERE key = ?",
+                "UPDATE actions SET state = 'done', finished_at = ?, lease_until = NULL"
+                " WHERE key = ?",
                 [(now, k) for k in keys],
             )
 
     def fail(self, key: str, error: str) -> None:
         with self._transaction():
             self.db.execute(
-                "UPDATE actions SET state = 'failed', error = ? WHERE key = ?", (error, key)
+                "UPDATE actions SET state = 'failed', error = ?, lease_until = NULL WHERE key = ?",
+                (error, key),
             )
 
     def counts(self, handler: str | None = None) -> dict[str, int]:
@@ -197,12 +288,14 @@ class ActionReport:
     handler: str
     ran: int = 0
     skipped: int = 0  # finished before: not handed over again
+    held: int = 0  # claimed by another live run at the time: that run hands them over
     failed: list[tuple[ActionEvent, str]] = field(default_factory=list)
     seconds: float = 0.0
 
     def merge(self, other: ActionReport) -> None:
         self.ran += other.ran
         self.skipped += other.skipped
+        self.held += other.held
         self.failed += other.failed
         self.seconds += other.seconds
 
@@ -217,40 +310,45 @@ def run_actions(
     ledger: Ledger,
     batch: int = 256,
     hook: Hook | None = None,
+    lease: float = LEASE,
 ) -> ActionReport:
-    """Hand every event whose key is not ``done`` to ``handler``, recording each in the
-    ledger. A handler that raises marks its event ``failed`` (retried next time) and the
-    rest still run; the report lists the failures."""
+    """Hand every event whose key is free (see :meth:`Ledger.claim`) to ``handler``,
+    recording each in the ledger as it finishes. A handler that raises marks its event
+    ``failed`` (retried next time) and the rest still run; the report lists the failures.
+    Claims are taken a batch at a time and renewed while the batch runs."""
     began = time.perf_counter()
+    owner = new_owner()
     report: ActionReport | None = None
     for chunk in _chunks(events, batch):
         if report is None:
             report = ActionReport(chunk[0].handler)
-        finished = ledger.done([e.key for e in chunk])
-        todo = [e for e in chunk if e.key not in finished]
-        report.skipped += len(chunk) - len(todo)
-        if not todo:
-            continue
-        ledger.start(todo)
-        ok: list[str] = []
-        for event in todo:
-            if hook:
-                hook("before_effect", event)
+        todo, held = ledger.claim(chunk, owner, lease)
+        report.held += held
+        report.skipped += len(chunk) - len(todo) - held
+        renew_at = time.time() + lease / 2
+        for i, event in enumerate(todo):
             try:
-                handler(event)
-            except Exception as exc:  # noqa: BLE001 - any handler error is the event's failure
-                error = "".join(traceback.format_exception_only(exc)).strip()
-                ledger.fail(event.key, error)
-                report.failed.append((event, error))
-                continue
-            if hook:
-                hook("after_effect", event)
-            ok.append(event.key)
-        ledger.finish(ok)
-        report.ran += len(ok)
-        if hook:
-            for event in todo:
-                hook("after_ledger", event)
+                if time.time() > renew_at:
+                    ledger.renew([e.key for e in todo[i:]], owner, lease)
+                    renew_at = time.time() + lease / 2
+                if hook:
+                    hook("before_effect", event)
+                try:
+                    handler(event)
+                except Exception as exc:  # noqa: BLE001 - any handler error is the event's failure
+                    error = "".join(traceback.format_exception_only(exc)).strip()
+                    ledger.fail(event.key, error)
+                    report.failed.append((event, error))
+                    continue
+                if hook:
+                    hook("after_effect", event)
+                ledger.finish([event.key])
+                report.ran += 1
+                if hook:
+                    hook("after_ledger", event)
+            except BaseException:
+                ledger.release([e.key for e in todo[i:]], owner)
+                raise
     report = report or ActionReport("")
     report.seconds = time.perf_counter() - began
     return report
