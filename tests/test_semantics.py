@@ -343,3 +343,24 @@ def test_an_undefined_constant_definition_matches_nothing(tmp_path, engine, epoc
     assert out["r"] == [] and out["s"] == []
     assert out["u"] == [ev([1, 6], 0), ev([2, 6], 4)]
     assert out["q"] == [ev([1], 0), ev([2], 4)]
+
+
+def test_arithmetic_beyond_64_bits_is_undefined(tmp_path, engine, epoch) -> None:
+    """An integer result beyond 64 bits, or a float one beyond the largest double, is
+    undefined: the match that needs it does not happen, on every engine (the JVM would wrap
+    the integer around, Python would not)."""
+    corpus = """.decl n(x: int, f: float);
+    big(x, y) := n(x, f) where y = x * 4611686018427387904;
+    sum(x, y) := n(x, f) where y = x + 9223372036854775000;
+    far(x, g) := n(x, f) where g = f * f;
+    quotient(x, g) := n(x, f) where g = f / 1e-300;"""
+    events = [("n", 0, [1, 1.0]), ("n", 3, [2, 1e200]), ("n", 5, [-3, -2.0])]
+    out = evaluate(tmp_path, corpus, events, epoch, engine)
+    assert out["big"] == [ev([1, 4611686018427387904], 0)]  # 2 and -3 leave 64 bits
+    assert out["sum"] == [
+        ev([1, 9223372036854775001], 0),
+        ev([2, 9223372036854775002], 3),
+        ev([-3, 9223372036854774997], 5),
+    ]
+    assert out["far"] == [ev([1, 1.0], 0), ev([-3, 4.0], 5)]
+    assert out["quotient"] == [ev([1, 1e300], 0), ev([-3, -2e300], 5)]

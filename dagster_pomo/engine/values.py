@@ -32,19 +32,33 @@ def _int_div(a: int, b: int) -> int:
 
 
 def _arith(op: str, a: Any, b: Any) -> Value:
+    """``a op b``; undefined where the result is no 64-bit integer or finite float."""
     x, y = _number(a), _number(b)
     if op == "+":
-        return x + y
+        return _fits(x + y)
     if op == "-":
-        return x - y
+        return _fits(x - y)
     if op == "*":
-        return x * y
+        return _fits(x * y)
     if y == 0:
         raise Undefined("division by zero")
     if isinstance(x, int) and isinstance(y, int):
         q = _int_div(x, y)
-        return q if op == "/" else x - y * q
-    return x / y if op == "/" else math.fmod(x, y)
+        return _fits(q if op == "/" else x - y * q)
+    try:
+        return _fits(x / y if op == "/" else math.fmod(x, y))
+    except OverflowError:
+        raise Undefined("a float beyond 64 bits") from None
+
+
+def _fits(v: int | float) -> int | float:
+    """``v`` if a 64-bit column holds it: integers overflow, floats become infinite."""
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise Undefined("a float beyond 64 bits")
+    elif not -(2**63) <= v < 2**63:
+        raise Undefined("an integer beyond 64 bits")
+    return v
 
 
 def _kind(v: Any) -> str:

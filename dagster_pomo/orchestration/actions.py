@@ -93,6 +93,7 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
                 context.log.info(
                     f"{epochs[at]}: {report.ran} ran, {report.skipped} done before, "
                     f"{len(report.failed)} failed"
+                    + (f", {report.held} held by another run" if report.held else "")
                 )
                 total.merge(report)
             states = ledger.counts(name)
@@ -112,6 +113,8 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
             metadata={
                 "pomo/actions_ran": total.ran,
                 "pomo/actions_done_before": total.skipped,
+                # Claimed by an overlapping run at the time, which hands them over.
+                "pomo/actions_held": total.held,
                 "pomo/actions_per_second": round(total.ran / total.seconds, 1)
                 if total.seconds and total.ran
                 else 0.0,

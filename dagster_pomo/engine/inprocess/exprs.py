@@ -167,14 +167,30 @@ def binop(op: str, left: Vec, right: Vec) -> Vec:
             return Vec(out, _both(ok, ~zero), "int")
         with np.errstate(over="ignore"):
             out = {"+": np.add, "-": np.subtract, "*": np.multiply}[op](a, b)
-        return Vec(out, ok, "int")
+        return Vec(out, _both(ok, ~_overflowed(op, a, b, out)), "int")
     a, b = to_float(left.values), to_float(right.values)
     with np.errstate(all="ignore"):
         if op in ("/", "%"):
             zero = b == 0
             out = a / b if op == "/" else np.fmod(a, b)
-            return Vec(np.where(zero, 0.0, out), _both(ok, ~zero), "float")
-        return Vec({"+": np.add, "-": np.subtract, "*": np.multiply}[op](a, b), ok, "float")
+            out = np.where(zero, 0.0, out)
+            return Vec(out, _both(ok, ~zero & np.isfinite(out)), "float")
+        out = {"+": np.add, "-": np.subtract, "*": np.multiply}[op](a, b)
+        return Vec(out, _both(ok, np.isfinite(out)), "float")
+
+
+def _overflowed(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Where 64-bit ``a op b`` wrapped around (the Spark plans' try_add and kin: undefined)."""
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    if op == "+":
+        return ((a ^ out) & (b ^ out)) < 0
+    if op == "-":
+        return ((a ^ b) & (a ^ out)) < 0
+    low = np.iinfo(np.int64).min
+    with np.errstate(all="ignore"):
+        nonzero = a != 0
+        back = np.floor_divide(out, np.where(nonzero, a, 1))
+    return (nonzero & (back != b)) | ((a == -1) & (b == low)) | ((b == -1) & (a == low))
 
 
 def _round(x: np.ndarray) -> np.ndarray:

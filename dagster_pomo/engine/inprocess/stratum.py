@@ -23,10 +23,14 @@ from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.lang import Program, Stratum
 
 
-def supported(program: Program, stratum: Stratum, schemas: Mapping[str, Schema]) -> bool:
-    """Whether ``stratum`` can be worked out here: no recursion, no ``@next`` in the corpus
-    (its versions come from Spark plans) and every rule :func:`rules.rule_supported`."""
-    if stratum.recursive or stratum.inductive:
+def supported(
+    program: Program, stratum: Stratum, schemas: Mapping[str, Schema], linear: bool = False
+) -> bool:
+    """Whether ``stratum`` can be worked out here: no ``@next`` in the corpus (its versions
+    come from Spark plans), every rule :func:`rules.rule_supported`, and no recursion that
+    is ``linear`` (Spark tasks take those rounds, see `rounds`; other recursion runs its
+    rounds here)."""
+    if stratum.inductive or (stratum.recursive and linear):
         return False
     if any(r.is_inductive for r in program.corpus.rules):
         return False
@@ -69,10 +73,15 @@ def evaluate(
     life: Mapping[str, int],
     a: int,
     b: int,
-) -> dict[str, pa.Table]:
+    history: Callable[[str], pd.DataFrame] | None = None,
+) -> tuple[dict[str, pa.Table], int]:
     """The versions of each relation of ``stratum`` made for epoch ``[a, b)``: what its
     rules derive from ``state`` (a relation's versions that can take part) merged with
-    ``seeds`` (facts and deferred events), one version per ``(args, t, kt)``."""
+    ``seeds`` (facts and deferred events), one version per ``(args, t, kt)``; and the rounds
+    it took. A recursive stratum reads its own relations' earlier epochs from ``history``."""
+    if stratum.recursive:
+        assert history is not None
+        return _fixpoint(program, stratum, schemas, state, history, seeds, a, b)
     catalog = program.catalog
     out: dict[str, pa.Table] = {}
     for name in stratum.relations:
@@ -97,4 +106,88 @@ def evaluate(
         else:
             rows = empty(schema)
         out[name] = pa.Table.from_pandas(rows, schema=R.arrow_schema(schema), preserve_index=False)
-    return out
+    return out, 1
+
+
+def _fixpoint(
+    program: Program,
+    stratum: Stratum,
+    schemas: Mapping[str, Schema],
+    state: Callable[[str], pd.DataFrame],
+    history: Callable[[str], pd.DataFrame],
+    seeds: Mapping[str, pd.DataFrame | None],
+    a: int,
+    b: int,
+) -> tuple[dict[str, pa.Table], int]:
+    """A recursive stratum run semi-naive to its fixpoint: the first round joins every
+    version, each later one joins only the previous round's new versions with the rest.
+    A version is new when no known version has its ``(args, t, kt)`` and lives as long.
+    Each round costs what its new versions cost, not what the relation holds: a thousand
+    single-version rounds take a fraction of a second."""
+    names = list(stratum.relations)
+    rules = [r for r in stratum.rules if r.body]
+    catalog = program.catalog
+    earlier = {n: history(n) for n in names}
+    known = {n: _versions(schemas[n], [seeds.get(n)]) for n in names}
+
+    def full(name: str) -> pd.DataFrame:
+        if name not in known:
+            return state(name)
+        parts = [p for p in (earlier[name], known[name]) if len(p)]
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else known[name]
+
+    lower = {x.relation: state(x.relation) for r in rules for x in r.negative}
+    delta: dict[str, pd.DataFrame] | None = None
+    rounds = 0
+    while True:
+        rounds += 1
+        made: dict[str, list[pd.DataFrame]] = {n: [] for n in names}
+        for rule in rules:
+            negatives = [lower[x.relation] for x in rule.negative]
+            lifetime = catalog[rule.head.relation].lifetime
+            # Datalog: head := body, once with every version, then once per body atom of
+            # the stratum, that atom reading only the last round's new versions.
+            for i in [None] if delta is None else range(len(rule.positive)):
+                if i is not None and rule.positive[i].relation not in delta:
+                    continue
+                sources = [
+                    delta[x.relation] if j == i and delta is not None else full(x.relation)
+                    for j, x in enumerate(rule.positive)
+                ]
+                made[rule.head.relation].append(
+                    R.derive(rule, sources, negatives, schemas, lifetime, a, b)
+                )
+        delta = {}
+        for n in names:
+            fresh = _uncovered(schemas[n], _versions(schemas[n], made[n]), known[n])
+            if len(fresh):
+                delta[n] = fresh
+                known[n] = _versions(schemas[n], [known[n], fresh])
+                R._check(len(known[n]))
+        if not delta:
+            break
+    out = {
+        n: pa.Table.from_pandas(known[n], schema=R.arrow_schema(schemas[n]), preserve_index=False)
+        for n in names
+    }
+    return out, rounds
+
+
+def _versions(schema: Schema, parts: list[pd.DataFrame | None]) -> pd.DataFrame:
+    """The versions of ``parts``, one per ``(args, t, kt)`` (see `rules.dedupe`)."""
+    frames = [p[R.row_columns(schema)] for p in parts if p is not None and len(p)]
+    if not frames:
+        return empty(schema)
+    return R.dedupe(schema, pd.concat(frames, ignore_index=True))
+
+
+def _uncovered(schema: Schema, made: pd.DataFrame, known: pd.DataFrame) -> pd.DataFrame:
+    """The versions of ``made`` that no version of ``known`` covers: same ``(args, t,
+    kt)``, living at least as long."""
+    if not len(made) or not len(known):
+        return made
+    key = [*schema.columns, "t", "kt"]
+    seen = known[[*key, "exp"]].rename(columns={"exp": "__seen"})
+    both = made.merge(seen, on=key, how="left")
+    covered = both["__seen"].to_numpy(dtype=float, na_value=np.nan) >= both["exp"].to_numpy()
+    return made[~covered].reset_index(drop=True)

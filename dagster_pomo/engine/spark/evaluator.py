@@ -551,7 +551,8 @@ class SparkEvaluator:
         if not self.store.local or self.is_span(epoch):
             return False
         if stratum.index not in self._local_strata:
-            ok = local.supported(self.program, stratum, self.schemas)
+            linear = stratum.recursive and self.recursion.is_linear(stratum)
+            ok = local.supported(self.program, stratum, self.schemas, linear)
             self._local_strata[stratum.index] = ok
         return (
             self._local_strata[stratum.index]
@@ -571,6 +572,13 @@ class SparkEvaluator:
         if name == CLOCK:
             schema = self.schemas[CLOCK]
             return local.ticks(self.program, schema, self.clock_start, epoch.start, epoch.end)
+        history = self._local_history(name, epoch)
+        current = self._table(name, epoch_key(epoch))
+        parts = [p for p in [history, current] if len(p)]
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts or [current])[0]
+
+    def _local_history(self, name: str, epoch: Epoch) -> pd.DataFrame:
+        """The versions of ``name`` from epochs before ``epoch`` still alive in it."""
         reach = self.life.get(name, NEVER)
         keys = [
             epoch_key(e)
@@ -580,10 +588,11 @@ class SparkEvaluator:
         self._read.update((name, k) for k in keys)
         stored = self.wh.stored_keys(name)  # a relation's folder lists few of its epochs
         history = [self._table(name, k) for k in keys if k in stored]
-        history = [h[h["exp"].to_numpy() > epoch.start] for h in history]
-        current = self._table(name, epoch_key(epoch))
-        parts = [p for p in [*history, current] if len(p)]
-        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts or [current])[0]
+        parts = [h[h["exp"].to_numpy() > epoch.start] for h in history]
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return local.empty(self.schemas[name])
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
     def _local_seeds(self, name: str, epoch: Epoch) -> pd.DataFrame | None:
         """`_seeds` in this process: facts and events deferred to ``epoch``."""
@@ -612,7 +621,7 @@ class SparkEvaluator:
         if self._tables_for != _slot(epoch):
             self._tables, self._tables_for = {}, _slot(epoch)
         seeds = {n: self._local_seeds(n, epoch) for n in stratum.relations}
-        made = local.evaluate(
+        made, stats.rounds = local.evaluate(
             self.program,
             stratum,
             self.schemas,
@@ -621,6 +630,7 @@ class SparkEvaluator:
             self.life,
             epoch.lower,
             epoch.end,
+            lambda name: self._local_history(name, epoch),
         )
         key = epoch_key(epoch)
         for name, table in made.items():

@@ -81,14 +81,20 @@ def _binop(expr: ast.BinOp, env: Mapping[str, tuple[str, str]]) -> Typed:
             return F.when(right == 0, F.lit(None).cast("long")).otherwise(quotient), "int"
         if expr.op == "%":
             return F.when(right == 0, F.lit(None).cast("long")).otherwise(left % right), "int"
-        ops = {"+": left + right, "-": left - right, "*": left * right}
-        return ops[expr.op].cast("long"), "int"
+        # Undefined (null) where the result leaves 64 bits, as in the reference.
+        checked = {"+": F.try_add, "-": F.try_subtract, "*": F.try_multiply}[expr.op]
+        return checked(left.cast("long"), right.cast("long")), "int"
     left, right = left.cast("double"), right.cast("double")
     if expr.op in ("/", "%"):
         value = left / right if expr.op == "/" else left % right
-        return F.when(right == 0, F.lit(None).cast("double")).otherwise(value), "float"
+        return _finite(F.when(right == 0, F.lit(None).cast("double")).otherwise(value)), "float"
     ops = {"+": left + right, "-": left - right, "*": left * right}
-    return ops[expr.op], "float"
+    return _finite(ops[expr.op]), "float"
+
+
+def _finite(value: Column) -> Column:
+    """``value``, or null (undefined) where it overflowed to an infinity."""
+    return F.when(F.abs(value) < float("inf"), value)
 
 
 def _call(expr: ast.Call, env: Mapping[str, tuple[str, str]], typ: str | None) -> Typed:

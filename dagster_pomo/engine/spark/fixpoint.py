@@ -76,6 +76,10 @@ class Recursion:
             s.index: linear_plan(s, evaluator.schemas, evaluator.catalog) for s, _ in recursive
         }
 
+    def is_linear(self, stratum: Stratum) -> bool:
+        """Whether ``stratum``'s later rounds can run inside Spark tasks (see `rounds`)."""
+        return self._linear.get(stratum.index) is not None
+
     def evaluate(
         self, stratum: Stratum, epoch: Epoch, seeds: Mapping[str, DataFrame | None]
     ) -> tuple[dict[str, DataFrame], dict[str, int], int]:
