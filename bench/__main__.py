@@ -54,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("workloads", nargs="*", default=["w1", "w2", "w3"])
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (default 3)")
     parser.add_argument("--scale", type=float, default=1.0, help="W1 graph size factor")
-    parser.add_argument("--programs", default="tc,sg", help="W1 programs (tc, sg)")
+    parser.add_argument(
+        "--programs",
+        default="tc,sg",
+        help="W1 programs (tc, sg; nl, the non-linear closure, and counter, a self-join of "
+        "a thousand rounds, run on the chain graph)",
+    )
     parser.add_argument("--graphs", default="", help="W1: only graphs whose name contains these")
     parser.add_argument("--readings", type=int, default=1_000_000, help="W2 readings")
     parser.add_argument("--hours", type=int, default=100, help="W2 hourly epochs")

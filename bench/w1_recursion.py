@@ -31,6 +31,21 @@ SG = """
 sg(x, y) := edge(p, x) ^ edge(p, y) if x != y;
 sg(x, y) := edge(a, x) ^ sg(a, b) ^ edge(b, y);
 """
+# The closure again, non-linear: each round joins the relation with itself (rounds grow
+# with the log of the longest path, each joining far more rows).
+NL = """
+.decl edge(a: int, b: int);
+.decl path(a: int, b: int);
+path(a, b) := edge(a, b);
+path(a, c) := path(a, b) ^ path(b, c);
+"""
+# A counter whose rule joins its relation with itself on no shared variable: one new row a
+# round, a thousand rounds (the graph is not read).
+COUNTER = """
+.decl c(a: int, b: int);
+c(0, 1000);
+c(a + 1, b) := c(a, _) ^ c(_, b) if a < b;
+"""
 DUCK = {
     "path": """
         WITH RECURSIVE path(a, b) AS (
@@ -44,8 +59,17 @@ DUCK = {
             UNION
             SELECT e1.b, e2.b FROM sg JOIN edge e1 ON e1.a = sg.a JOIN edge e2 ON e2.a = sg.b
         ) SELECT * FROM sg""",
+    "c": """
+        WITH RECURSIVE c(a, b) AS (
+            SELECT 0, 1000
+            UNION
+            SELECT a + 1, b FROM c WHERE a < b
+        ) SELECT * FROM c""",
 }
-PROGRAMS = {"tc": (TC, "path"), "sg": (SG, "sg")}
+PROGRAMS = {"tc": (TC, "path"), "sg": (SG, "sg"), "nl": (NL, "path"), "counter": (COUNTER, "c")}
+# Programs run on some graphs only: the non-linear closure of a dense random graph joins
+# millions of paths with millions, and the counter does not read the graph at all.
+ONLY_ON = {"nl": ("chain",), "counter": ("chain",)}
 
 Edges = list[tuple[int, int]]
 
@@ -63,6 +87,11 @@ def gnp(nodes: int, edges: int, seed: int) -> Edges:
 
 def cycle(nodes: int) -> Edges:
     return [(i, (i + 1) % nodes) for i in range(nodes)]
+
+
+def chain(nodes: int) -> Edges:
+    """A directed path: the closure takes as many rounds as it has nodes."""
+    return [(i, i + 1) for i in range(nodes - 1)]
 
 
 def grid(side: int) -> Edges:
@@ -96,6 +125,7 @@ def graphs(scale: float) -> list[Graph]:
         Graph(f"gnp({n(2000)},{n(8000)})", lambda: gnp(n(2000), n(8000), seed=2)),
         Graph(f"cycle({n(1000)})", lambda: cycle(n(1000))),
         Graph(f"grid({side}x{side})", lambda: grid(side)),
+        Graph(f"chain({n(1000)})", lambda: chain(n(1000))),
     ]
 
 
@@ -121,6 +151,8 @@ def run(
             con.execute("CREATE TABLE edge (a INTEGER, b INTEGER)")
             con.executemany("INSERT INTO edge VALUES (?, ?)", edges)
             for key in programs:
+                if key in ONLY_ON and not graph.name.startswith(ONLY_ON[key]):
+                    continue
                 out += _case(f"{key} {graph.name}", key, repeat, con, landing, Path(tmp) / key)
             con.close()
     return out

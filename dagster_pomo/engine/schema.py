@@ -96,6 +96,15 @@ def infer_schemas(
             if cat[name].is_input or all(t is not None for t in ts)
         }
 
+    # Facts of derived relations first: rules reading them (`b(x + 1) := a(x)` beside
+    # `a(0);`) take their types from them.
+    for rule in program.corpus.rules:
+        if rule.is_fact and not cat[rule.head.relation].is_input:
+            name = rule.head.relation
+            for i, arg in enumerate(rule.head.args):
+                if cat[name].types[i] is None:
+                    types[name][i] = _merge(types[name][i], expr_type(arg, {}), rule, i)
+
     changed = True
     while changed:
         changed = False
@@ -119,13 +128,7 @@ def infer_schemas(
                     raise SchemaError(f"line {rule.span.line}: `@sum` needs numbers")
                 if new is not None and new != aggs[name][i]:
                     aggs[name][i], changed = _merge(aggs[name][i], new, rule, i), True
-    # Facts of derived relations, and anything left unknown (no data, no constants): str.
-    for rule in program.corpus.rules:
-        if rule.is_fact and not cat[rule.head.relation].is_input:
-            name = rule.head.relation
-            for i, arg in enumerate(rule.head.args):
-                if cat[name].types[i] is None:
-                    types[name][i] = _merge(types[name][i], expr_type(arg, {}), rule, i)
+    # Anything left unknown (no data, no constants): str.
     return {name: schema(name) for name in types}
 
 
