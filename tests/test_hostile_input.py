@@ -367,3 +367,23 @@ def test_a_sensor_tick_over_a_hostile_file_moves_its_cursor(tmp_path: Path) -> N
         assert request.tags["dagster/asset_partition_range_end"] == "2023-11-14-22:00"
         assert "a.jsonl" in json.loads(first.cursor)
         assert tick(first.cursor).run_requests == []
+
+
+def test_pomo_run_says_when_next_skips_from_early_facts_to_the_first_epoch(
+    tmp_path: Path,
+) -> None:
+    corpus = tmp_path / "streaks.pomo"
+    corpus.write_text(
+        '.decl streak(u: str, n: int);\nstreak("a", 0);\n'
+        "streak(u, n + 1) @next := streak(u, n) ^ login(u);\n"
+    )
+    events = tmp_path / "e.jsonl"
+    events.write_text(json.dumps({"relation": "login", "t": T, "args": ["a"]}) + "\n")
+    done = _pomo("run", str(corpus), "--events", str(events), "--engine", "reference", cwd=tmp_path)
+    assert done.returncode == 0
+    assert "facts from 1970-01-01T00:00:00Z lie before the first epoch" in done.stderr
+    assert "pass --start to begin earlier" in done.stderr
+    flat = tmp_path / "flat.pomo"
+    flat.write_text('.decl streak(u: str, n: int);\nstreak("a", 0);\nseen(u) := login(u);\n')
+    quiet = _pomo("run", str(flat), "--events", str(events), "--engine", "reference", cwd=tmp_path)
+    assert quiet.returncode == 0 and "lie before the first epoch" not in quiet.stderr

@@ -138,6 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{len(ingested.quarantined):,} quarantined",
         file=sys.stderr,
     )
+    _note_facts_before(program, plan)
     for q in ingested.quarantined[:10]:
         print(f"{q.file}:{q.line}: quarantined: {q.reason}", file=sys.stderr)
     if len(ingested.quarantined) > 10:
@@ -149,6 +150,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_tables(result, limit=50))
     return EXIT_OK
+
+
+def _note_facts_before(program: Program, plan: EpochPlan) -> None:
+    """A corpus with ``@next`` counts epochs: facts before the first epoch are carried into
+    it, not stepped through every epoch since; say so, and how to start earlier."""
+    from dagster_pomo.engine.ingest import corpus_facts
+    from dagster_pomo.engine.timeline import show_time
+
+    if not plan.epochs or not any(r.is_inductive for r in program.corpus.rules):
+        return
+    times = [row.t for rows in corpus_facts(program).values() for row in rows]
+    if times and min(times) < plan.start:
+        print(
+            f"note: facts from {show_time(min(times))} lie before the first epoch "
+            f"({show_time(plan.start)}); `@next` steps from the first epoch on, not through "
+            "the epochs between; pass --start to begin earlier",
+            file=sys.stderr,
+        )
 
 
 def _epochs_summary(plan: EpochPlan, size: int, anything: bool) -> str:
