@@ -386,26 +386,18 @@ def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: P
 
 
 def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: Path) -> None:
-    from dagster import build_sensor_context
-
     from dagster_pomo.orchestration import PomoStorage
+    from tests.sensor_ticks import sensor_tick
 
     landing, warehouse, home = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "home"
     for d in (landing, home):
         d.mkdir()
     defs = _defs(RULES / "water_tanks.pomo", PARTITIONS, warehouse, landing)
-    (watch,) = defs.sensors
     instance = DagsterInstance.local_temp(str(home))
     storage = PomoStorage(warehouse=str(warehouse), landing=str(landing))
 
     def tick(cursor):
-        ctx = build_sensor_context(
-            instance=instance,
-            cursor=cursor,
-            resources={"storage": storage},
-            repository_def=defs.get_repository_def(),
-        )
-        return watch.evaluate_tick(ctx)
+        return sensor_tick(defs, instance, storage, cursor)
 
     def reading(t: int) -> str:
         return f'{{"relation": "water_level", "t": {t}, "args": ["north", 50.0]}}\n'

@@ -242,6 +242,12 @@ def _pomo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _run(corpus: Path, events: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    """``pomo run CORPUS --events EVENTS --engine reference MORE`` in the corpus's folder."""
+    args = ("run", str(corpus), "--events", str(events), "--engine", "reference", *more)
+    return _pomo(*args, cwd=corpus.parent)
+
+
 @pytest.mark.parametrize(
     "outlier",
     [T // 1000, -1, "0001-01-01T00:00:00Z", 2**63, 1e300, "9999-12-31T23:59:59Z"],
@@ -255,32 +261,12 @@ def test_an_outlier_time_is_quarantined_and_the_run_covers_the_rest(
     corpus.write_text(CORPUS)
     events = tmp_path / "e.jsonl"
     events.write_text(f"{GOOD[0]}\n{_event(t=outlier)}\n{GOOD[1]}\n")
-    done = _pomo(
-        "run",
-        str(corpus),
-        "--events",
-        str(events),
-        "--engine",
-        "reference",
-        "--out",
-        "o",
-        cwd=tmp_path,
-    )
+    done = _run(corpus, events, "--out", "o")
     assert done.returncode == 0, done.stderr
     assert "1 epoch of 1h" in done.stderr and "2 accepted, 1 quarantined" in done.stderr
     (q,) = [json.loads(x) for x in (tmp_path / "o" / "_quarantine.jsonl").read_text().splitlines()]
     assert q["line"] == 2 and "outside the accepted times" in q["reason"]
-    with_any = _pomo(
-        "run",
-        str(corpus),
-        "--events",
-        str(events),
-        "--engine",
-        "reference",
-        "--times",
-        "2023-01-01..2024-01-01",
-        cwd=tmp_path,
-    )
+    with_any = _run(corpus, events, "--times", "2023-01-01..2024-01-01")
     assert with_any.returncode == 0 and "1 quarantined" in with_any.stderr
 
 
@@ -314,28 +300,19 @@ def test_out_must_be_a_folder(tmp_path: Path) -> None:
     events = tmp_path / "e.jsonl"
     events.write_text(GOOD[0] + "\n")
     (tmp_path / "out").write_text("a file")
-    done = _pomo(
-        "run",
-        str(corpus),
-        "--events",
-        str(events),
-        "--engine",
-        "reference",
-        "--out",
-        "out",
-        cwd=tmp_path,
-    )
+    done = _run(corpus, events, "--out", "out")
     assert done.returncode == 2 and "--out out is a file" in done.stderr
 
 
 def test_a_sensor_tick_over_a_hostile_file_moves_its_cursor(tmp_path: Path) -> None:
     """Whatever a landing file holds, the tick requests the epochs of its readable events
     and records the file as seen: no later file is held up behind it."""
-    from dagster import DagsterInstance, HourlyPartitionsDefinition, build_sensor_context
+    from dagster import DagsterInstance, HourlyPartitionsDefinition
 
     from dagster_pomo.examples import DEFAULT_START, outbox_handlers
     from dagster_pomo.orchestration import PomoStorage, pomo_definitions
     from tests.conftest import RULES
+    from tests.sensor_ticks import sensor_tick
 
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     landing.mkdir()
@@ -343,7 +320,6 @@ def test_a_sensor_tick_over_a_hostile_file_moves_its_cursor(tmp_path: Path) -> N
     corpus = RULES / "water_tanks.pomo"
     handlers = outbox_handlers(corpus, tmp_path / "outbox.sqlite")
     defs = pomo_definitions(corpus, partitions, str(warehouse), str(landing), handlers=handlers)
-    (watch,) = defs.sensors
     hostile, _ = _landing(tmp_path)
     good = json.dumps(
         {"relation": "water_level", "t": DEFAULT_START + 60_000, "args": ["north", 5.0]}
@@ -353,13 +329,7 @@ def test_a_sensor_tick_over_a_hostile_file_moves_its_cursor(tmp_path: Path) -> N
     with DagsterInstance.ephemeral() as instance:
 
         def tick(cursor: str | None):
-            ctx = build_sensor_context(
-                instance=instance,
-                cursor=cursor,
-                resources={"storage": storage},
-                repository_def=defs.get_repository_def(),
-            )
-            return watch.evaluate_tick(ctx)
+            return sensor_tick(defs, instance, storage, cursor)
 
         first = tick(None)
         (request,) = first.run_requests
@@ -379,11 +349,11 @@ def test_pomo_run_says_when_next_skips_from_early_facts_to_the_first_epoch(
     )
     events = tmp_path / "e.jsonl"
     events.write_text(json.dumps({"relation": "login", "t": T, "args": ["a"]}) + "\n")
-    done = _pomo("run", str(corpus), "--events", str(events), "--engine", "reference", cwd=tmp_path)
+    done = _run(corpus, events)
     assert done.returncode == 0
     assert "facts from 1970-01-01T00:00:00Z lie before the first epoch" in done.stderr
     assert "pass --start to begin earlier" in done.stderr
     flat = tmp_path / "flat.pomo"
     flat.write_text('.decl streak(u: str, n: int);\nstreak("a", 0);\nseen(u) := login(u);\n')
-    quiet = _pomo("run", str(flat), "--events", str(events), "--engine", "reference", cwd=tmp_path)
+    quiet = _run(flat, events)
     assert quiet.returncode == 0 and "lie before the first epoch" not in quiet.stderr
