@@ -35,6 +35,7 @@ from dagster import (
 
 from dagster_pomo.engine.actions import Handler, check_handlers
 from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
+from dagster_pomo.engine.lines import DEFAULT_TIMES
 from dagster_pomo.engine.rows import digest
 from dagster_pomo.engine.schema import infer_schemas
 from dagster_pomo.engine.spark.evaluator import SparkEvaluator, epoch_key
@@ -358,12 +359,14 @@ def pomo_definitions(
     spark: SparkResource | None = None,
     translator: PomoTranslator | None = None,
     ledger: str | None = None,
+    times: str = str(DEFAULT_TIMES),
 ):  # noqa: ANN201 - Definitions
     """Everything Dagster needs for one corpus file: assets (with one per action handler;
     ``handlers`` maps every handler name the corpus uses to a callable), the landing
     sensor, the epoch schedule (each epoch ``skew`` after it ends; a duration such as
     ``"5m"``, or ms) and the resources. ``ledger`` is the folder of the action ledger
-    (default: the warehouse, when local)."""
+    (default: the warehouse, when local); ``times`` the times input events may have
+    (``FROM..UNTIL`` or ``any``; events outside are quarantined)."""
     from dagster import AssetSelection, Definitions, in_process_executor
 
     from dagster_pomo.engine.timeline import parse_duration
@@ -390,7 +393,9 @@ def pomo_definitions(
         schedules=[epoch_schedule(program, partitions_def, selection, skew_ms)],
         resources={
             "spark": spark or SparkResource(),
-            "storage": PomoStorage(warehouse=warehouse, landing=landing, ledger=ledger),
+            "storage": PomoStorage(
+                warehouse=warehouse, landing=landing, ledger=ledger, times=times
+            ),
         },
         # A run's steps share one process, so Spark (a JVM, some seconds to start and to
         # warm) starts once a run, not once a multi-asset.

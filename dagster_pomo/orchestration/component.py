@@ -26,6 +26,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from dagster_pomo.engine.lines import DEFAULT_TIMES
 from dagster_pomo.engine.timeline import parse_duration
 from dagster_pomo.errors import UsageError
 from dagster_pomo.orchestration.assets import pomo_definitions
@@ -88,6 +89,10 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
         default_factory=dict, description="action handler name -> `module:attribute`"
     )
     ledger: str | None = Field(default=None, description="folder of the action ledger")
+    times: str = Field(
+        default=str(DEFAULT_TIMES),
+        description="the times input events may have, FROM..UNTIL or `any`; others are quarantined",
+    )
     spark: SparkSettingsModel = Field(default_factory=SparkSettingsModel)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
@@ -113,4 +118,5 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
                 master=self.spark.master, remote=self.spark.remote, conf=self.spark.conf
             ),
             ledger=None if self.ledger is None else local(self.ledger),
+            times=self.times,
         )
