@@ -22,6 +22,7 @@ from dagster_pomo.lang.errors import (
     StratificationError,
     sort_diagnostics,
 )
+from dagster_pomo.lang.expiry import check_expiry
 from dagster_pomo.lang.kinds import check_kinds
 from dagster_pomo.lang.parser import parse
 from dagster_pomo.lang.render import render_decl, render_rule
@@ -90,6 +91,7 @@ def compile_corpus(
     catalog, catalog_problems = build_catalog(corpus)
     found += catalog_problems
     found += [d for rule in corpus.rules for d in check_kinds(rule, catalog)]
+    found += [d for rule in corpus.rules for d in check_expiry(rule, catalog)]
     strata, cycle_problems = stratify(corpus)
     errors = [d for d in found if d.severity is Severity.ERROR]
     if errors or cycle_problems:
