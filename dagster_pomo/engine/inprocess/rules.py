@@ -47,7 +47,7 @@ class TooLarge(Exception):
     """A join would make more than ``MAX_MATCHES`` rows: a task for Spark, not this process."""
 
 
-def _check(size: int) -> None:
+def check_size(size: int) -> None:
     if size > MAX_MATCHES:
         raise TooLarge(f"a join of {size:,} matches")
 
@@ -171,7 +171,7 @@ def matches(
         if joined is None:
             joined = frame
         elif shared:
-            _check(_pairs(joined, frame, shared))
+            check_size(_pairs(joined, frame, shared))
             joined = joined.merge(frame, on=shared, how="inner", sort=False)
         else:
             joined = _band_join(joined, env, frame, frame_env, guarded)
@@ -222,9 +222,9 @@ def _band_join(
         spread = right.loc[right.index.repeat(len(offsets))].reset_index(drop=True)
         spread["__band"] = np.repeat(yb, len(offsets)) + np.tile(offsets, len(right))
         lb = left.assign(__band=left[x.column].to_numpy() // width)
-        _check(_pairs(lb, spread, ["__band"]))
+        check_size(_pairs(lb, spread, ["__band"]))
         return lb.merge(spread, on="__band", how="inner", sort=False).drop(columns="__band")
-    _check(len(left) * len(right))
+    check_size(len(left) * len(right))
     return left.merge(right, how="cross")
 
 

@@ -122,8 +122,9 @@ def _fixpoint(
     """A recursive stratum run semi-naive to its fixpoint: the first round joins every
     version, each later one joins only the previous round's new versions with the rest.
     A version is new when no known version has its ``(args, t, kt)`` and lives as long.
-    Each round costs what its new versions cost, not what the relation holds: a thousand
-    single-version rounds take a fraction of a second."""
+    A round costs about what its new versions cost, not what came before: a thousand
+    single-version rounds take seconds (see BENCHMARKS.md). The stratum goes to Spark
+    (`rules.TooLarge`) when a relation grows past `rules.MAX_MATCHES` versions."""
     names = list(stratum.relations)
     rules = [r for r in stratum.rules if r.body]
     catalog = program.catalog
@@ -163,7 +164,7 @@ def _fixpoint(
             if len(fresh):
                 delta[n] = fresh
                 known[n] = _versions(schemas[n], [known[n], fresh])
-                R._check(len(known[n]))
+                R.check_size(len(known[n]))
         if not delta:
             break
     out = {
