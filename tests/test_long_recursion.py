@@ -98,3 +98,30 @@ def test_long_chains_give_on_spark_what_the_reference_gives(tmp_path_factory, ch
         assert sorted((r.args, r.t, r.exp) for r in got[name]) == sorted(
             (r.args, r.t, r.exp) for r in rows
         ), name
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    shape=st.sampled_from(["counter", "path", "mutual"]),
+    n=st.integers(200, 500),
+    step=st.integers(1, 3),
+)
+def test_hundreds_of_rounds_give_what_the_rules_say(tmp_path_factory, shape, n, step) -> None:
+    """Chains of hundreds of rounds, each shape's fixpoint worked out by hand (the reference
+    is too slow to run them: it joins everything again every round)."""
+    tmp = tmp_path_factory.mktemp("long")
+    if shape == "counter":
+        corpus, events, name = COUNTER.format(n=n, step=step), [], "c"
+        expected = [(x, n) for x in range(0, n + step, step) if x - step < n]
+    elif shape == "path":
+        corpus = "reach(y) := start(y);\nreach(y) := reach(x) ^ step(x, y);"
+        events = [("start", 0, [0])] + [("step", i % 7, [i, i + step]) for i in range(0, n, step)]
+        name = "reach"
+        expected = [(x,) for x in range(0, n + step, step) if x - step < n]
+    else:
+        corpus = f"a(0);\na(x + 1) := b(x) if x < {n};\nb(x + 1) := a(x) if x < {n};"
+        events, name = [], "a"
+        expected = [(x,) for x in range(0, n + 1, 2)]
+    with in_process(True):
+        got = _run(corpus, events, tmp, "spark")
+    assert _counted(got, name) == expected
