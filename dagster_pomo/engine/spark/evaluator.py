@@ -556,6 +556,7 @@ class SparkEvaluator:
             self._local_strata[stratum.index] = ok
         return (
             self._local_strata[stratum.index]
+            and self.IN_PROCESS_INPUTS > 0  # 0: never, not even for an epoch without inputs
             and self.store.input_events(epoch_key(epoch)) <= self.IN_PROCESS_INPUTS
         )
 
