@@ -9,7 +9,6 @@ always the number of non-blank lines read.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -422,16 +421,6 @@ def _coerce_column(rel: Relation, col: str, value: Any, typ: str) -> Value:
 # --------------------------------------------------------------------------- corpus facts
 
 
-def _fact_value(value: Value, typ: str | None) -> Value:
-    """A fact's value as its column stores it: a 64-bit integer, a finite float."""
-    value = coerce(value, typ) if typ else value
-    if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
-        raise ValueError(f"{value} does not fit a 64-bit integer")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{value} is not a finite float")
-    return value
-
-
 def corpus_facts(program: Program) -> dict[str, list[Row]]:
     """The corpus's facts as events: at time 0 or ``@time(c)``, typed like their columns."""
     out: dict[str, list[Row]] = {}
@@ -445,7 +434,10 @@ def corpus_facts(program: Program) -> dict[str, list[Row]]:
             args = tuple(evaluate(a, env) for a in rule.head.args)
             time = rule.head.time
             t = int(evaluate(time, env)) if time is not None else 0
-            args = tuple(_fact_value(v, typ) for v, typ in zip(args, rel.types, strict=True))
+            # Arithmetic keeps values within 64 bits (see `values`); a float time may not be.
+            args = tuple(
+                coerce(v, typ) if typ else v for v, typ in zip(args, rel.types, strict=True)
+            )
             if not INT_MIN <= t <= INT_MAX:
                 raise ValueError(f"its time {t} does not fit 64 bits of milliseconds")
         except Undefined as exc:

@@ -20,7 +20,6 @@ from dagster_pomo.engine.timeline import parse_time, show_time
 KEYS = ("relation", "t", "args")  # what an event line may hold
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # an `int` column holds 64-bit integers
 NUMBER_DIGITS = 30  # digits a number literal may have: more cannot be an int64 or a float
-_BOM = "\ufeff"
 
 
 class BadLine(ValueError):
@@ -39,7 +38,7 @@ class TimeWindow:
     def check(self, t: int) -> None:
         if not self.earliest <= t < self.latest:
             hint = ""
-            if 0 <= t * 1000 < self.latest and t * 1000 >= self.earliest:
+            if self.earliest <= t * 1000 < self.latest:
                 hint = " (in seconds? times are milliseconds since 1970)"
             shown = f"{t} ({show_time(t)})" if abs(t) < 2**63 - 1 else f"{str(t)[:20]}... ms"
             raise BadLine(
@@ -89,7 +88,7 @@ def read_lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
             except UnicodeDecodeError:
                 yield number, None, raw.decode("utf-8", errors="backslashreplace")
                 continue
-            yield number, text.removeprefix(_BOM) if number == 1 else text, text
+            yield number, text, text
 
 
 NOT_UTF8 = "not UTF-8 text (an invalid byte is shown as \\x..): write the file as UTF-8"
@@ -132,9 +131,7 @@ _DECODER = json.JSONDecoder(
 def decode(text: str) -> dict[str, Any]:
     """The line as a JSON object with only the keys an event has, or :class:`BadLine`."""
     try:
-        obj = _DECODER.decode(text)
-    except BadLine:
-        raise
+        obj = _DECODER.decode(text)  # the hooks raise BadLine themselves
     except json.JSONDecodeError as exc:
         raise BadLine(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:

@@ -65,8 +65,9 @@ class ReferenceEvaluator:
         carried: dict[str, list[Row]] = {}  # versions made by @next rules
         previous_db: Db | None = None
         known = sorted(row.kt for rows in inputs.values() for row in rows)
+        quiet = self._quiet()
         for epoch in epochs:
-            if self._nothing_new(known, epoch):
+            if quiet and not _any_in(known, epoch):
                 continue
             if previous_db is not None and epoch.previous is not None:
                 for name, rows in self._next(previous_db, epoch.previous).items():
@@ -82,19 +83,16 @@ class ReferenceEvaluator:
             previous_db = db
         return out
 
-    def _nothing_new(self, known: list[int], epoch: Epoch) -> bool:
-        """Whether ``epoch`` can derive nothing: no input becomes known in it, and the corpus
-        has no clock, no ``@next`` and no head stamped with ``@time`` (each of which can make
-        an event known in an epoch without an input). A derived event is known at the
-        latest time among those it matched, so every one needs an input known in its
-        epoch; an empty epoch is then skipped, and costs nothing."""
+    def _quiet(self) -> bool:
+        """Whether an epoch without inputs derives nothing: the corpus has no clock, no
+        ``@next`` and no head stamped with ``@time`` (each of which can make an event known
+        in an epoch without an input). A derived event is known at the latest time among
+        those it matched, so every one then needs an input known in its epoch, and an
+        epoch without one is skipped: it costs nothing."""
         rules = self.program.corpus.rules
         if any(r.is_inductive or (r.body and r.head.time is not None) for r in rules):
             return False
-        if clocks(self.program):
-            return False
-        first = bisect.bisect_left(known, epoch.lower)
-        return first == len(known) or known[first] >= epoch.end
+        return not clocks(self.program)
 
     def _base(
         self,
@@ -357,3 +355,9 @@ def _add(db: Db, name: str, row: Row, aggregating: bool) -> bool:
         table[key] = Row(row.t, row.args, row.kt, row.exp, (), min(row.tau, seen.tau))
         return True
     return False
+
+
+def _any_in(known: list[int], epoch: Epoch) -> bool:
+    """Whether a time of the sorted ``known`` lies in ``[epoch.lower, epoch.end)``."""
+    first = bisect.bisect_left(known, epoch.lower)
+    return first < len(known) and known[first] < epoch.end

@@ -45,10 +45,7 @@ def _arith(op: str, a: Any, b: Any) -> Value:
     if isinstance(x, int) and isinstance(y, int):
         q = _int_div(x, y)
         return _fits(q if op == "/" else x - y * q)
-    try:
-        return _fits(x / y if op == "/" else math.fmod(x, y))
-    except OverflowError:
-        raise Undefined("a float beyond 64 bits") from None
+    return _fits(x / y if op == "/" else math.fmod(x, y))
 
 
 def _fits(v: int | float) -> int | float:
