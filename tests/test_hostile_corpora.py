@@ -63,14 +63,14 @@ def test_a_thousand_mutated_corpora_get_located_errors_only() -> None:
     rng = random.Random(35)
     originals = [p.read_text() for p in sorted(RULES.glob("*.pomo"))]
     outcomes: dict[str, int] = {}
-    slowest = 0.0
+    slowest = 0.0  # reported, not asserted: no timing thresholds in tests
     for _ in range(MUTATIONS):
         started = time.perf_counter()
         outcome = _outcome(_mutate(rng.choice(originals), rng))
         slowest = max(slowest, time.perf_counter() - started)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert outcomes.get("error", 0) > MUTATIONS // 3 and outcomes.get("ok", 0) > 10, outcomes
-    assert slowest < 5, f"one corpus took {slowest:.1f} s to check"
+    print(f"{outcomes}; the slowest corpus took {slowest:.2f} s to check")
 
 
 DEEP = {
@@ -93,14 +93,12 @@ DEEP = {
 def test_deep_and_huge_statements_are_located_errors(text: str, tmp_path: Path) -> None:
     corpus = tmp_path / "deep.pomo"
     corpus.write_text(text)
-    started = time.perf_counter()
-    done = subprocess.run(
+    done = subprocess.run(  # a hang fails by the timeout
         [sys.executable, "-m", "dagster_pomo.cli.main", "check", str(corpus)],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert time.perf_counter() - started < 20
     assert done.returncode == 1, done.stderr[-500:]
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     first = done.stderr.splitlines()[0]

