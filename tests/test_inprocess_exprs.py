@@ -117,3 +117,35 @@ def test_text_of_floats_and_numbers_from_text_stay_with_spark() -> None:
     assert not supported(ast.Call("concat", (ast.Var("s"), ast.Var("f"))), TYPES)
     assert not supported(ast.Call("int", (ast.Var("s"),)), TYPES)
     assert supported(ast.Call("concat", (ast.Var("s"), ast.Var("i"))), TYPES)
+
+
+edges = st.one_of(
+    st.sampled_from([0, 1, -1, 3, 2**62, 2**63 - 1, -(2**63)]).map(lambda v: ast.Const(v, "int")),
+    st.sampled_from([0.0, 2.0, 1e308, -1e308, 1e-300]).map(lambda v: ast.Const(v, "float")),
+    st.sampled_from(["i", "f"]).map(ast.Var),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.builds(ast.BinOp, st.sampled_from(("+", "-", "*", "/", "%")), edges, edges),
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "i": st.sampled_from([0, 2, -3, 2**62, 2**63 - 1, -(2**63)]),
+                "j": st.just(1),
+                "f": st.sampled_from([0.5, 1e308, -1e308]),
+                "s": st.just(""),
+                "b": st.just(True),
+            }
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_arithmetic_at_the_edges_of_64_bits_is_undefined_as_in_the_reference(
+    expr: ast.Expr, data: list
+) -> None:
+    """An integer result beyond 64 bits or an infinite float is undefined in this process
+    as in the reference (numpy would wrap the integer around)."""
+    test_columns_give_what_the_reference_gives_row_by_row.hypothesis.inner_test(expr, data)
