@@ -193,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import SparkSettings, is_connect, spark_session
-    from dagster_pomo.engine.timeline import epoch_key
     from dagster_pomo.examples import HOUR, water_tank_events
     from dagster_pomo.lang import load_program
+    from dagster_pomo.timeline import epoch_key
 
     conf = {JAVA_OPTIONS: args.java_options} if args.java_options else {}
     spark = spark_session(dataclasses.replace(SparkSettings.from_env(), conf=conf))

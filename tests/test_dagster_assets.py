@@ -12,7 +12,6 @@ from dagster import AssetKey, DagsterInstance, HourlyPartitionsDefinition, mater
 
 from dagster_pomo.engine.rows import merge_versions
 from dagster_pomo.engine.run import run
-from dagster_pomo.engine.schema import infer_schemas
 from dagster_pomo.engine.spark.evaluator import SparkEvaluator
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -20,6 +19,7 @@ from dagster_pomo.errors import UsageError
 from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
 from dagster_pomo.lang import compile_corpus, load_program
 from dagster_pomo.orchestration import epochs_through, pomo_definitions
+from dagster_pomo.plan.schema import infer_schemas
 from tests.compare import rounded
 from tests.conftest import GOLDEN, RULES
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from dagster_pomo.engine.ingest import _coerce_plain, coerce, ingest_files
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.rows import Row, digest
-from dagster_pomo.engine.timeline import parse_duration, parse_time, show_duration, show_time
 from dagster_pomo.lang import compile_corpus
+from dagster_pomo.timeline import parse_duration, parse_time, show_duration, show_time
 
 CORPUS = """.decl water_level(tank: str, level: float) lifetime 10m;
 .decl maintenance(tank: str, since: time);

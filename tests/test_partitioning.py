@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dagster_pomo.engine.partitioning import stable_argument
 from dagster_pomo.lang import compile_corpus
+from dagster_pomo.plan.partitioning import stable_argument
 
 DECLS = ".decl edge(a: int, b: int);\n.decl path(a: int, b: int);\n"
 

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from dagster_pomo.engine import rounds
-from dagster_pomo.engine.linear import linear_plan
-from dagster_pomo.engine.schema import infer_schemas
 from dagster_pomo.lang import compile_corpus
+from dagster_pomo.plan.linear import linear_plan
+from dagster_pomo.plan.schema import infer_schemas
 
 DECLS = (
     ".decl edge(a: int, b: int);\n.decl name(a: int, s: str);\n.decl path(a: int, b: int);\n"

@@ -242,7 +242,7 @@ def _over_range(evaluator, program, epochs) -> int:
     them at once where it can (`SparkEvaluator.span`), else epoch by epoch; how many
     strata ran at once."""
     at_once = 0
-    for stratum in program.strata:
+    for stratum in evaluator.plan.strata:
         span = evaluator.span(epochs, [stratum])
         at_once += span is not None
         for epoch in [span] if span else epochs:

@@ -96,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from dagster_pomo.engine.lines import parse_window
     from dagster_pomo.engine.reference import EvaluationError
     from dagster_pomo.engine.run import format_tables, run, write_outputs
-    from dagster_pomo.engine.timeline import parse_duration, parse_time
+    from dagster_pomo.timeline import parse_duration, parse_time
 
     (path,) = _corpus_files([args.file])
     try:
@@ -156,7 +156,7 @@ def _note_facts_before(program: Program, plan: EpochPlan) -> None:
     """A corpus with ``@next`` counts epochs: facts before the first epoch are carried into
     it, not stepped through every epoch since; say so, and how to start earlier."""
     from dagster_pomo.engine.ingest import corpus_facts
-    from dagster_pomo.engine.timeline import show_time
+    from dagster_pomo.timeline import show_time
 
     if not plan.epochs or not any(r.is_inductive for r in program.corpus.rules):
         return
@@ -172,7 +172,7 @@ def _note_facts_before(program: Program, plan: EpochPlan) -> None:
 
 def _epochs_summary(plan: EpochPlan, size: int, anything: bool) -> str:
     """What the run covered, in times people read (``anything``: events or facts to start at)."""
-    from dagster_pomo.engine.timeline import show_duration, show_time
+    from dagster_pomo.timeline import show_duration, show_time
 
     n = len(plan.epochs)
     if n:
@@ -189,8 +189,8 @@ def _epochs_summary(plan: EpochPlan, size: int, anything: bool) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from dagster_pomo.engine.timeline import parse_time, show_time
     from dagster_pomo.examples import DEFAULT_START, water_tank_events
+    from dagster_pomo.timeline import parse_time, show_time
 
     if min(args.readings, args.tanks, args.hours) < 1:
         raise _Usage("--readings, --tanks and --hours must be at least 1")

@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster_pomo.engine.constants import constant_values
-from dagster_pomo.engine.values import Value
 from dagster_pomo.lang import Program, ast
+from dagster_pomo.lang.values import Value
+from dagster_pomo.plan.constants import constant_values
 
 
 @dataclass(frozen=True)

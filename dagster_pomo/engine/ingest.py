@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagster_pomo.engine.constants import constant_values
 from dagster_pomo.engine.lines import (
     DEFAULT_TIMES,
     INT_MAX,
@@ -31,12 +30,13 @@ from dagster_pomo.engine.lines import (
     text_value,
 )
 from dagster_pomo.engine.rows import Row
-from dagster_pomo.engine.timeline import NEVER, parse_time
-from dagster_pomo.engine.values import Undefined, Value, evaluate
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.catalog import KIND_NAMES, Relation
 from dagster_pomo.lang.check import suggest
+from dagster_pomo.lang.values import Undefined, Value, evaluate
+from dagster_pomo.plan.constants import constant_values
+from dagster_pomo.timeline import NEVER, parse_time
 
 
 @dataclass(frozen=True)

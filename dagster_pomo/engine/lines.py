@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dagster_pomo.engine.timeline import parse_time, show_time
+from dagster_pomo.timeline import parse_time, show_time
 
 KEYS = ("relation", "t", "args")  # what an event line may hold
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # an `int` column holds 64-bit integers

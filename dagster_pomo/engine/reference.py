@@ -14,15 +14,15 @@ import bisect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from dagster_pomo.engine.constants import clocks, constant_values
 from dagster_pomo.engine.ingest import expiry
 from dagster_pomo.engine.rows import Row
-from dagster_pomo.engine.schema import Schema
-from dagster_pomo.engine.timeline import Epoch, iter_ticks
-from dagster_pomo.engine.values import Undefined, Value, evaluate, holds
 from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
+from dagster_pomo.lang.values import Undefined, Value, evaluate, holds
+from dagster_pomo.plan.constants import clocks, constant_values
+from dagster_pomo.plan.schema import Schema
+from dagster_pomo.timeline import Epoch, iter_ticks
 
 Env = dict[str, Value]
 Db = dict[str, dict[tuple[int, tuple[Value, ...], int], Row]]

@@ -13,12 +13,12 @@ known version covers. Known versions are found by address when their key columns
 integers of small ranges (`_Cells`: a graph's node numbers, one epoch's times), else by a
 64-bit hash checked against the key (`_Known`).
 
-This module imports nothing of the project: it is shipped to executors by value.
+This module imports nothing of the project but the plan's shapes (`plan.linear`): both are
+shipped to executors by value.
 """
 
 from __future__ import annotations
 
-import operator
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,68 +30,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dagster_pomo.plan.linear import OPS, LinearAtom, LinearGuard, LinearPlan, LinearRule
+
 NEW = "__new"  # a version some round made that no round has joined yet
 ROUNDS = "__rounds"  # how many rounds the task ran, on each of its rows
-
-
-@dataclass(frozen=True)
-class AtomPlan:
-    """A positive atom: the stored column each variable reads, and columns that must agree
-    (a variable written twice in the atom)."""
-
-    relation: str
-    reads: tuple[tuple[str, str], ...]  # (column, variable)
-    same: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class GuardPlan:
-    """``left op right``, each side a variable (its name) or a constant (its value), of one
-    type: integers, strings or booleans, which numpy compares as Spark does."""
-
-    op: str
-    left: tuple[str, Any]  # ("var", name) or ("const", value)
-    right: tuple[str, Any]
-
-
-OPS = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-
-
-@dataclass(frozen=True)
-class RulePlan:
-    """A rule with exactly one atom of the recursive relation; the others are lower strata's,
-    as are the ``negated`` atoms. ``head`` names the variable of each head argument."""
-
-    recursive: AtomPlan
-    others: tuple[AtomPlan, ...]
-    head: tuple[str, ...]
-    guards: tuple[GuardPlan, ...] = ()
-    negated: tuple[AtomPlan, ...] = ()
-
-
-@dataclass(frozen=True)
-class LinearPlan:
-    relation: str
-    columns: tuple[str, ...]  # the relation's arguments, in order
-    lifetime: int | None  # of the relation's events; None: they never expire
-    never: int  # the time that stands for "never"
-    rules: tuple[RulePlan, ...]
-
-    @property
-    def key(self) -> list[str]:
-        """What tells versions apart."""
-        return [*self.columns, "t", "kt"]
-
-    @property
-    def lower(self) -> set[str]:
-        return {a.relation for r in self.rules for a in (*r.others, *r.negated)}
 
 
 Cols = dict[str, np.ndarray]  # a frame as numpy columns: cheaper to cut and join than pandas
@@ -138,7 +80,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(eq, dtype=bool)
 
 
-def _atom_cols(atom: AtomPlan, rows: pd.DataFrame | Cols, i: int) -> Cols:
+def _atom_cols(atom: LinearAtom, rows: pd.DataFrame | Cols, i: int) -> Cols:
     """The atom's variables (``v_<name>``) and its versions' ``__kt<i>``/``__exp<i>``."""
     keep = np.ones(len(rows["kt"]), dtype=bool)
     for a, b in atom.same:
@@ -233,7 +175,7 @@ def _negated(lows: Sequence[_Lower], df: Cols, tau: np.ndarray) -> np.ndarray:
 
 def _derive(
     plan: LinearPlan,
-    rule: RulePlan,
+    rule: LinearRule,
     lower: Sequence[_Lower],
     delta: Cols,
     start: int,
@@ -279,7 +221,7 @@ def _derive(
     return out
 
 
-def _guard_vars(guard: GuardPlan) -> list[str]:
+def _guard_vars(guard: LinearGuard) -> list[str]:
     return [value for kind, value in (guard.left, guard.right) if kind == "var"]
 
 

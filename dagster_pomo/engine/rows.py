@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dagster_pomo.engine.values import Value
+from dagster_pomo.lang.values import Value
 
 
 @dataclass(frozen=True, order=True, slots=True)

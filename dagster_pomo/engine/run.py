@@ -15,11 +15,11 @@ from typing import Any
 from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.rows import Row, merge_versions
-from dagster_pomo.engine.schema import Schema, infer_schemas
-from dagster_pomo.engine.timeline import NEVER, Epoch, align_down, epochs
-from dagster_pomo.engine.values import Value
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.render import aggregate_key
+from dagster_pomo.lang.values import Value
+from dagster_pomo.plan.schema import Schema, infer_schemas
+from dagster_pomo.timeline import NEVER, Epoch, align_down, epochs
 
 ENGINES = ("spark", "reference")  # the first is the default
 

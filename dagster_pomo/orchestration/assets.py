@@ -37,10 +37,8 @@ from dagster_pomo.engine.actions import Handler, check_handlers
 from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
 from dagster_pomo.engine.lines import DEFAULT_TIMES
 from dagster_pomo.engine.rows import digest
-from dagster_pomo.engine.schema import infer_schemas
 from dagster_pomo.engine.spark.evaluator import SparkEvaluator, epoch_key
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.timeline import Epoch
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import CorpusError, Program, ast
 from dagster_pomo.lang.catalog import first_use
@@ -49,6 +47,8 @@ from dagster_pomo.orchestration.metadata import relation_metadata
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import PomoTranslator
 from dagster_pomo.orchestration.units import Unit, units
+from dagster_pomo.plan.schema import infer_schemas
+from dagster_pomo.timeline import Epoch
 
 PREVIOUS = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
 LANDING_INDEX = "_landing.json"  # what each landing file held, beside the warehouse
@@ -307,20 +307,21 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
             for warning in shared.program.warnings_about(name):
                 context.log.warning(warning.render(shared.program.source))
         evaluator, epochs = shared.evaluator(context, spark, storage)
+        strata = [evaluator.plan.stratum(s.index) for s in unit.strata]
         rows = {n: 0 for n in unit.relations}
         rounds, seconds, interpreted, in_process = 0, 0.0, 0, 0
         # A range's epochs at once where that stores the same (see `SparkEvaluator.span`).
-        span = None if unit.carries else evaluator.span(epochs, unit.strata)
+        span = None if unit.carries else evaluator.span(epochs, strata)
         passes = [span] if span is not None else epochs
         for epoch in passes:
-            with evaluator.plans_for(epoch, unit.strata) as without_codegen:
+            with evaluator.plans_for(epoch, strata) as without_codegen:
                 here = True  # whether every stratum of the pass was worked out in process
                 carried = None
                 if unit.carries:
                     carried = evaluator.evaluate_next(epoch)
                     for name, n in evaluator.carried_rows.items():
                         rows[name] += n
-                for stratum in unit.strata:
+                for stratum in strata:
                     stats = evaluator.evaluate_stratum(stratum, epoch, carried)
                     for name, n in stats.rows.items():
                         rows[name] += n
@@ -369,10 +370,10 @@ def pomo_definitions(
     (``FROM..UNTIL`` or ``any``; events outside are quarantined)."""
     from dagster import AssetSelection, Definitions, in_process_executor
 
-    from dagster_pomo.engine.timeline import parse_duration
     from dagster_pomo.lang import load_program
     from dagster_pomo.orchestration.schedules import epoch_schedule
     from dagster_pomo.orchestration.sensors import landing_sensor
+    from dagster_pomo.timeline import parse_duration
 
     program = load_program(corpus)
     handlers = dict(handlers or {})

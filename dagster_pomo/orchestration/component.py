@@ -27,10 +27,10 @@ import dagster as dg
 from pydantic import Field
 
 from dagster_pomo.engine.lines import DEFAULT_TIMES
-from dagster_pomo.engine.timeline import parse_duration
 from dagster_pomo.errors import UsageError
 from dagster_pomo.orchestration.assets import pomo_definitions
 from dagster_pomo.orchestration.resources import SparkResource
+from dagster_pomo.timeline import parse_duration
 
 _MINUTE = 60_000
 _HOUR = 60 * _MINUTE

@@ -6,10 +6,10 @@ from typing import Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark.evaluator import struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.timeline import show_time
+from dagster_pomo.plan.schema import Schema
+from dagster_pomo.timeline import show_time
 
 PREVIEW_ROWS = 5
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from dagster import AssetKey, MetadataValue, TableColumn, TableSchema
 
-from dagster_pomo.engine.schema import Schema
 from dagster_pomo.lang import Program
+from dagster_pomo.plan.schema import Schema
 
 
 def code_version(text: str) -> str:

@@ -19,9 +19,6 @@ import pandas as pd
 import pyarrow as pa
 
 from dagster_pomo.engine import sweep
-from dagster_pomo.engine.atoms import atom_columns, atom_reads, comparable
-from dagster_pomo.engine.bands import Band, bands
-from dagster_pomo.engine.constants import constant_values
 from dagster_pomo.engine.inprocess.exprs import (
     NUMPY,
     Col,
@@ -33,11 +30,14 @@ from dagster_pomo.engine.inprocess.exprs import (
     truthy,
     value,
 )
-from dagster_pomo.engine.schema import META, Schema, row_columns, rule_env
-from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.check import binding_of
 from dagster_pomo.lang.kinds import expr_type
+from dagster_pomo.plan.bands import Band
+from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
+from dagster_pomo.plan.scans import comparable
+from dagster_pomo.plan.schema import META, Schema, row_columns
+from dagster_pomo.plan.time import Ops, head_times
+from dagster_pomo.timeline import NEVER
 
 # The most matches a join may make in this process; beyond, the stratum goes to Spark.
 MAX_MATCHES = 2_000_000
@@ -73,11 +73,19 @@ def arrow_schema(schema: Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def rule_supported(rule: ast.Rule, schemas: Mapping[str, Schema]) -> bool:
-    """Whether this module works ``rule`` out as the Spark plans do: its expressions are
+NUMPY_OPS = Ops(
+    greatest=np.maximum,
+    least=np.minimum,
+    where=np.where,
+    constant=lambda v, like: np.full(len(like), v, dtype=np.int64),
+)
+
+
+def rule_supported(plan: RulePlan) -> bool:
+    """Whether this module works a rule out as the Spark plans do: its expressions are
     :func:`exprs.supported`, its head's values fit their columns, its aggregates are over
     numbers (the others take Spark's range window)."""
-    types = rule_env(rule, schemas)
+    rule, types = plan.rule, plan.types
     exprs: list[ast.Expr] = [*rule.guards, *(d.expr for d in rule.defs)]
     for atom in (*rule.positive, *rule.negative):
         exprs += [a for a in atom.args if not isinstance(a, ast.Var | ast.Wildcard)]
@@ -85,14 +93,12 @@ def rule_supported(rule: ast.Rule, schemas: Mapping[str, Schema]) -> bool:
     exprs += [*rule.head.args, *(x for ann in rule.head.annotations for x in ann.args)]
     if not all(supported(e, types) for e in exprs if not isinstance(e, ast.Wildcard)):
         return False
-    head = schemas[rule.head.relation]
-    for arg, typ in zip(rule.head.args, head.types, strict=True):
+    for arg, _, typ in plan.head.args:
         found = expr_type(arg, types)
         if found not in (None, typ) and {found, typ} != {"int", "float"}:
             return False
-    return all(
-        not ann.args or expr_type(ann.args[0], types) in ("int", "float") for ann in rule.aggregates
-    )
+    functions = plan.aggregate.functions if plan.aggregate else ()
+    return all(arg is None or expr_type(arg, types) in ("int", "float") for _, arg, *_ in functions)
 
 
 # ---------------------------------------------------------------------------- matches
@@ -110,33 +116,28 @@ class Matches:
 
 
 def _atom_frame(
-    i: int,
-    atom: ast.Atom,
-    df: pd.DataFrame,
-    schema: Schema,
-    constants: Mapping[str, object],
-    want_key: bool,
+    scan: Scan, df: pd.DataFrame, want_key: bool
 ) -> tuple[pd.DataFrame, dict[str, Col], list[tuple[ast.Expr, str, str]], list[str]]:
-    reads = atom_reads(atom, schema, constants)
-    env = {name: Col(col, typ) for name, (col, typ) in reads.binds.items()}
+    i = scan.index
+    env = {name: Col(col, typ) for name, col, typ in scan.binds}
     keep = np.ones(len(df), dtype=bool)
-    for a, b in reads.same:
+    for a, b in scan.same:
         keep &= df[a].to_numpy() == df[b].to_numpy()
-    for const, col, typ in reads.constants:
+    for const, col, typ in scan.constants:
         wanted = value(const, df, {})
         if comparable(wanted.typ, typ):
             keep &= truthy(binop("==", Vec(df[col].to_numpy(), None, typ), wanted))
         else:
             keep[:] = False
-    checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in reads.checks]
-    renamed = {f"__x{i}_{j}": df[col] for j, _, col, _ in reads.checks}
+    checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in scan.checks]
+    renamed = {f"__x{i}_{j}": df[col] for j, _, col, _ in scan.checks}
     out = {f"v_{name}": df[c.column] for name, c in env.items()}
     out.update(renamed)
     out[f"__kt{i}"] = df["kt"]
     out[f"__exp{i}"] = df["exp"]
     keys: list[str] = []
     if want_key:
-        for c in [*schema.columns, *schema.aggregate_columns, "t"]:
+        for c in scan.key:
             keys.append(f"__k{i}_{c}")
             out[keys[-1]] = df[c]
     frame = pd.DataFrame(out)[keep] if not keep.all() else pd.DataFrame(out)
@@ -148,45 +149,36 @@ def _atom_frame(
     )
 
 
-def matches(
-    rule: ast.Rule,
-    sources: Sequence[pd.DataFrame],
-    schemas: Mapping[str, Schema],
-    want_keys: bool = False,
-) -> Matches:
-    constants = constant_values(rule)
-    types = rule_env(rule, schemas)
-    guarded = bands(rule.guards, constants)
+def matches(rule: RulePlan, sources: Sequence[pd.DataFrame], want_keys: bool = False) -> Matches:
     joined: pd.DataFrame | None = None
     env: dict[str, Col] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
     keys: list[str] = []
-    for i, (atom, df) in enumerate(zip(rule.positive, sources, strict=True)):
-        frame, frame_env, frame_checks, frame_keys = _atom_frame(
-            i, atom, df, schemas[atom.relation], constants, want_keys
-        )
+    for scan, df in zip(rule.scans, sources, strict=True):
+        frame, frame_env, frame_checks, frame_keys = _atom_frame(scan, df, want_keys)
         checks += frame_checks
         keys += frame_keys
-        shared = [f"v_{v}" for v in frame_env if v in env]
+        join = scan.join
         if joined is None:
             joined = frame
-        elif shared:
+        elif join.kind == "on":
+            shared = [f"v_{v}" for v in join.on]
             check_size(_pairs(joined, frame, shared))
             joined = joined.merge(frame, on=shared, how="inner", sort=False)
         else:
-            joined = _band_join(joined, env, frame, frame_env, guarded)
+            joined = _band_join(joined, env, frame, frame_env, join.band)
         for name, col in frame_env.items():
             env.setdefault(name, col)
     assert joined is not None
-    for d in binding_of(rule).def_order:
+    for d in rule.defs:
         vec = value(d.expr, joined, env)
-        typ = vec.typ or types.get(d.var.name, "str")
-        joined[f"v_{d.var.name}"] = vec.values if vec.typ else np.zeros(len(joined), NUMPY[typ])
+        typ = vec.typ or d.type
+        joined[f"v_{d.var}"] = vec.values if vec.typ else np.zeros(len(joined), NUMPY[typ])
         ok = None
         if vec.ok is not None or vec.typ is None:
-            ok = f"v_{d.var.name}__ok"
+            ok = f"v_{d.var}__ok"
             joined[ok] = vec.valid() if vec.typ else np.zeros(len(joined), dtype=bool)
-        env[d.var.name] = Col(f"v_{d.var.name}", typ, ok)
+        env[d.var] = Col(f"v_{d.var}", typ, ok)
     keep = np.ones(len(joined), dtype=bool)
     for expr, column, typ in checks:
         vec = value(expr, joined, env)
@@ -198,7 +190,7 @@ def matches(
         keep &= truthy(value(guard, joined, env))
     if not keep.all():
         joined = joined[keep].reset_index(drop=True)
-    return Matches(joined, env, len(rule.positive), keys)
+    return Matches(joined, env, len(rule.scans), keys)
 
 
 def _band_join(
@@ -206,16 +198,12 @@ def _band_join(
     left_env: Mapping[str, Col],
     right: pd.DataFrame,
     right_env: Mapping[str, Col],
-    guarded: Sequence[Band],
+    band: Band | None,
 ) -> pd.DataFrame:
     """Frames sharing no variable: paired within buckets of a band their guards keep two
     integer variables in (the guards still decide), else every pair."""
-    for band in guarded:
-        if band.left in right_env and band.right in left_env:
-            band = band.flipped()  # noqa: PLW2901
-        x, y = left_env.get(band.left), right_env.get(band.right)
-        if x is None or y is None or x.typ != "int" or y.typ != "int":
-            continue
+    if band is not None:
+        x, y = left_env[band.left], right_env[band.right]
         width, first, last = band.buckets()
         offsets = np.arange(first, last + 1, dtype=np.int64)
         yb = right[y.column].to_numpy() // width
@@ -238,19 +226,17 @@ def _min_exp(m: Matches) -> np.ndarray:
     return exps.min(axis=1) if len(m.df) else np.zeros(0, dtype=np.int64)
 
 
-def valid(
-    m: Matches, rule: ast.Rule, negated: Sequence[pd.DataFrame], schemas: Mapping[str, Schema]
-) -> pd.DataFrame:
+def valid(m: Matches, rule: RulePlan, negated: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """Matches whose versions are all alive at ``__tau`` and whose negations hold there."""
     df = m.df.assign(__tau=_tau(m), __mexp=_min_exp(m))
     df = df[df["__mexp"].to_numpy() > df["__tau"].to_numpy()].reset_index(drop=True)
-    for atom, source in zip(rule.negative, negated, strict=True):
-        df = anti_join(df, atom, source, schemas[atom.relation], m.env)
+    for negation, source in zip(rule.negations, negated, strict=True):
+        df = anti_join(df, negation, source, m.env)
     return df
 
 
 def anti_join(
-    df: pd.DataFrame, atom: ast.Atom, source: pd.DataFrame, schema: Schema, env: Mapping[str, Col]
+    df: pd.DataFrame, negation: Negation, source: pd.DataFrame, env: Mapping[str, Col]
 ) -> pd.DataFrame:
     """Drop the rows of ``df`` for which some version of ``atom`` agreeing with them is
     alive at ``__tau`` (made by then, expiring after): per agreeing group, the latest
@@ -260,7 +246,7 @@ def anti_join(
     left: dict[str, np.ndarray] = {}
     right: dict[str, np.ndarray] = {}
     has = np.ones(len(df), dtype=bool)
-    for j, (arg, col, typ) in enumerate(atom_columns(atom, schema)):
+    for j, (arg, col, typ) in enumerate(negation.columns):
         if isinstance(arg, ast.Wildcard):
             continue
         vec = value(arg, df, env)
@@ -314,11 +300,9 @@ def time_vec(expr: ast.Expr, df: pd.DataFrame, env: Mapping[str, Col]) -> Vec:
 
 
 def head_rows(
-    rule: ast.Rule,
+    head: Head,
     df: pd.DataFrame,
     env: Mapping[str, Col],
-    schema: Schema,
-    lifetime: int | None,
     tau: np.ndarray,
     exp: np.ndarray,
     aggregates: Mapping[str, np.ndarray] | None = None,
@@ -326,54 +310,40 @@ def head_rows(
     """The derived versions; rows with an undefined argument or time are dropped."""
     out: dict[str, np.ndarray] = {}
     ok = np.ones(len(df), dtype=bool)
-    for arg, name, typ in zip(rule.head.args, schema.columns, schema.types, strict=True):
+    for arg, name, typ in head.args:
         vec = cast(value(arg, df, env), typ)
         out[name] = vec.values
         ok &= present(vec)
     out.update(aggregates or {})
-    if rule.head.time is None:
+    if head.time is None:
         t = tau
     else:
-        vec = time_vec(rule.head.time, df, env)
+        vec = time_vec(head.time, df, env)
         t = vec.values
         ok &= vec.valid()
-    if lifetime is None:
-        cap = np.full(len(df), NEVER, dtype=np.int64)
-    else:
-        cap = np.where(t > NEVER - lifetime, NEVER, t + lifetime)
     out["t"] = t
-    out["kt"] = np.maximum(tau, t)
-    out["exp"] = np.minimum(exp, cap)
+    out["kt"], out["exp"] = head_times(tau, t, exp, head.lifetime, NUMPY_OPS)
     out["_tau"] = tau
     frame = pd.DataFrame(out)
     return frame if ok.all() else frame[ok].reset_index(drop=True)
 
 
 def derive(
-    rule: ast.Rule,
-    sources: Sequence[pd.DataFrame],
-    negated: Sequence[pd.DataFrame],
-    schemas: Mapping[str, Schema],
-    lifetime: int | None,
-    a: int,
-    b: int,
+    rule: RulePlan, sources: Sequence[pd.DataFrame], negated: Sequence[pd.DataFrame], a: int, b: int
 ) -> pd.DataFrame:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``."""
-    m = matches(rule, sources, schemas)
-    df = valid(m, rule, negated, schemas)
+    m = matches(rule, sources)
+    df = valid(m, rule, negated)
     tau = df["__tau"].to_numpy()
     df = df[(tau >= a) & (tau < b)].reset_index(drop=True)
-    schema = schemas[rule.head.relation]
     tau, mexp = df["__tau"].to_numpy(), df["__mexp"].to_numpy()
-    return head_rows(rule, df, m.env, schema, lifetime, tau, mexp)
+    return head_rows(rule.head, df, m.env, tau, mexp)
 
 
 def aggregate(
-    rule: ast.Rule,
+    rule: RulePlan,
     sources: Sequence[pd.DataFrame],
     negated: Sequence[pd.DataFrame],
-    schemas: Mapping[str, Schema],
-    lifetime: int | None,
     a: int,
     b: int,
     reach: int,
@@ -381,29 +351,31 @@ def aggregate(
     """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau``
     and alive at ``tau``, each distinct combination of events once (as
     :func:`dagster_pomo.engine.spark.rules.aggregate`)."""
-    m = matches(rule, sources, schemas, want_keys=True)
-    df = valid(m, rule, negated, schemas)
+    m = matches(rule, sources, want_keys=True)
+    df = valid(m, rule, negated)
     df = df[(df["__tau"].to_numpy() < b) & (df["__mexp"].to_numpy() > a)].reset_index(drop=True)
-    schema = schemas[rule.head.relation]
+    head = rule.head
+    assert rule.aggregate is not None
+    functions = rule.aggregate.functions
     cols: dict[str, np.ndarray] = {}
     ok = np.ones(len(df), dtype=bool)
     group: list[str] = []
-    for j, arg in enumerate(rule.head.args):
-        vec = cast(value(arg, df, m.env), schema.types[j])
+    for j, (arg, _, typ) in enumerate(head.args):
+        vec = cast(value(arg, df, m.env), typ)
         cols[f"__g{j}"], ok = vec.values, ok & present(vec)
         group.append(f"__g{j}")
-    if rule.head.time is not None:
-        vec = time_vec(rule.head.time, df, m.env)
+    if head.time is not None:
+        vec = time_vec(head.time, df, m.env)
         cols["__gt"], ok = vec.values, ok & vec.valid()
         group.append("__gt")
     aggregates: list[tuple[str, str | None]] = []
-    for i, ann in enumerate(rule.aggregates):
-        if ann.args:
-            vec = value(ann.args[0], df, m.env)
+    for i, (fn, arg, _, _) in enumerate(functions):
+        if arg is not None:
+            vec = value(arg, df, m.env)
             cols[f"__val{i}"], ok = vec.values, ok & present(vec)
-            aggregates.append((ann.name, f"__val{i}"))
+            aggregates.append((fn, f"__val{i}"))
         else:
-            aggregates.append((ann.name, None))
+            aggregates.append((fn, None))
     made = pd.DataFrame(
         {
             **cols,
@@ -432,27 +404,17 @@ def aggregate(
     swept = sweep.sweep(table, group, aggregates, None if reach >= NEVER else reach, NEVER, a)
     n = swept.column("__n").to_numpy()
     aggs: dict[str, np.ndarray] = {}
-    for i, ann in enumerate(rule.aggregates):
+    for i, (fn, _, column, typ) in enumerate(functions):
         part = swept.column(f"__part{i}").to_numpy(zero_copy_only=False)
-        result = part / n if ann.name == "average" else part
-        typ = schema.aggregates[i][2]
-        aggs[f"_agg_{ann.name}"] = cast(Vec(result, None, _typ(result)), typ).values
+        result = part / n if fn == "average" else part
+        aggs[column] = cast(Vec(result, None, _typ(result)), typ).values
     grouped = swept.select([*group, "__at"]).to_pandas()
-    head_env = {f"__head{j}": Col(f"__g{j}", schema.types[j]) for j in range(len(rule.head.args))}
-    time: tuple[ast.Annotation, ...] = ()
-    if rule.head.time is not None:
+    head_env = {f"__head{j}": Col(f"__g{j}", typ) for j, (_, _, typ) in enumerate(head.args)}
+    if head.time is not None:
         head_env["__headt"] = Col("__gt", "int")
-        time = (ast.Annotation("time", (ast.Var("__headt"),)),)
-    head = ast.Rule(
-        ast.Atom(
-            rule.head.relation,
-            tuple(ast.Var(f"__head{j}") for j in range(len(rule.head.args))),
-            time,
-        )
-    )
     tau = grouped["__at"].to_numpy()
     exp = swept.column("__least_exp").to_numpy(zero_copy_only=False)
-    return head_rows(head, grouped, head_env, schema, lifetime, tau, exp, aggs)
+    return head_rows(grouped_head_of(head), grouped, head_env, tau, exp, aggs)
 
 
 def _typ(values: np.ndarray) -> str:

@@ -16,32 +16,30 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dagster_pomo.engine.constants import tick_ranges
 from dagster_pomo.engine.inprocess import rules as R
-from dagster_pomo.engine.schema import Schema
-from dagster_pomo.engine.timeline import NEVER
-from dagster_pomo.lang import Program, Stratum
+from dagster_pomo.plan.constants import tick_ranges
+from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
+from dagster_pomo.plan.schema import Schema
+from dagster_pomo.plan.time import reach_of
 
 
-def supported(
-    program: Program, stratum: Stratum, schemas: Mapping[str, Schema], linear: bool = False
-) -> bool:
+def supported(plan: CorpusPlan, stratum: StratumPlan) -> bool:
     """Whether ``stratum`` can be worked out here: no ``@next`` in the corpus (its versions
     come from Spark plans), every rule :func:`rules.rule_supported`, and no recursion that
-    is ``linear`` (Spark tasks take those rounds, see `rounds`; other recursion runs its
+    is linear (Spark tasks take those rounds, see `rounds`; other recursion runs its
     rounds here)."""
-    if stratum.inductive or (stratum.recursive and linear):
+    if stratum.inductive or (stratum.recursive and stratum.linear is not None):
         return False
-    if any(r.is_inductive for r in program.corpus.rules):
+    if plan.has_next:
         return False
-    return all(R.rule_supported(r, schemas) for r in stratum.rules if r.body)
+    return all(R.rule_supported(r) for r in stratum.rules)
 
 
-def ticks(program: Program, schema: Schema, clock_start: int, start: int, end: int) -> pd.DataFrame:
+def ticks(plan: CorpusPlan, schema: Schema, clock_start: int, start: int, end: int) -> pd.DataFrame:
     """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start)."""
     offset_col, period_col = schema.columns
     parts = []
-    for o, p, first, stop in tick_ranges(program, clock_start, start, end):
+    for o, p, first, stop in tick_ranges(plan.clocks, clock_start, start, end):
         t = o + np.arange(first, stop, dtype=np.int64) * p
         parts.append(
             pd.DataFrame(
@@ -65,9 +63,8 @@ def empty(schema: Schema) -> pd.DataFrame:
 
 
 def evaluate(
-    program: Program,
-    stratum: Stratum,
-    schemas: Mapping[str, Schema],
+    plan: CorpusPlan,
+    stratum: StratumPlan,
     state: Callable[[str], pd.DataFrame],
     seeds: Mapping[str, pd.DataFrame | None],
     life: Mapping[str, int],
@@ -79,27 +76,25 @@ def evaluate(
     rules derive from ``state`` (a relation's versions that can take part) merged with
     ``seeds`` (facts and deferred events), one version per ``(args, t, kt)``; and the rounds
     it took. A recursive stratum reads its own relations' earlier epochs from ``history``."""
+    schemas = plan.schemas
     if stratum.recursive:
         assert history is not None
-        return _fixpoint(program, stratum, schemas, state, history, seeds, a, b)
-    catalog = program.catalog
+        return _fixpoint(stratum, schemas, state, history, seeds, a, b)
     out: dict[str, pa.Table] = {}
     for name in stratum.relations:
         schema = schemas[name]
-        own = [r for r in stratum.rules if r.body and r.head.relation == name]
+        own = stratum.own(name)
         made = []
         for rule in own:
-            positives = [state(atom.relation) for atom in rule.positive]
-            negatives = [state(atom.relation) for atom in rule.negative]
-            lifetime = catalog[name].lifetime
-            if rule.aggregates:
-                reach = min(life.get(atom.relation, NEVER) for atom in rule.positive)
-                args = (rule, positives, negatives, schemas, lifetime, a, b, reach)
-                made.append(R.aggregate(*args))
+            positives = [state(x.relation) for x in rule.scans]
+            negatives = [state(x.relation) for x in rule.negations]
+            if rule.aggregate is not None:
+                reach = reach_of(life, rule.aggregate.reach_from)
+                made.append(R.aggregate(rule, positives, negatives, a, b, reach))
             else:
-                made.append(R.derive(rule, positives, negatives, schemas, lifetime, a, b))
+                made.append(R.derive(rule, positives, negatives, a, b))
         parts = [p for p in (seeds.get(name), *made) if p is not None]
-        if seeds.get(name) is None and len(own) == 1 and own[0].aggregates:
+        if seeds.get(name) is None and len(own) == 1 and own[0].aggregate is not None:
             rows = made[0][R.row_columns(schema)]  # one version per (group, tau) already
         elif parts:
             rows = R.dedupe(schema, pd.concat([p[R.row_columns(schema)] for p in parts]))
@@ -110,8 +105,7 @@ def evaluate(
 
 
 def _fixpoint(
-    program: Program,
-    stratum: Stratum,
+    stratum: StratumPlan,
     schemas: Mapping[str, Schema],
     state: Callable[[str], pd.DataFrame],
     history: Callable[[str], pd.DataFrame],
@@ -126,8 +120,7 @@ def _fixpoint(
     single-version rounds take seconds (see BENCHMARKS.md). The stratum goes to Spark
     (`rules.TooLarge`) when a relation grows past `rules.MAX_MATCHES` versions."""
     names = list(stratum.relations)
-    rules = [r for r in stratum.rules if r.body]
-    catalog = program.catalog
+    rules = stratum.rules
     earlier = {n: history(n) for n in names}
     known = {n: _versions(schemas[n], [seeds.get(n)]) for n in names}
 
@@ -137,27 +130,24 @@ def _fixpoint(
         parts = [p for p in (earlier[name], known[name]) if len(p)]
         return pd.concat(parts, ignore_index=True) if len(parts) > 1 else known[name]
 
-    lower = {x.relation: state(x.relation) for r in rules for x in r.negative}
+    lower = {x.relation: state(x.relation) for r in rules for x in r.negations}
     delta: dict[str, pd.DataFrame] | None = None
     rounds = 0
     while True:
         rounds += 1
         made: dict[str, list[pd.DataFrame]] = {n: [] for n in names}
         for rule in rules:
-            negatives = [lower[x.relation] for x in rule.negative]
-            lifetime = catalog[rule.head.relation].lifetime
+            negatives = [lower[x.relation] for x in rule.negations]
             # Datalog: head := body, once with every version, then once per body atom of
             # the stratum, that atom reading only the last round's new versions.
-            for i in [None] if delta is None else range(len(rule.positive)):
-                if i is not None and rule.positive[i].relation not in delta:
+            for i in [None] if delta is None else range(len(rule.scans)):
+                if i is not None and rule.scans[i].relation not in delta:
                     continue
                 sources = [
                     delta[x.relation] if j == i and delta is not None else full(x.relation)
-                    for j, x in enumerate(rule.positive)
+                    for j, x in enumerate(rule.scans)
                 ]
-                made[rule.head.relation].append(
-                    R.derive(rule, sources, negatives, schemas, lifetime, a, b)
-                )
+                made[rule.relation].append(R.derive(rule, sources, negatives, a, b))
         delta = {}
         for n in names:
             fresh = _uncovered(schemas[n], _versions(schemas[n], made[n]), known[n])

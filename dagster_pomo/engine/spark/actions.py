@@ -11,9 +11,9 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription, idempotency_key
-from dagster_pomo.engine.schema import Schema
 from dagster_pomo.engine.spark.evaluator import struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.plan.schema import Schema
 
 
 def _matches(sub: Subscription) -> Column:

@@ -34,12 +34,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dagster_pomo.engine.constants import clocks, tick_ranges
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.inprocess import stratum as local
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.run import Prepared
-from dagster_pomo.engine.schema import META, Schema
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.epoch_store import EpochStore
@@ -48,9 +46,14 @@ from dagster_pomo.engine.spark.lookups import remember_lookups
 from dagster_pomo.engine.spark.session import is_connect
 from dagster_pomo.engine.spark.spans import Span
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.timeline import NEVER, Epoch, epoch_key
-from dagster_pomo.lang import Program, Stratum, ast
+from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
+from dagster_pomo.plan.constants import tick_ranges
+from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
+from dagster_pomo.plan.rules import RulePlan
+from dagster_pomo.plan.schema import META, Schema
+from dagster_pomo.plan.time import next_stamp, reach_of, reaches
+from dagster_pomo.timeline import NEVER, Epoch, epoch_key
 
 # Spark's settings for plans run without generated code (see `SparkEvaluator.plans_for`).
 # The second is internal to Spark; without it, Spark still generates each expression's code.
@@ -124,23 +127,24 @@ class SparkEvaluator:
         clock_start: int,
         facts: Mapping[str, list[Row]] | None = None,
         concurrency: int = 2,
+        plan: CorpusPlan | None = None,
     ) -> None:
         """``concurrency``: how many strata of an epoch may run at once (those that read
-        nothing the others make); their Spark jobs then overlap each other's fixed costs."""
+        nothing the others make); their Spark jobs then overlap each other's fixed costs.
+        ``plan``: the corpus's plan, when the caller has compiled it already."""
         self.spark = spark
         remember_lookups(spark)  # a session made elsewhere: the engine builds many columns
         self.program = program
         self.catalog = program.catalog
         self.schemas = schemas
+        self.plan = plan or compile_plan(program, schemas)
         self.wh = warehouse
         self.epochs = epochs
         self.clock_start = clock_start
         self.facts = {k: v for k, v in (facts or {}).items() if not self.catalog[k].is_input}
         self.structs = {name: struct_of(s) for name, s in schemas.items()}
-        self.life = self._max_lifetimes()
-        self.defers = {
-            r.head.relation for r in program.corpus.rules if r.body and r.head.time is not None
-        }
+        self.life = reaches(self.plan, max((e.end - e.start for e in epochs), default=1))
+        self.defers = self.plan.defers
         # Rows the last `evaluate_next` stored, per relation that only `@next` rules derive.
         self.carried_rows: dict[str, int] = {}
         # This epoch's versions so far, by (`_slot`, relation): read once, reused by rules.
@@ -161,33 +165,6 @@ class SparkEvaluator:
         self._local_strata: dict[int, bool] = {}
 
     # ------------------------------------------------------------------ set-up
-
-    def _max_lifetimes(self) -> dict[str, int]:
-        """An upper bound of ``exp - kt`` per relation, to know how far back to read."""
-        size = max((e.end - e.start for e in self.epochs), default=1)
-        life: dict[str, int] = {}
-        for rel in self.catalog:
-            life[rel.name] = rel.lifetime if rel.lifetime is not None else NEVER
-        if CLOCK in self.catalog:
-            life[CLOCK] = max((p for _, p in clocks(self.program)), default=1)
-        for rel in self.catalog:
-            if rel.inductive:
-                life[rel.name] = min(life[rel.name], size)
-        changed = True
-        while changed:  # derived: at most the longest-living body of its rules
-            changed = False
-            for rel in self.catalog:
-                if not rel.derived or rel.lifetime is not None:
-                    continue
-                bound = 0
-                for rule in self.program.corpus.rules:
-                    if rule.head.relation == rel.name and rule.body and not rule.is_inductive:
-                        bound = max(bound, min(life[a.relation] for a in rule.positive))
-                    elif rule.head.relation == rel.name and (rule.is_inductive or not rule.body):
-                        bound = NEVER
-                if bound < life[rel.name]:
-                    life[rel.name], changed = bound, True
-        return life
 
     def _rows_frame(self, name: str, rows: list[Row]) -> DataFrame:
         return frames.local(self.spark, [_stored(r) for r in rows], self.structs[name])
@@ -245,7 +222,7 @@ class SparkEvaluator:
         broadcasting it is one task, not one for each of the session's default partitions."""
         offset_col, period_col = self.schemas[CLOCK].columns
         parts = []
-        for o, p, first, stop in tick_ranges(self.program, self.clock_start, start, end):
+        for o, p, first, stop in tick_ranges(self.plan.clocks, self.clock_start, start, end):
             t = (F.lit(o) + F.col("id") * F.lit(p)).cast("long")
             slices = 1 if stop - first <= self.TICKS_ALONE else None
             parts.append(
@@ -304,7 +281,7 @@ class SparkEvaluator:
         self._current = {}  # earlier epochs' entries are no longer needed
         self._tables, self._tables_for = {}, None  # nor what this process read (inputs may change)
         self._read = set()
-        with self.plans_for(epoch, self.program.strata) as stats.interpreted:
+        with self.plans_for(epoch, self.plan.strata) as stats.interpreted:
             carried = self.evaluate_next(epoch)
             stats.strata = self._deductive(epoch, carried)
         stats.seconds = time.perf_counter() - started
@@ -325,7 +302,7 @@ class SparkEvaluator:
         length = epochs[0].end - epochs[0].start if epochs else 0
         cut = next((i for i, e in enumerate(epochs) if e.end - e.start != length), len(epochs))
         same, rest = list(epochs[:cut]), list(epochs[cut:])
-        whole = self.span(same, self.program.strata)
+        whole = self.span(same, self.plan.strata)
         if whole is not None:
             for epoch in [whole, *rest]:
                 self.evaluate_epoch(epoch)
@@ -335,7 +312,7 @@ class SparkEvaluator:
                 self.evaluate_epoch(epoch)
             return len(epochs)
         passes = 0
-        for stratum in self.program.strata:
+        for stratum in self.plan.strata:
             span = self.span(same, [stratum])
             for epoch in [span, *rest] if span is not None else epochs:
                 with self.plans_for(epoch, [stratum]):
@@ -344,7 +321,7 @@ class SparkEvaluator:
         return passes
 
     @contextmanager
-    def plans_for(self, epoch: Epoch, strata: Sequence[Stratum]) -> Iterator[bool]:
+    def plans_for(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> Iterator[bool]:
         """Within this block, where ``strata`` of ``epoch`` are evaluated, run their plans
         interpreted, without generated code, when the epoch is small (at most
         ``INTERPRET_INPUTS`` input events, counted from its files: Spark and the warehouse on
@@ -377,18 +354,12 @@ class SparkEvaluator:
         ``concurrency`` of them at once, in threads that carry the epoch's Spark job group.
         When one fails, those under way finish (each writes its epoch whole or not at all)
         and none starts."""
-        strata = [s for s in self.program.strata if not s.inductive]
+        strata = self.plan.deductive
         if self.concurrency == 1:
             return [self.evaluate_stratum(s, epoch, carried) for s in strata]
         owner = {n: s.index for s in strata for n in s.relations}
         needs = {
-            s.index: {
-                owner[a.relation]
-                for r in s.rules
-                for a in (*r.positive, *r.negative)
-                if owner.get(a.relation, s.index) != s.index
-            }
-            for s in strata
+            s.index: {owner[r] for r in s.reads if owner.get(r, s.index) != s.index} for s in strata
         }
         done: dict[int, StratumStats] = {}
         running: dict[Future[StratumStats], int] = {}
@@ -446,14 +417,14 @@ class SparkEvaluator:
         )
         return stored
 
-    def span(self, epochs: Sequence[Epoch], strata: Sequence[Stratum]) -> Epoch | None:
+    def span(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> Epoch | None:
         """One epoch standing for ``epochs`` when ``strata`` can be evaluated over all of them
         at once and store what they would store epoch by epoch (see `spans`): the corpus has
         no ``@next`` rule, no recursive stratum among ``strata`` derives a relation that
         defers events (its rounds do not tell the versions they derive from its seeds, which
         must not be deferred again) and the epochs are consecutive and of one length.
         Evaluate ``strata`` over the epoch returned, in order; None: epoch by epoch."""
-        if not self.ONE_PASS or any(r.is_inductive for r in self.program.corpus.rules):
+        if not self.ONE_PASS or self.plan.has_next:
             return None
         if any(s.recursive and self.defers & set(s.relations) for s in strata):
             return None
@@ -468,7 +439,7 @@ class SparkEvaluator:
         return _slot(epoch) in self._spans
 
     def evaluate_stratum(
-        self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
+        self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
     ) -> StratumStats:
         """One deductive stratum of ``epoch``; earlier strata of the epoch must be stored.
         ``carried`` are the ``@next`` results (worked out here when not given)."""
@@ -502,22 +473,21 @@ class SparkEvaluator:
 
     def derive(
         self,
-        rule: ast.Rule,
+        rule: RulePlan,
         epoch: Epoch,
         source: dict[int, DataFrame] | None = None,
         held: Mapping[str, DataFrame] | None = None,
     ) -> DataFrame:
         source = source or {}
         positives = [
-            source[i] if i in source else self.state(a.relation, epoch, held)
-            for i, a in enumerate(rule.positive)
+            source[i] if i in source else self.state(x.relation, epoch, held)
+            for i, x in enumerate(rule.scans)
         ]
-        negatives = [self.state(a.relation, epoch, held) for a in rule.negative]
-        lifetime = self.catalog[rule.head.relation].lifetime
-        args = (rule, positives, negatives, self.schemas, lifetime, epoch.lower, epoch.end)
-        if not rule.aggregates:
+        negatives = [self.state(x.relation, epoch, held) for x in rule.negations]
+        args = (rule, positives, negatives, epoch.lower, epoch.end)
+        if rule.aggregate is None:
             return R.derive(*args)
-        reach = min(self.life.get(a.relation, NEVER) for a in rule.positive)
+        reach = reach_of(self.life, rule.aggregate.reach_from)
         return R.aggregate(*args, R.Buckets.for_epoch(epoch.start, epoch.end, reach))
 
     def version_key(self, name: str) -> list[str]:
@@ -542,7 +512,7 @@ class SparkEvaluator:
             .select(*out)
         )
 
-    def in_process(self, stratum: Stratum, epoch: Epoch) -> bool:
+    def in_process(self, stratum: StratumPlan, epoch: Epoch) -> bool:
         """Whether this process works ``stratum`` of ``epoch`` out instead of Spark: the
         epoch is small (at most ``IN_PROCESS_INPUTS`` input events, counted from its files:
         Spark and the warehouse on this machine) and not a range, and the stratum is one
@@ -551,9 +521,7 @@ class SparkEvaluator:
         if not self.store.local or self.is_span(epoch):
             return False
         if stratum.index not in self._local_strata:
-            linear = stratum.recursive and self.recursion.is_linear(stratum)
-            ok = local.supported(self.program, stratum, self.schemas, linear)
-            self._local_strata[stratum.index] = ok
+            self._local_strata[stratum.index] = local.supported(self.plan, stratum)
         return (
             self._local_strata[stratum.index]
             and self.IN_PROCESS_INPUTS > 0  # 0: never, not even for an epoch without inputs
@@ -572,7 +540,7 @@ class SparkEvaluator:
         with ``tau`` in ``epoch``."""
         if name == CLOCK:
             schema = self.schemas[CLOCK]
-            return local.ticks(self.program, schema, self.clock_start, epoch.start, epoch.end)
+            return local.ticks(self.plan, schema, self.clock_start, epoch.start, epoch.end)
         history = self._local_history(name, epoch)
         current = self._table(name, epoch_key(epoch))
         parts = [p for p in [history, current] if len(p)]
@@ -614,7 +582,7 @@ class SparkEvaluator:
             return None
         return pa.concat_tables([p.cast(schema) for p in parts]).to_pandas()
 
-    def _stratum_in_process(self, stratum: Stratum, epoch: Epoch) -> StratumStats:
+    def _stratum_in_process(self, stratum: StratumPlan, epoch: Epoch) -> StratumStats:
         """`_stratum` worked out by this process (see `in_process`), stored as Spark's
         would be."""
         stats = StratumStats(stratum.index, stratum.relations, rounds=1, in_process=True)
@@ -623,9 +591,8 @@ class SparkEvaluator:
             self._tables, self._tables_for = {}, _slot(epoch)
         seeds = {n: self._local_seeds(n, epoch) for n in stratum.relations}
         made, stats.rounds = local.evaluate(
-            self.program,
+            self.plan,
             stratum,
-            self.schemas,
             lambda name: self._local_state(name, epoch),
             seeds,
             self.life,
@@ -645,7 +612,7 @@ class SparkEvaluator:
         return stats
 
     def _stratum(
-        self, stratum: Stratum, epoch: Epoch, carried: Mapping[str, DataFrame]
+        self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame]
     ) -> StratumStats:
         if self.in_process(stratum, epoch):
             try:
@@ -656,7 +623,6 @@ class SparkEvaluator:
         started = time.perf_counter()
         names = list(stratum.relations)
         seeds = {n: self._seeds(n, epoch, carried) for n in names}
-        rules = [r for r in stratum.rules if r.body]
         rows: dict[str, DataFrame] = {}
         made_here: dict[str, list[DataFrame]] = {}  # what the rules derive, see `_store`
         cached: list[DataFrame] = []
@@ -666,7 +632,7 @@ class SparkEvaluator:
         else:
             stats.rounds = 1
             for n in names:
-                own = [r for r in rules if r.head.relation == n]
+                own = stratum.own(n)
                 made = [self.derive(r, epoch) for r in own]
                 if made and n in self.defers and self.is_span(epoch):
                     # A span writes them twice, to its partitions and to each epoch's
@@ -674,7 +640,7 @@ class SparkEvaluator:
                     made = [reduce(DataFrame.unionByName, made).cache()]
                     cached += made
                 made_here[n] = made
-                if seeds[n] is None and len(own) == 1 and own[0].aggregates:
+                if seeds[n] is None and len(own) == 1 and own[0].aggregate is not None:
                     # One aggregate rule alone makes one version per (group, tau): nothing
                     # to merge, and no shuffle to merge it.
                     rows[n] = made[0].select(*R.row_columns(self.schemas[n]))
@@ -700,7 +666,7 @@ class SparkEvaluator:
         """``@next`` rules over the previous epoch; stamped at its end, alive one more epoch."""
         prev = epoch.previous
         assert prev is not None
-        b, length = prev.end, prev.end - prev.start
+        b = prev.end
         out: dict[str, list[DataFrame]] = {}
 
         def state(name: str) -> DataFrame:
@@ -708,35 +674,23 @@ class SparkEvaluator:
                 return self._ticks(prev.start, prev.end)
             return self._history(name, epoch, prev.lower).filter(F.col("kt") < b)
 
-        for stratum in self.program.strata:
-            if not stratum.inductive:
-                continue
+        for stratum in self.plan.inductive:
             for rule in stratum.rules:
-                m = R.matches(rule, [state(a.relation) for a in rule.positive], self.schemas)
+                m = R.matches(rule, [state(x.relation) for x in rule.scans])
                 df = m.df
-                for k, atom in enumerate(rule.negative):
+                for negation in rule.negations:
                     df = R.anti_join(
                         df,
-                        atom,
-                        state(atom.relation),
-                        self.schemas[atom.relation],
+                        negation,
+                        state(negation.relation),
                         m.env,
-                        k,
                         F.col("__n_kt") < b,
                         F.col("__n_exp") > prev.lower,
                     )
-                lifetime = self.catalog[rule.head.relation].lifetime
-                exp = F.lit(b + length if lifetime is None else min(b + length, b + lifetime))
-                rows = R.head_rows(
-                    rule,
-                    df,
-                    m.env,
-                    self.schemas[rule.head.relation],
-                    None,
-                    F.lit(b).cast("long"),
-                    exp.cast("long"),
-                )
-                out.setdefault(rule.head.relation, []).append(rows)
+                t, exp = next_stamp(prev, rule.head.lifetime)
+                lit_t, lit_exp = F.lit(t).cast("long"), F.lit(exp).cast("long")
+                rows = R.head_rows(rule.head.uncapped(), df, m.env, lit_t, lit_exp)
+                out.setdefault(rule.relation, []).append(rows)
         return {n: self.dedupe(n, reduce(DataFrame.unionByName, dfs)) for n, dfs in out.items()}
 
     # ------------------------------------------------------------------ results

@@ -1,4 +1,4 @@
-"""Rule expressions as Spark columns, with the semantics of :mod:`dagster_pomo.engine.values`.
+"""Rule expressions as Spark columns, with the semantics of :mod:`dagster_pomo.lang.values`.
 
 Types are known statically (from the schemas), so integer and float arithmetic,
 truncating division and "undefined" (null) results are decided while compiling.
@@ -14,8 +14,8 @@ from functools import reduce
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from dagster_pomo.engine.schema import expr_type
 from dagster_pomo.lang import ast
+from dagster_pomo.plan.schema import expr_type
 
 SPARK_TYPES = {"int": "long", "float": "double", "str": "string", "bool": "boolean"}
 Typed = tuple[Column, str | None]

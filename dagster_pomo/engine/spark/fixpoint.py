@@ -22,19 +22,21 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from dagster_pomo.engine import rounds
-from dagster_pomo.engine.linear import linear_plan
-from dagster_pomo.engine.partitioning import stable_argument
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.estimates import bounded
 from dagster_pomo.engine.spark.session import is_connect
-from dagster_pomo.engine.timeline import Epoch, epoch_key
-from dagster_pomo.lang import Stratum, ast
+from dagster_pomo.plan import linear
+from dagster_pomo.plan.corpus import StratumPlan
+from dagster_pomo.plan.rules import RulePlan
+from dagster_pomo.timeline import Epoch, epoch_key
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.spark.evaluator import SparkEvaluator
 
-# Executors get the rounds' code with each task (see `Recursion._rounds_in_tasks`).
+# Executors get the rounds' code and the shapes of their plans with each task (see
+# `Recursion._rounds_in_tasks`).
 cloudpickle.register_pickle_by_value(rounds)
+cloudpickle.register_pickle_by_value(linear)
 
 
 @dataclass
@@ -72,37 +74,28 @@ class Recursion:
 
     def __init__(self, evaluator: SparkEvaluator) -> None:
         self.ev = evaluator
-        program = evaluator.program
-        recursive = [(s, n) for s in program.strata if s.recursive for n in s.relations]
-        stable = {n: stable_argument(s, n) for s, n in recursive}
+        stable = {n: j for s in evaluator.plan.strata for n, j in s.stable}
         self._stable = {n for n, j in stable.items() if j is not None}
         self._spread = {n: self._spread_on(n, j) for n, j in stable.items()}
-        self._covers = {n: self._covering(n) for _, n in recursive}
-        self._linear = {
-            s.index: linear_plan(s, evaluator.schemas, evaluator.catalog) for s, _ in recursive
-        }
-
-    def is_linear(self, stratum: Stratum) -> bool:
-        """Whether ``stratum``'s later rounds can run inside Spark tasks (see `rounds`)."""
-        return self._linear.get(stratum.index) is not None
+        self._covers = {n: self._covering(n) for n in stable}
 
     def evaluate(
-        self, stratum: Stratum, epoch: Epoch, seeds: Mapping[str, DataFrame | None]
+        self, stratum: StratumPlan, epoch: Epoch, seeds: Mapping[str, DataFrame | None]
     ) -> tuple[dict[str, DataFrame], dict[str, int], int]:
         """The recursive ``stratum`` of ``epoch`` to its fixpoint, from its ``seeds``: its
         relations' versions to store (none for those the rounds' tasks stored themselves),
         the rows those tasks stored, and how many rounds ran."""
         names = list(stratum.relations)
-        rules = [r for r in stratum.rules if r.body]
+        rules = list(stratum.rules)
         rows: dict[str, DataFrame] = {}
         current = {n: self.ev.empty(n) if s is None else s for n, s in seeds.items()}
-        below = {a.relation for r in rules for a in (*r.positive, *r.negative)} - set(names)
+        below = stratum.reads - set(names)
         fix = _Fixpoint({b: self.ev.state(b, epoch).localCheckpoint(eager=True) for b in below})
         for n in names:
             self.ev.hold(epoch, n, current[n])
         delta = self._round(fix, rules, epoch, names, current, None)
         ran = 1
-        plan = self._linear.get(stratum.index)
+        plan = stratum.linear
         if delta is not None and plan is not None and self.TASK_ROWS > 0:
             delta, done, more = self._rounds_in_tasks(fix, plan, epoch, current, delta)
             ran += more
@@ -118,7 +111,7 @@ class Recursion:
     def _round(
         self,
         fix: _Fixpoint,
-        rules: list[ast.Rule],
+        rules: list[RulePlan],
         epoch: Epoch,
         names: list[str],
         current: dict[str, DataFrame],
@@ -135,12 +128,12 @@ class Recursion:
         made: dict[str, list[DataFrame]] = {n: [] for n in names}
         for rule in rules:
             if delta is None:
-                made[rule.head.relation].append(self.ev.derive(rule, epoch, held=fix.held))
+                made[rule.relation].append(self.ev.derive(rule, epoch, held=fix.held))
                 continue
-            for i, atom in enumerate(rule.positive):
-                if atom.relation in delta:
-                    made[rule.head.relation].append(
-                        self.ev.derive(rule, epoch, {i: delta[atom.relation]}, fix.held)
+            for i, scan in enumerate(rule.scans):
+                if scan.relation in delta:
+                    made[rule.relation].append(
+                        self.ev.derive(rule, epoch, {i: delta[scan.relation]}, fix.held)
                     )
         new: dict[str, DataFrame] = {}
         for n in names:
@@ -176,7 +169,7 @@ class Recursion:
     def _rounds_in_tasks(
         self,
         fix: _Fixpoint,
-        plan: rounds.LinearPlan,
+        plan: linear.LinearPlan,
         epoch: Epoch,
         current: dict[str, DataFrame],
         delta: dict[str, DataFrame],

@@ -19,14 +19,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from dagster_pomo.engine import sweep
-from dagster_pomo.engine.atoms import atom_columns, atom_reads, comparable
-from dagster_pomo.engine.bands import Band, bands
-from dagster_pomo.engine.constants import constant_values
-from dagster_pomo.engine.schema import Schema, row_columns, rule_env
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
-from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.check import binding_of
+from dagster_pomo.plan.bands import Band
+from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
+from dagster_pomo.plan.scans import comparable
+from dagster_pomo.plan.schema import row_columns
+from dagster_pomo.plan.time import Ops, head_times
+from dagster_pomo.timeline import NEVER
 
 # Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
 cloudpickle.register_pickle_by_value(sweep)
@@ -45,67 +45,60 @@ class Matches:
     atoms: int
 
 
+SPARK_OPS = Ops(
+    greatest=F.greatest,
+    least=F.least,
+    where=lambda c, a, b: F.when(c, a).otherwise(b),
+    constant=lambda v, _: F.lit(v).cast("long"),
+)
+
+
 def _atom_frame(
-    i: int,
-    atom: ast.Atom,
-    df: DataFrame,
-    schema: Schema,
-    constants: Mapping[str, object],
-    want_key: bool,
+    scan: Scan, df: DataFrame, want_key: bool
 ) -> tuple[DataFrame, dict[str, tuple[str, str]], list]:
     """Select and rename one positive atom's columns; return deferred expression checks."""
-    reads = atom_reads(atom, schema, constants)
-    env = reads.binds
-    filters = [F.col(a) == F.col(b) for a, b in reads.same]
-    for const, col, typ in reads.constants:
+    i = scan.index
+    filters = [F.col(a) == F.col(b) for a, b in scan.same]
+    for const, col, typ in scan.constants:
         value, vtype = compile_expr(const, {})
         filters.append(F.col(col) == value if comparable(vtype, typ) else F.lit(False))
-    checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in reads.checks]
-    cols = [F.col(col).alias(f"__x{i}_{j}") for j, _, col, _ in reads.checks]
+    checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in scan.checks]
+    cols = [F.col(col).alias(f"__x{i}_{j}") for j, _, col, _ in scan.checks]
     for f in filters:
         df = df.filter(f)
-    selected = [F.col(col).alias(_var(name)) for name, (col, _) in env.items()]
+    selected = [F.col(col).alias(_var(name)) for name, col, _ in scan.binds]
     selected += cols
     selected += [F.col("kt").alias(f"__kt{i}"), F.col("exp").alias(f"__exp{i}")]
     if want_key:
-        key_cols = [*schema.columns, *schema.aggregate_columns, "t"]
-        selected.append(F.struct(*[F.col(c) for c in key_cols]).alias(f"__key{i}"))
+        selected.append(F.struct(*[F.col(c) for c in scan.key]).alias(f"__key{i}"))
     out = df.select(*selected)
-    return out, {name: (_var(name), typ) for name, (_, typ) in env.items()}, checks
+    return out, {name: (_var(name), typ) for name, _, typ in scan.binds}, checks
 
 
-def matches(
-    rule: ast.Rule,
-    sources: Sequence[DataFrame],
-    schemas: Mapping[str, Schema],
-    want_keys: bool = False,
-) -> Matches:
+def matches(rule: RulePlan, sources: Sequence[DataFrame], want_keys: bool = False) -> Matches:
     """Join the positive atoms, add ``where`` definitions, apply expression checks and guards."""
-    constants = constant_values(rule)
-    types = rule_env(rule, schemas)
-    guarded = bands(rule.guards, constants)
     joined: DataFrame | None = None
     env: dict[str, tuple[str, str]] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
-    for i, (atom, df) in enumerate(zip(rule.positive, sources, strict=True)):
-        frame, frame_env, frame_checks = _atom_frame(
-            i, atom, df, schemas[atom.relation], constants, want_keys
-        )
+    for scan, df in zip(rule.scans, sources, strict=True):
+        frame, frame_env, frame_checks = _atom_frame(scan, df, want_keys)
         checks += frame_checks
-        shared = [_var(v) for v in frame_env if v in env]
+        join = scan.join
         if joined is None:
             joined = frame
-        elif shared:
-            joined = joined.join(frame, on=shared, how="inner")
+        elif join.kind == "on":
+            joined = joined.join(frame, on=[_var(v) for v in join.on], how="inner")
+        elif join.band is not None:
+            joined = _band_join(scan.index, joined, env, frame, frame_env, join.band)
         else:
-            joined = _band_join(i, joined, env, frame, frame_env, guarded)
+            joined = joined.crossJoin(frame)
         for name, value in frame_env.items():
             env.setdefault(name, value)
     assert joined is not None
-    for d in binding_of(rule).def_order:
+    for d in rule.defs:
         col, typ = compile_expr(d.expr, env)
-        joined = joined.withColumn(_var(d.var.name), col)
-        env[d.var.name] = (_var(d.var.name), typ or types.get(d.var.name, "str"))
+        joined = joined.withColumn(_var(d.var), col)
+        env[d.var] = (_var(d.var), typ or d.type)
     for expr, column, typ in checks:
         value, vtype = compile_expr(expr, env)
         joined = joined.filter(
@@ -114,7 +107,7 @@ def matches(
     for guard in rule.guards:
         col, _ = compile_expr(guard, env)
         joined = joined.filter(truthy(col))
-    return Matches(joined, env, len(rule.positive))
+    return Matches(joined, env, len(rule.scans))
 
 
 def _band_join(
@@ -123,26 +116,19 @@ def _band_join(
     left_env: Mapping[str, tuple[str, str]],
     right: DataFrame,
     right_env: Mapping[str, tuple[str, str]],
-    guarded: Sequence[Band],
+    band: Band,
 ) -> DataFrame:
-    """Join two frames that share no variable. When the guards keep an integer variable of
-    one within a constant band of one of the other, the join pairs only rows of the same
-    bucket of the band's width (the guards still filter); otherwise every pair."""
-    for band in guarded:
-        if band.left in right_env and band.right in left_env:
-            band = band.flipped()  # noqa: PLW2901
-        x, y = left_env.get(band.left), right_env.get(band.right)
-        if x is None or y is None or x[1] != "int" or y[1] != "int":
-            continue
-        width, first, last = band.buckets()
-        on = f"__band{i}"
-        right = right.withColumn(
-            on,
-            F.explode(F.sequence(_bucket(y[0], width) + first, _bucket(y[0], width) + last)),
-        )
-        joined = left.withColumn(on, _bucket(x[0], width)).join(right, on=on, how="inner")
-        return joined.drop(on)
-    return left.crossJoin(right)
+    """Join two frames that share no variable on buckets of the band's width (the guards
+    still filter): its ``left`` variable is the left frame's, its ``right`` the right's."""
+    x, y = left_env[band.left], right_env[band.right]
+    width, first, last = band.buckets()
+    on = f"__band{i}"
+    right = right.withColumn(
+        on,
+        F.explode(F.sequence(_bucket(y[0], width) + first, _bucket(y[0], width) + last)),
+    )
+    joined = left.withColumn(on, _bucket(x[0], width)).join(right, on=on, how="inner")
+    return joined.drop(on)
 
 
 def _bucket(column: str, width: int) -> Column:
@@ -160,20 +146,16 @@ def _min_exp(m: Matches) -> Column:
     return exps[0] if len(exps) == 1 else F.least(*exps)
 
 
-def valid(
-    m: Matches, rule: ast.Rule, negated: Sequence[DataFrame], schemas: Mapping[str, Schema]
-) -> DataFrame:
+def valid(m: Matches, rule: RulePlan, negated: Sequence[DataFrame]) -> DataFrame:
     """Matches whose versions are all alive at ``__tau`` and whose negations hold there."""
     df = m.df.withColumns({"__tau": _tau(m), "__mexp": _min_exp(m)})
     df = df.filter(F.col("__mexp") > F.col("__tau"))
-    for k, (atom, source) in enumerate(zip(rule.negative, negated, strict=True)):
+    for negation, source in zip(rule.negations, negated, strict=True):
         df = anti_join(
             df,
-            atom,
+            negation,
             source,
-            schemas[atom.relation],
             m.env,
-            k,
             F.col("__n_kt") <= F.col("__tau"),
             F.col("__n_exp") > F.col("__tau"),
         )
@@ -182,16 +164,15 @@ def valid(
 
 def anti_join(
     df: DataFrame,
-    atom: ast.Atom,
+    negation: Negation,
     source: DataFrame,
-    schema: Schema,
     env: Mapping[str, tuple[str, str]],
-    k: int,
     *alive: Column,
 ) -> DataFrame:
-    """Drop the rows of ``df`` for which some version of ``atom`` agreeing with them is alive
-    (``alive`` conditions over ``__n_kt``/``__n_exp``)."""
-    pairs = atom_columns(atom, schema)
+    """Drop the rows of ``df`` for which some version of the negated atom agreeing with them
+    is alive (``alive`` conditions over ``__n_kt``/``__n_exp``)."""
+    pairs = negation.columns
+    k = negation.index
     right = source.select(
         *[F.col(col).alias(f"__n{k}_{j}") for j, (_, col, _) in enumerate(pairs)],
         F.col("kt").alias("__n_kt"),
@@ -219,11 +200,9 @@ def time_column(expr: ast.Expr, env: Mapping[str, tuple[str, str]]) -> Column:
 
 
 def head_rows(
-    rule: ast.Rule,
+    head: Head,
     df: DataFrame,
     env: Mapping[str, tuple[str, str]],
-    schema: Schema,
-    lifetime: int | None,
     tau: Column,
     exp: Column,
     aggregates: Sequence[Column] = (),
@@ -231,42 +210,31 @@ def head_rows(
     """The derived versions: head arguments, ``t``, ``kt`` and ``exp``; rows with an undefined
     value are dropped."""
     cols = []
-    for arg, name, typ in zip(rule.head.args, schema.columns, schema.types, strict=True):
+    for arg, name, typ in head.args:
         value, _ = compile_expr(arg, env)
         cols.append(value.cast(SPARK_TYPES[typ]).alias(name))
-    t = tau if rule.head.time is None else time_column(rule.head.time, env)
-    cap = (
-        F.lit(NEVER).cast("long")
-        if lifetime is None
-        else F.when(t > F.lit(NEVER - lifetime), F.lit(NEVER)).otherwise(t + F.lit(lifetime))
-    )
+    t = tau if head.time is None else time_column(head.time, env)
+    kt, expires = head_times(tau, t, exp, head.lifetime, SPARK_OPS)
     out = df.select(
         *cols,
         *aggregates,
         t.alias("t"),
-        F.greatest(tau, t).alias("kt"),
-        F.least(exp, cap).alias("exp"),
+        kt.alias("kt"),
+        expires.alias("exp"),
         tau.alias("_tau"),
     )
-    names = [*schema.columns, "t"]
+    names = [name for _, name, _ in head.args] + ["t"]
     return out.dropna(subset=names)
 
 
 def derive(
-    rule: ast.Rule,
-    sources: Sequence[DataFrame],
-    negated: Sequence[DataFrame],
-    schemas: Mapping[str, Schema],
-    lifetime: int | None,
-    a: int,
-    b: int,
+    rule: RulePlan, sources: Sequence[DataFrame], negated: Sequence[DataFrame], a: int, b: int
 ) -> DataFrame:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``."""
-    m = matches(rule, sources, schemas)
-    df = valid(m, rule, negated, schemas)
+    m = matches(rule, sources)
+    df = valid(m, rule, negated)
     df = df.filter((F.col("__tau") >= a) & (F.col("__tau") < b))
-    schema = schemas[rule.head.relation]
-    return head_rows(rule, df, m.env, schema, lifetime, F.col("__tau"), F.col("__mexp"))
+    return head_rows(rule.head, df, m.env, F.col("__tau"), F.col("__mexp"))
 
 
 @dataclass(frozen=True)
@@ -316,7 +284,7 @@ class Buckets:
 
 
 def _partials(
-    rule: ast.Rule, values: Sequence[str]
+    rule: RulePlan, values: Sequence[str]
 ) -> list[tuple[str, Column, Callable[[Column, Column], Column]]]:
     """What each aggregate keeps of the matches alive at a time, as a window function over
     full-length segments, and how it takes in the short segments paired with that time: a
@@ -331,7 +299,8 @@ def _partials(
         ("__n", F.count("__mexp"), lambda w, s: F.coalesce(w, F.lit(0)) + F.count(s)),
         ("__least_exp", F.min("__mexp"), lambda w, s: F.least(w, F.min(s))),
     ]
-    for i, ann in enumerate(rule.aggregates):
+    assert rule.aggregate is not None
+    for i, (fn, _, _, _) in enumerate(rule.aggregate.functions):
         col = F.col(values[i])
         parts.append(
             {
@@ -340,13 +309,13 @@ def _partials(
                 "average": (f"__part{i}", F.sum(col.cast("double")), adds),
                 "min": (f"__part{i}", F.min(col), lambda w, s: F.least(w, F.min(s))),
                 "max": (f"__part{i}", F.max(col), lambda w, s: F.greatest(w, F.max(s))),
-            }[ann.name]
+            }[fn]
         )
     return parts
 
 
 def _by_window(
-    rule: ast.Rule,
+    rule: RulePlan,
     made: DataFrame,
     group: list[str],
     values: list[str],
@@ -399,7 +368,7 @@ def _by_window(
 
 
 def _by_sweep(
-    rule: ast.Rule,
+    rule: RulePlan,
     made: DataFrame,
     group: list[str],
     values: list[str],
@@ -414,11 +383,12 @@ def _by_sweep(
     fields = [StructField(g, typed[g]) for g in group]
     fields += [StructField(c, LongType()) for c in ("__at", "__n", "__least_exp")]
     aggregates: list[tuple[str, str | None]] = []
-    for i, ann in enumerate(rule.aggregates):
-        column = values[i] if ann.args else None
-        aggregates.append((ann.name, column))
-        kind = LongType() if column is None or ann.name == "sum" else typed[column]
-        if ann.name == "average" or (ann.name == "sum" and typed[column] == DoubleType()):
+    assert rule.aggregate is not None
+    for i, (fn, arg, _, _) in enumerate(rule.aggregate.functions):
+        column = values[i] if arg is not None else None
+        aggregates.append((fn, column))
+        kind = LongType() if column is None or fn == "sum" else typed[column]
+        if fn == "average" or (fn == "sum" and typed[column] == DoubleType()):
             kind = DoubleType()
         fields.append(StructField(f"__part{i}", kind))
     reach = None if buckets.reach >= NEVER else buckets.reach
@@ -429,11 +399,9 @@ def _by_sweep(
 
 
 def aggregate(
-    rule: ast.Rule,
+    rule: RulePlan,
     sources: Sequence[DataFrame],
     negated: Sequence[DataFrame],
-    schemas: Mapping[str, Schema],
-    lifetime: int | None,
     a: int,
     b: int,
     buckets: Buckets,
@@ -446,21 +414,23 @@ def aggregate(
     of the group's matches sorted by time; the others, cut short, are paired with the times
     they cover. Numbers go through :mod:`sweep` one group at a time as Arrow tables; other
     values through a range window and a join on time buckets."""
-    m = matches(rule, sources, schemas, want_keys=True)
-    df = valid(m, rule, negated, schemas)
+    m = matches(rule, sources, want_keys=True)
+    df = valid(m, rule, negated)
     df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
-    schema = schemas[rule.head.relation]
+    head = rule.head
+    assert rule.aggregate is not None
+    functions = rule.aggregate.functions
     # The group's and the aggregates' columns in one step: Spark analyses the plan again at
     # every step, whatever the size of the data.
     added: dict[str, Column] = {}
-    for j, arg in enumerate(rule.head.args):
+    for j, (arg, _, typ) in enumerate(head.args):
         value, _ = compile_expr(arg, m.env)
-        added[f"__g{j}"] = value.cast(SPARK_TYPES[schema.types[j]])
-    if rule.head.time is not None:
-        added["__gt"] = time_column(rule.head.time, m.env)
+        added[f"__g{j}"] = value.cast(SPARK_TYPES[typ])
+    if head.time is not None:
+        added["__gt"] = time_column(head.time, m.env)
     group = list(added)
-    for i, ann in enumerate(rule.aggregates):
-        added[f"__val{i}"] = compile_expr(ann.args[0], m.env)[0] if ann.args else F.lit(1)
+    for i, (_, arg, _, _) in enumerate(functions):
+        added[f"__val{i}"] = compile_expr(arg, m.env)[0] if arg is not None else F.lit(1)
     values = [c for c in added if c not in group]
     df = df.withColumns(added).dropna(subset=group + values)
     key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)])
@@ -486,32 +456,24 @@ def aggregate(
     made = made.withColumn("__full", full)
     numeric = all(
         isinstance(made.schema[values[i]].dataType, (LongType, DoubleType))
-        for i, ann in enumerate(rule.aggregates)
-        if ann.args
+        for i, (_, arg, _, _) in enumerate(functions)
+        if arg is not None
     )
     by = _by_sweep if numeric else _by_window
     grouped = by(rule, made.withColumnRenamed("__tau", "__at"), group, values, a, b, buckets)
     aggs = []
-    for i, ann in enumerate(rule.aggregates):
-        typ = SPARK_TYPES[schema.aggregates[i][2]]
+    for i, (fn, _, column, typ) in enumerate(functions):
         part = F.col(f"__part{i}")
-        result = part / F.col("__n") if ann.name == "average" else part
-        aggs.append(result.cast(typ).alias(f"_agg_{ann.name}"))
+        result = part / F.col("__n") if fn == "average" else part
+        aggs.append(result.cast(SPARK_TYPES[typ]).alias(column))
     grouped = grouped.select(*group, "__at", *aggs, F.col("__least_exp").alias("__mexp"))
     # The head over the grouped columns: argument j is column __g<j>, the time __gt.
-    n = len(rule.head.args)
-    head_env = {f"__head{j}": (f"__g{j}", schema.types[j]) for j in range(n)}
-    time: tuple[ast.Annotation, ...] = ()
-    if rule.head.time is not None:
+    head_env = {f"__head{j}": (f"__g{j}", typ) for j, (_, _, typ) in enumerate(head.args)}
+    if head.time is not None:
         head_env["__headt"] = ("__gt", "int")
-        time = (ast.Annotation("time", (ast.Var("__headt"),)),)
-    head = ast.Rule(
-        ast.Atom(rule.head.relation, tuple(ast.Var(f"__head{j}") for j in range(n)), time)
-    )
-    agg_cols = [F.col(f"_agg_{a.name}") for a in rule.aggregates]
-    return head_rows(
-        head, grouped, head_env, schema, lifetime, F.col("__at"), F.col("__mexp"), agg_cols
-    )
+    grouped_head = grouped_head_of(head)
+    agg_cols = [F.col(column) for _, _, column, _ in functions]
+    return head_rows(grouped_head, grouped, head_env, F.col("__at"), F.col("__mexp"), agg_cols)
 
 
 __all__ = ["Buckets", "aggregate", "anti_join", "derive", "head_rows", "matches", "row_columns"]

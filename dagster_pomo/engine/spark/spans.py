@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.timeline import Epoch, epoch_key
+from dagster_pomo.timeline import Epoch, epoch_key
 
 
 @dataclass(frozen=True)

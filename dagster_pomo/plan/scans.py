@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dagster_pomo.engine.schema import Schema
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK
+from dagster_pomo.plan.schema import Schema
 
 
 def atom_columns(atom: ast.Atom, schema: Schema) -> list[tuple[ast.Expr, str, str]]:

@@ -12,13 +12,75 @@ first round, which may use everything the language has, runs on Spark as before.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from dagster_pomo.engine.rounds import OPS, AtomPlan, GuardPlan, LinearPlan, RulePlan
-from dagster_pomo.engine.schema import Schema
-from dagster_pomo.engine.timeline import NEVER
 from dagster_pomo.lang import Stratum, ast
 from dagster_pomo.lang.catalog import Catalog
+from dagster_pomo.plan.schema import Schema
+from dagster_pomo.timeline import NEVER
+
+
+@dataclass(frozen=True)
+class LinearAtom:
+    """A positive atom: the stored column each variable reads, and columns that must agree
+    (a variable written twice in the atom)."""
+
+    relation: str
+    reads: tuple[tuple[str, str], ...]  # (column, variable)
+    same: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class LinearGuard:
+    """``left op right``, each side a variable (its name) or a constant (its value), of one
+    type: integers, strings or booleans, which numpy compares as Spark does."""
+
+    op: str
+    left: tuple[str, Any]  # ("var", name) or ("const", value)
+    right: tuple[str, Any]
+
+
+OPS = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+@dataclass(frozen=True)
+class LinearRule:
+    """A rule with exactly one atom of the recursive relation; the others are lower strata's,
+    as are the ``negated`` atoms. ``head`` names the variable of each head argument."""
+
+    recursive: LinearAtom
+    others: tuple[LinearAtom, ...]
+    head: tuple[str, ...]
+    guards: tuple[LinearGuard, ...] = ()
+    negated: tuple[LinearAtom, ...] = ()
+
+
+@dataclass(frozen=True)
+class LinearPlan:
+    relation: str
+    columns: tuple[str, ...]  # the relation's arguments, in order
+    lifetime: int | None  # of the relation's events; None: they never expire
+    never: int  # the time that stands for "never"
+    rules: tuple[LinearRule, ...]
+
+    @property
+    def key(self) -> list[str]:
+        """What tells versions apart."""
+        return [*self.columns, "t", "kt"]
+
+    @property
+    def lower(self) -> set[str]:
+        return {a.relation for r in self.rules for a in (*r.others, *r.negated)}
 
 
 def linear_plan(
@@ -41,7 +103,7 @@ def linear_plan(
     return LinearPlan(name, schema.columns, catalog[name].lifetime, NEVER, tuple(plans))
 
 
-def _rule_plan(rule: ast.Rule, name: str, schemas: Mapping[str, Schema]) -> RulePlan | None:
+def _rule_plan(rule: ast.Rule, name: str, schemas: Mapping[str, Schema]) -> LinearRule | None:
     if rule.defs or rule.head.annotations:
         return None
     if rule.head.time is not None or rule.is_inductive:
@@ -75,13 +137,13 @@ def _rule_plan(rule: ast.Rule, name: str, schemas: Mapping[str, Schema]) -> Rule
         guards.append(check)
     recursive = atoms[rule.positive.index(own[0])]
     others = _joinable([a for a in atoms if a is not recursive], recursive)
-    return RulePlan(recursive, others, tuple(head), tuple(guards), tuple(negated))
+    return LinearRule(recursive, others, tuple(head), tuple(guards), tuple(negated))
 
 
 _KINDS = {"int": "int", "duration": "int", "str": "str", "bool": "bool"}
 
 
-def _guard_plan(guard: ast.Expr, types: dict[str, str]) -> GuardPlan | None:
+def _guard_plan(guard: ast.Expr, types: dict[str, str]) -> LinearGuard | None:
     """A comparison of variables and constants of one type among integers, strings and
     booleans; None for anything else (arithmetic, calls, floats, whose NaN Spark orders)."""
     if not isinstance(guard, ast.BinOp) or guard.op not in OPS:
@@ -95,14 +157,14 @@ def _guard_plan(guard: ast.Expr, types: dict[str, str]) -> GuardPlan | None:
         else:
             return None
     (left, lt), (right, rt) = sides
-    return GuardPlan(guard.op, left, right) if lt == rt else None
+    return LinearGuard(guard.op, left, right) if lt == rt else None
 
 
-def _joinable(atoms: list[AtomPlan], first: AtomPlan) -> tuple[AtomPlan, ...]:
+def _joinable(atoms: list[LinearAtom], first: LinearAtom) -> tuple[LinearAtom, ...]:
     """``atoms`` in an order where each shares a variable with those before it when one can,
     so no pair of them is joined as a product while a join on a variable is to be had."""
     bound = {v for _, v in first.reads}
-    out: list[AtomPlan] = []
+    out: list[LinearAtom] = []
     while atoms:
         pick = next((a for a in atoms if bound & {v for _, v in a.reads}), atoms[0])
         atoms.remove(pick)
@@ -111,7 +173,7 @@ def _joinable(atoms: list[AtomPlan], first: AtomPlan) -> tuple[AtomPlan, ...]:
     return tuple(out)
 
 
-def _atom_plan(atom: ast.Atom, schema: Schema, types: dict[str, str]) -> AtomPlan | None:
+def _atom_plan(atom: ast.Atom, schema: Schema, types: dict[str, str]) -> LinearAtom | None:
     """The atom's reads; None when an argument is not a variable or ``_``, or a variable
     meets a column of another type (Spark would convert; pandas might not)."""
     if atom.annotations:
@@ -127,4 +189,4 @@ def _atom_plan(atom: ast.Atom, schema: Schema, types: dict[str, str]) -> AtomPla
             same.append((reads[arg.name], column))
         else:
             reads[arg.name] = column
-    return AtomPlan(atom.relation, tuple((c, v) for v, c in reads.items()), tuple(same))
+    return LinearAtom(atom.relation, tuple((c, v) for v, c in reads.items()), tuple(same))

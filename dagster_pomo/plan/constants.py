@@ -6,10 +6,12 @@ worked out once, here.
 
 from __future__ import annotations
 
-from dagster_pomo.engine.timeline import first_tick
-from dagster_pomo.engine.values import Undefined, Value, evaluate
+from collections.abc import Iterable
+
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
+from dagster_pomo.lang.values import Undefined, Value, evaluate
+from dagster_pomo.timeline import first_tick
 
 
 def constant_values(rule: ast.Rule) -> dict[str, Value]:
@@ -41,14 +43,14 @@ def clocks(program: Program) -> set[tuple[int, int]]:
 
 
 def tick_ranges(
-    program: Program, clock_start: int, start: int, end: int
+    clocked: Iterable[tuple[int, int]], clock_start: int, start: int, end: int
 ) -> list[tuple[int, int, int, int]]:
     """``(offset, period, first, stop)`` for each clock with ticks alive at some instant of
     ``[start, end)``: ticks ``k`` in ``[first, stop)``, at ``offset + k * period``, none
     before ``clock_start``."""
     begin = max(start, clock_start)
     out = []
-    for o, p in sorted(clocks(program)):
+    for o, p in sorted(clocked):
         first = first_tick(o, p, begin)
         stop = -((o - end) // p)  # ticks before `end`: k < ceil((end - o) / p)
         if first < stop:

@@ -1,0 +1,131 @@
+"""A corpus's plan: its strata in order, each rule planned once (see `rules`).
+
+`compile_plan` runs a short sequence of plain passes over a checked program and
+its schemas, each adding one decision: the rules' plans, which recursive strata
+can run their later rounds as a linear plan inside a task, which argument their
+relations can be spread on, and the facts a corpus knows before any event. Every
+backend executes the result; none walks the AST again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from dagster_pomo.lang import Program
+from dagster_pomo.lang.check import CLOCK
+from dagster_pomo.plan.constants import clocks
+from dagster_pomo.plan.linear import LinearPlan, linear_plan
+from dagster_pomo.plan.partitioning import stable_argument
+from dagster_pomo.plan.rules import RulePlan, plan_rule
+from dagster_pomo.plan.schema import Schema
+
+
+@dataclass(frozen=True)
+class StratumPlan:
+    """One stratum: its relations, the plans of its rules with a body (``@next`` rules in
+    an inductive stratum), and how a recursive one runs its rounds."""
+
+    index: int
+    relations: tuple[str, ...]
+    recursive: bool
+    inductive: bool
+    rules: tuple[RulePlan, ...]
+    linear: LinearPlan | None = None  # its later rounds as a task's plan (see `linear`)
+    # Per recursive relation, the argument every rule keeps in place (see `partitioning`).
+    stable: tuple[tuple[str, int | None], ...] = ()
+
+    def own(self, relation: str) -> list[RulePlan]:
+        """The rules that derive ``relation``."""
+        return [r for r in self.rules if r.relation == relation]
+
+    @property
+    def reads(self) -> set[str]:
+        """Every relation its rules read, its own included."""
+        return {x.relation for r in self.rules for x in (*r.scans, *r.negations)}
+
+
+@dataclass(frozen=True)
+class CorpusPlan:
+    program: Program
+    schemas: Mapping[str, Schema]
+    strata: tuple[StratumPlan, ...]
+    # Relations derived by a rule with an explicit head time: their events may be stamped
+    # after the epoch that derives them, which then defers them to a later one.
+    defers: frozenset[str]
+    clocks: tuple[tuple[int, int], ...]  # every (offset, period) the rules read `clock` with
+    has_next: bool  # whether any rule is an ``@next`` rule
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    @property
+    def deductive(self) -> list[StratumPlan]:
+        return [s for s in self.strata if not s.inductive]
+
+    @property
+    def inductive(self) -> list[StratumPlan]:
+        return [s for s in self.strata if s.inductive]
+
+    def stratum(self, index: int) -> StratumPlan:
+        """The plan of the program's stratum ``index``."""
+        return next(s for s in self.strata if s.index == index)
+
+
+# ---------------------------------------------------------------------------- passes
+
+
+def plan_strata(program: Program, schemas: Mapping[str, Schema]) -> tuple[StratumPlan, ...]:
+    """Each stratum with the plans of its rules that have a body."""
+    catalog = program.catalog
+    return tuple(
+        StratumPlan(
+            s.index,
+            tuple(s.relations),
+            s.recursive,
+            s.inductive,
+            tuple(
+                plan_rule(r, schemas, catalog[r.head.relation].lifetime) for r in s.rules if r.body
+            ),
+        )
+        for s in program.strata
+    )
+
+
+def plan_recursion(
+    program: Program, schemas: Mapping[str, Schema], strata: tuple[StratumPlan, ...]
+) -> tuple[StratumPlan, ...]:
+    """Recursive strata with their linear plan and their relations' stable arguments."""
+    by_index = {s.index: s for s in program.strata}
+    out = []
+    for s in strata:
+        if s.recursive:
+            source = by_index[s.index]
+            s = replace(  # noqa: PLW2901
+                s,
+                linear=linear_plan(source, schemas, program.catalog),
+                stable=tuple((n, stable_argument(source, n)) for n in s.relations),
+            )
+        out.append(s)
+    return tuple(out)
+
+
+def deferring(program: Program) -> frozenset[str]:
+    return frozenset(
+        r.head.relation for r in program.corpus.rules if r.body and r.head.time is not None
+    )
+
+
+def compile_plan(program: Program, schemas: Mapping[str, Schema]) -> CorpusPlan:
+    """The plan of a checked ``program`` whose relations have ``schemas``."""
+    strata = plan_strata(program, schemas)
+    strata = plan_recursion(program, schemas, strata)
+    return CorpusPlan(
+        program,
+        schemas,
+        strata,
+        deferring(program),
+        tuple(sorted(clocks(program))) if CLOCK in program.catalog else (),
+        any(r.is_inductive for r in program.corpus.rules),
+    )

@@ -1,0 +1,211 @@
+"""A rule's plan: everything its executors need, worked out once from the AST.
+
+Every backend (Spark's DataFrame plans, the local executor over pandas and numpy)
+evaluates a rule the same way: scan each positive atom (the column each variable
+reads, the columns that must be equal, constants to match, expressions to check once
+the match is bound), join each scan to those before it (on shared variables, on
+buckets of a band the guards keep two integers in, or as a product), add the ``where``
+definitions in resolved order, filter by the guards, drop matches a negated atom is
+alive for, and make the head. A `RulePlan` holds each of those steps decided, with
+the variables' types, so no executor re-runs a language analysis at evaluation time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.check import binding_of
+from dagster_pomo.lang.values import Value
+from dagster_pomo.plan.bands import Band, bands
+from dagster_pomo.plan.constants import constant_values
+from dagster_pomo.plan.scans import atom_columns, atom_reads
+from dagster_pomo.plan.schema import Schema, rule_env
+
+Typed = tuple[str, str]  # (stored column, type)
+
+
+@dataclass(frozen=True)
+class Join:
+    """How a scan joins the scans before it: ``first`` (it is the first), ``on`` shared
+    variables, ``band`` (buckets of ``band``, whose ``left`` the earlier scans bind and
+    ``right`` this one), or ``cross`` (every pair)."""
+
+    kind: str
+    on: tuple[str, ...] = ()
+    band: Band | None = None
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One positive atom: what it binds and asks of its relation's stored columns."""
+
+    index: int
+    atom: ast.Atom
+    binds: tuple[tuple[str, str, str], ...]  # (variable, column, type), first reads only
+    same: tuple[tuple[str, str], ...]  # columns that must be equal
+    constants: tuple[tuple[ast.Const, str, str], ...]  # (constant, column, type) to match
+    checks: tuple[tuple[int, ast.Expr, str, str], ...]  # (position, expr, column, type)
+    key: tuple[str, ...]  # the columns that tell the atom's events apart
+    join: Join
+
+    @property
+    def relation(self) -> str:
+        return self.atom.relation
+
+
+@dataclass(frozen=True)
+class Negation:
+    """A negated atom: each argument with the stored column it is compared with."""
+
+    index: int
+    atom: ast.Atom
+    columns: tuple[tuple[ast.Expr, str, str], ...]  # (argument, column, type)
+
+    @property
+    def relation(self) -> str:
+        return self.atom.relation
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A ``where`` definition; ``type`` is the variable's as the language infers it."""
+
+    var: str
+    expr: ast.Expr
+    type: str
+
+
+@dataclass(frozen=True)
+class Head:
+    """What a match makes: the arguments (expression, column, type), an explicit time or
+    None (then ``t`` is the match's ``tau``), and the relation's lifetime (None: none)."""
+
+    relation: str
+    args: tuple[tuple[ast.Expr, str, str], ...]
+    time: ast.Expr | None
+    lifetime: int | None
+
+    def uncapped(self) -> Head:
+        """The head with its expiry left to the caller (an ``@next`` stamp sets it)."""
+        return replace(self, lifetime=None)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A head's aggregates: (function, argument or None for ``count``, output column, type),
+    and the relations whose lifetimes bound how long a match lives (``reach``)."""
+
+    functions: tuple[tuple[str, ast.Expr | None, str, str], ...]
+    reach_from: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RulePlan:
+    rule: ast.Rule  # the source: its span for messages, its text for people
+    scans: tuple[Scan, ...]
+    defs: tuple[Definition, ...]
+    guards: tuple[ast.Expr, ...]
+    negations: tuple[Negation, ...]
+    head: Head
+    aggregate: Aggregate | None
+    inductive: bool  # an ``@next`` rule
+    constants: Mapping[str, Value] = field(default_factory=dict, compare=False)
+    types: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def relation(self) -> str:
+        return self.head.relation
+
+
+def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | None) -> RulePlan:
+    """The plan of a rule with a body, for relations of ``schemas``."""
+    constants = constant_values(rule)
+    types = rule_env(rule, schemas)
+    guarded = bands(rule.guards, constants)
+    scans: list[Scan] = []
+    bound: dict[str, str] = {}  # variable -> type, of the scans so far
+    for i, atom in enumerate(rule.positive):
+        schema = schemas[atom.relation]
+        reads = atom_reads(atom, schema, constants)
+        binds = tuple((v, col, typ) for v, (col, typ) in reads.binds.items())
+        shared = tuple(v for v, _, _ in binds if v in bound)
+        if not scans:
+            join = Join("first")
+        elif shared:
+            join = Join("on", shared)
+        else:
+            band = _band(guarded, bound, {v: typ for v, _, typ in binds})
+            join = Join("band", band=band) if band is not None else Join("cross")
+        scans.append(
+            Scan(
+                i,
+                atom,
+                binds,
+                tuple(reads.same),
+                tuple(reads.constants),
+                tuple(reads.checks),
+                (*schema.columns, *schema.aggregate_columns, "t"),
+                join,
+            )
+        )
+        for v, _, typ in binds:
+            bound.setdefault(v, typ)
+    defs = tuple(
+        Definition(d.var.name, d.expr, types.get(d.var.name, "str"))
+        for d in binding_of(rule).def_order
+    )
+    negations = tuple(
+        Negation(k, atom, tuple(atom_columns(atom, schemas[atom.relation])))
+        for k, atom in enumerate(rule.negative)
+    )
+    schema = schemas[rule.head.relation]
+    head = Head(
+        rule.head.relation,
+        tuple(zip(rule.head.args, schema.columns, schema.types, strict=True)),
+        rule.head.time,
+        lifetime,
+    )
+    aggregate = None
+    if rule.aggregates:
+        functions = tuple(
+            (ann.name, ann.args[0] if ann.args else None, f"_agg_{ann.name}", typ)
+            for ann, (_, _, typ) in zip(rule.aggregates, schema.aggregates, strict=True)
+        )
+        aggregate = Aggregate(functions, tuple(a.relation for a in rule.positive))
+    return RulePlan(
+        rule,
+        tuple(scans),
+        defs,
+        tuple(rule.guards),
+        negations,
+        head,
+        aggregate,
+        rule.is_inductive,
+        constants,
+        types,
+    )
+
+
+def _band(guarded: list[Band], left: Mapping[str, str], right: Mapping[str, str]) -> Band | None:
+    """The first band the guards keep an integer variable of the scans so far (``left``)
+    and one of the next scan (``right``) in, oriented that way."""
+    for band in guarded:
+        if band.left in right and band.right in left:
+            band = band.flipped()  # noqa: PLW2901
+        if left.get(band.left) == "int" and right.get(band.right) == "int":
+            return band
+    return None
+
+
+def grouped_head_of(head: Head) -> Head:
+    """``head`` over an aggregate's grouped columns: argument ``j`` is variable
+    ``__head<j>``, an explicit time ``__headt``; each backend binds them to its group's
+    columns."""
+    return Head(
+        head.relation,
+        tuple((ast.Var(f"__head{j}"), col, typ) for j, (_, col, typ) in enumerate(head.args)),
+        None if head.time is None else ast.Var("__headt"),
+        head.lifetime,
+    )
