@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write every measurement to this file")
     harness.spark_plans_option(parser)
     args = parser.parse_args(argv)
-    harness.apply_spark_plans(args)
+    policy = harness.policy_of(args)
 
     if {"w1", "w2"} & set(args.workloads):
         from dataclasses import replace
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
             only = [g for g in args.graphs.split(",") if g]
             results[workload] = w1_recursion.run(
-                args.repeat, args.scale, args.programs.split(","), only
+                args.repeat, args.scale, args.programs.split(","), only, policy
             )
         elif workload == "w2":
             from bench import w2_epochs
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.hours,
                 args.samples,
                 batch_peer=not args.no_hand_written,
+                policy=policy,
             )
         elif workload == "w3":
             from bench import w3_actions

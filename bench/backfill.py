@@ -5,10 +5,10 @@ Dagster run (what a single-run backfill does), with no-op action handlers, in on
 first one partition to warm the JVM, then the range ``--repeat`` times each way,
 alternating. "one pass" is the default, where each stratum's multi-asset evaluates the
 range's epochs as one; the peer, "epoch by epoch", is the same run with that turned off
-(`SparkEvaluator.ONE_PASS`), as every range ran before. Both warehouses must hold the same
+(`SparkResource(one_pass=False)`), as every range ran before. Both warehouses must hold the same
 rows. Prints the run's seconds and each step's (from Dagster's step events), medians over
 the repeats, and the ratio. ``--pomo-run`` times ``pomo run`` over the same hours instead
-(`engine.run.run`, its range at once against ``one_pass=False``), without Dagster.
+(`engine.run.run`, its range at once against ``Policy(one_pass=False)``), without Dagster.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.w2_epochs import CORPUS, START
     from dagster_pomo.engine.actions import subscriptions
+    from dagster_pomo.engine.policy import Policy
     from dagster_pomo.engine.run import run
-    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
     from dagster_pomo.examples import HOUR, water_tank_events
     from dagster_pomo.lang import load_program
-    from dagster_pomo.orchestration import pomo_definitions
+    from dagster_pomo.orchestration import SparkResource, pomo_definitions
 
     corpus = CORPUS
     program = load_program(corpus)
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             where = Path(tmp) / f"run{runs}"
             until = START + hours * HOUR
             started = time.perf_counter()
-            run(program, landing, HOUR, START, until, "spark", str(where), mode == "one pass")
+            how = Policy(one_pass=mode == "one pass")
+            run(program, landing, HOUR, START, until, "spark", str(where), policy=how)
             took = time.perf_counter() - started
             stored[mode] = _stored_rows(where / program.name)
             return took
@@ -84,12 +85,13 @@ def main(argv: list[str] | None = None) -> int:
             defs = pomo_definitions(
                 corpus, partitions, str(where / "wh"), str(landing), handlers=handlers
             )
-            SparkEvaluator.ONE_PASS = mode == "one pass"
+            resources = dict(defs.resources)
+            resources["spark"] = SparkResource(one_pass=mode == "one pass")
             started = time.perf_counter()
             result = materialize(
                 list(defs.assets),
                 instance=DagsterInstance.local_temp(str(where / "home")),
-                resources=dict(defs.resources),
+                resources=resources,
                 tags={
                     "dagster/asset_partition_range_start": keys[0],
                     "dagster/asset_partition_range_end": keys[-1],
@@ -102,17 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             stored[mode] = _stored_rows(where / "wh" / program.name)
             return took
 
-        try:
-            if args.pomo_run:
-                pomo_run("one pass", 1)  # the JVM warms up
-            else:
-                backfill("one pass", keys[:1])
-            for _ in range(args.repeat):
-                for mode in ("one pass", "epoch by epoch"):
-                    took = pomo_run(mode, args.hours) if args.pomo_run else backfill(mode, keys)
-                    seconds[mode].append(took)
-        finally:
-            SparkEvaluator.ONE_PASS = True
+        if args.pomo_run:
+            pomo_run("one pass", 1)  # the JVM warms up
+        else:
+            backfill("one pass", keys[:1])
+        for _ in range(args.repeat):
+            for mode in ("one pass", "epoch by epoch"):
+                took = pomo_run(mode, args.hours) if args.pomo_run else backfill(mode, keys)
+                seconds[mode].append(took)
     if stored["one pass"] != stored["epoch by epoch"]:
         raise SystemExit(f"the warehouses differ: {stored}")
     one, each = (statistics.median(seconds[m]) for m in ("one pass", "epoch by epoch"))

@@ -57,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     harness.spark_plans_option(parser)
     args = parser.parse_args(argv)
-    harness.apply_spark_plans(args)
+    policy = harness.policy_of(args)
     began = time.perf_counter()
 
     from bench.w2_epochs import CORPUS, START
-    from dagster_pomo.engine.run import prepare
+    from dagster_pomo.engine.inputs import prepare
     from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import SparkSettings, spark_session
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         clock = time.perf_counter()
         prepared = prepare(program, landing, HOUR, start=START, until=until)
-        evaluator = evaluator_for(program, prepared, f"{tmp}/wh", spark)
+        evaluator = evaluator_for(program, prepared, f"{tmp}/wh", spark, policy)
         steps.append(("reading and storing the inputs", time.perf_counter() - clock))
         before = _jvm_threads() if sys.platform == "linux" else {}
         for index, epoch in enumerate(evaluator.epochs, start=1):

@@ -184,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     harness.spark_plans_option(parser)
     args = parser.parse_args(argv)
-    harness.apply_spark_plans(args)
+    policy = harness.policy_of(args)
     if args.hours < 1 or args.readings < 1 or args.again < 0:
         parser.error("--hours and --readings must be at least 1, --again at least 0")
 
     from bench.w2_epochs import CORPUS, START
-    from dagster_pomo.engine.run import prepare
+    from dagster_pomo.engine.inputs import prepare
     from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import SparkSettings, is_connect, spark_session
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         until = START + args.hours * HOUR
         prepared = prepare(program, landing, HOUR, start=START, until=until)
-        evaluator = evaluator_for(program, prepared, f"{tmp}/wh", spark)
+        evaluator = evaluator_for(program, prepared, f"{tmp}/wh", spark, policy)
         evaluator.concurrency = max(1, args.concurrency)
         print(
             f"{args.readings:,} readings over {args.hours} hourly epochs, "

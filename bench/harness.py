@@ -17,7 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dagster_pomo.engine.policy import Policy
 
 
 @dataclass
@@ -177,13 +180,13 @@ def spark_plans_option(parser: argparse.ArgumentParser) -> None:
         "--spark-plans",
         action="store_true",
         help="evaluate small epochs on Spark's plans too, not in this process "
-        "(SparkEvaluator.IN_PROCESS_INPUTS = 0)",
+        "(Policy.in_process_inputs = 0)",
     )
 
 
-def apply_spark_plans(args: argparse.Namespace) -> None:
-    """``--spark-plans``: every epoch of this process goes to Spark's plans."""
-    if args.spark_plans:
-        from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+def policy_of(args: argparse.Namespace) -> Policy:
+    """The engine's policy the options ask for: ``--spark-plans``, every epoch on Spark's
+    plans."""
+    from dagster_pomo.engine.policy import Policy
 
-        SparkEvaluator.IN_PROCESS_INPUTS = 0
+    return Policy(in_process_inputs=0) if args.spark_plans else Policy()

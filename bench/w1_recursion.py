@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.harness import Measurement, measure
 
@@ -72,6 +73,9 @@ PROGRAMS = {"tc": (TC, "path"), "sg": (SG, "sg"), "nl": (NL, "path"), "counter":
 ONLY_ON = {"nl": ("chain",), "counter": ("chain",)}
 
 Edges = list[tuple[int, int]]
+
+if TYPE_CHECKING:
+    from dagster_pomo.engine.policy import Policy
 
 
 def gnp(nodes: int, edges: int, seed: int) -> Edges:
@@ -130,7 +134,11 @@ def graphs(scale: float) -> list[Graph]:
 
 
 def run(
-    repeat: int, scale: float, programs: list[str], only: list[str] | None = None
+    repeat: int,
+    scale: float,
+    programs: list[str],
+    only: list[str] | None = None,
+    policy: Policy | None = None,
 ) -> list[Measurement]:
     import duckdb
 
@@ -153,7 +161,8 @@ def run(
             for key in programs:
                 if key in ONLY_ON and not graph.name.startswith(ONLY_ON[key]):
                     continue
-                out += _case(f"{key} {graph.name}", key, repeat, con, landing, Path(tmp) / key)
+                work = Path(tmp) / key
+                out += _case(f"{key} {graph.name}", key, repeat, con, landing, work, policy)
             con.close()
     return out
 
@@ -165,10 +174,12 @@ def _case(
     con,
     landing: Path,
     work: Path,  # noqa: ANN001
+    policy: Policy | None,
 ) -> list[Measurement]:
     """One program on one graph: DuckDB, then dagster-pomo checked against it."""
+    from dagster_pomo.engine.inputs import prepare
     from dagster_pomo.engine.lines import ANY_TIME
-    from dagster_pomo.engine.run import prepare
+    from dagster_pomo.engine.policy import Policy
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import spark_session
     from dagster_pomo.lang import compile_corpus
@@ -177,7 +188,7 @@ def _case(
     text, relation = PROGRAMS[key]
     program = compile_corpus(text, f"{key}.pomo", key)
     prepared = prepare(program, landing, 3_600_000, start=0, until=3_600_000, window=ANY_TIME)
-    (epoch,) = prepared.plan.epochs
+    (epoch,) = prepared.epoch_range.epochs
     runs = iter(range(repeat))
 
     def duck() -> dict:
@@ -187,7 +198,7 @@ def _case(
 
     def pomo() -> dict:
         warehouse = f"{work}/wh{next(runs)}"
-        evaluator = evaluator_for(program, prepared, warehouse, spark)
+        evaluator = evaluator_for(program, prepared, warehouse, spark, policy or Policy())
         stats = evaluator.evaluate_epoch(epoch)
         rounds = max(s.rounds for s in stats.strata)
         wrong = _differences(con, f"{warehouse}/{program.name}/{relation}")

@@ -22,19 +22,30 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.harness import Measurement, measure
 from dagster_pomo.examples import CORPORA, DEFAULT_START, HOUR, water_tank_events
 
 MINUTE = 60_000
+if TYPE_CHECKING:
+    from dagster_pomo.engine.policy import Policy
+
 START = DEFAULT_START
 CORPUS = CORPORA / "water_tanks.pomo"
 
 
 def run(
-    repeat: int, readings: int, hours: int, samples: int, *, batch_peer: bool = True
+    repeat: int,
+    readings: int,
+    hours: int,
+    samples: int,
+    *,
+    batch_peer: bool = True,
+    policy: Policy | None = None,
 ) -> list[Measurement]:
-    from dagster_pomo.engine.run import Prepared, prepare
+    from dagster_pomo.engine.inputs import RunInputs, prepare
+    from dagster_pomo.engine.policy import Policy
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import spark_session
     from dagster_pomo.lang import load_program
@@ -50,9 +61,10 @@ def run(
         prepared = prepare(program, landing, HOUR, start=START, until=START + hours * HOUR)
         counter = iter(range(10**6))
 
-        def fresh(sub: Prepared = prepared):  # noqa: ANN202
+        def fresh(sub: RunInputs = prepared):  # noqa: ANN202
             """An evaluator over a fresh warehouse holding the inputs (set-up, not timed)."""
-            return evaluator_for(program, sub, f"{tmp}/wh{next(counter)}", spark)
+            where = f"{tmp}/wh{next(counter)}"
+            return evaluator_for(program, sub, where, spark, policy or Policy())
 
         per_epoch: list[dict] = []
 
@@ -61,7 +73,7 @@ def run(
             rows_in: dict[tuple[str, str], int] = _input_rows(evaluator, prepared)
             per_epoch.clear()
             total = 0.0
-            for index, epoch in enumerate(prepared.plan.epochs, start=1):
+            for index, epoch in enumerate(prepared.epoch_range.epochs, start=1):
                 stats = evaluator.evaluate_epoch(epoch)
                 key = str(epoch.start)
                 for s in stats.strata:
@@ -115,7 +127,7 @@ def run(
         def reevaluate() -> dict:
             for i, sub in whole.items():
                 evaluator = fresh(sub)
-                (epoch,) = sub.plan.epochs
+                (epoch,) = sub.epoch_range.epochs
                 seconds_at[i] = evaluator.evaluate_epoch(epoch).seconds
             return {
                 "seconds": _interpolated_total(seconds_at, hours),
@@ -131,13 +143,13 @@ def run(
 def prepared_until(prepared, until: int):  # noqa: ANN001, ANN201
     """The events before ``until`` as one epoch ``[START, until)``."""
     from dagster_pomo.engine.ingest import Ingested
-    from dagster_pomo.engine.run import Prepared, plan_epochs
+    from dagster_pomo.engine.inputs import RunInputs, epoch_range
 
     events = {
         name: [r for r in rows if r.kt < until] for name, rows in prepared.ingested.events.items()
     }
     ingested = Ingested(events=events, types=prepared.ingested.types)
-    return Prepared(ingested, prepared.schemas, plan_epochs([], until - START, START, until))
+    return RunInputs(ingested, prepared.schemas, epoch_range([], until - START, START, until))
 
 
 def _sample_points(hours: int, samples: int) -> list[int]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dagster_pomo.engine.policy import Policy
 
 
 def rounded(values: tuple) -> tuple:
@@ -12,15 +11,8 @@ def rounded(values: tuple) -> tuple:
     return tuple(round(v, 9) if isinstance(v, float) else v for v in values)
 
 
-@contextmanager
-def in_process(on: bool) -> Iterator[None]:
-    """Within this block, small epochs' strata are worked out in this process when ``on``,
-    else always by Spark's plans (`SparkEvaluator.in_process`)."""
-    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
-
-    before = SparkEvaluator.IN_PROCESS_INPUTS
-    SparkEvaluator.IN_PROCESS_INPUTS = 10**9 if on else 0
-    try:
-        yield
-    finally:
-        SparkEvaluator.IN_PROCESS_INPUTS = before
+def policy(in_process: bool, one_pass: bool = True) -> Policy:
+    """How a test runs the Spark engine: small epochs' strata worked out in this process
+    when ``in_process``, else always by Spark's plans (`SparkEvaluator.in_process`); a range
+    of epochs in one pass where it can when ``one_pass``, else epoch by epoch."""
+    return Policy(one_pass=one_pass, in_process_inputs=10**9 if in_process else 0)

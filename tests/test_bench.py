@@ -33,20 +33,12 @@ def test_the_harness_runs_every_workload_on_tiny_sizes(tmp_path: Path, capsys) -
     assert all(m["duplicates"] == 0 for m in results["w3"])
 
 
-def _restores_in_process(monkeypatch) -> None:  # noqa: ANN001
-    """``--spark-plans`` sets a class's setting for the process: put back after the test."""
-    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
-
-    monkeypatch.setattr(SparkEvaluator, "IN_PROCESS_INPUTS", SparkEvaluator.IN_PROCESS_INPUTS)
-
-
 def test_the_cold_start_report_names_each_step_and_the_jvm_threads(capsys, monkeypatch) -> None:  # noqa: ANN001
     """`python -m bench.cold_start` times a run's steps and splits the JVM's CPU by thread
     (here in the test run's warm process: only that it reports, not what). With
     ``--spark-plans`` its small epochs run Spark's tasks."""
     from bench.cold_start import main as cold
 
-    _restores_in_process(monkeypatch)
     assert cold(["--readings", "600", "--hours", "2", "--spark-plans"]) == 0
     printed = capsys.readouterr().out
     for step in ("starting Spark", "reading and storing the inputs", "epoch 1", "epoch 2"):
@@ -63,7 +55,6 @@ def test_the_epoch_profile_lists_the_last_epochs_jobs_and_who_called_the_jvm(
     by stage and the warm epochs' CPU by who spent it (what it reports, not how fast)."""
     from bench.epoch_profile import main as profile
 
-    _restores_in_process(monkeypatch)
     argv = ["--readings", "600", "--hours", "2", "--callers", "--again", "1", "--spark-plans"]
     assert profile(argv) == 0
     printed = capsys.readouterr().out.splitlines()
@@ -112,11 +103,9 @@ def test_the_backfill_benchmark_runs_both_ways_and_checks_they_store_the_same(ca
     """`python -m bench.backfill` runs a Dagster range both ways and compares the warehouses
     (it exits with the difference otherwise); every step is in its table."""
     from bench.backfill import main as backfill
-    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
 
     assert backfill(["--hours", "2", "--readings", "300", "--repeat", "1"]) == 0
     printed = capsys.readouterr().out
-    assert SparkEvaluator.ONE_PASS, "the setting is as it was"
     for step in ("water_tanks__inputs", "water_tanks__stratum_0", "the run"):
         assert step in printed
     match = re.search(r"the same rows stored: ([\d,]+)", printed)

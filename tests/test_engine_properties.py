@@ -27,10 +27,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.lang import compile_corpus
-from tests.compare import in_process
+from tests.compare import policy
 from tests.engine_strategies import KINDS, Case, cases, corpora, event_streams
 
 HORIZON_END = 48  # every stream ends before this; a multiple of the epoch sizes below
@@ -62,13 +63,11 @@ def _events_file(case: Case, tmp: Path) -> Path:
 
 
 def outcome(
-    case: Case, tmp: Path, epoch: int, engine: str, one_pass: bool = True
+    case: Case, tmp: Path, epoch: int, engine: str, how: Policy = DEFAULT
 ) -> dict[str, list[dict]]:
     program = compile_corpus(case.corpus, "generated.pomo")
     path = _events_file(case, tmp)
-    result = run(
-        program, path, epoch, 0, HORIZON_END, engine=engine, one_pass=one_pass, window=ANY_TIME
-    )
+    result = run(program, path, epoch, 0, HORIZON_END, engine=engine, window=ANY_TIME, policy=how)
     return {
         name: [_normal(event_json(program, name, row)) for row in result.events(name)]
         for name in result.outputs
@@ -100,11 +99,12 @@ def test_spark_gives_what_the_reference_gives(tmp_path_factory, case: Case) -> N
     batch = outcome(case, tmp, HORIZON_END, "reference")
     for size in (12, 16, HORIZON_END):
         expected = outcome(case, tmp, size, "reference") if case.sequential else batch
-        with generated_code(size == HORIZON_END), in_process(False):
-            assert outcome(case, tmp, size, "spark", one_pass=size != 16) == expected, size
+        with generated_code(size == HORIZON_END):
+            how = policy(in_process=False, one_pass=size != 16)
+            assert outcome(case, tmp, size, "spark", how) == expected, size
         if size != 12:  # and as this process works small epochs out (a range never is)
-            with in_process(True):
-                assert outcome(case, tmp, size, "spark", one_pass=False) == expected, size
+            how = policy(in_process=True, one_pass=False)
+            assert outcome(case, tmp, size, "spark", how) == expected, size
 
 
 @settings(
@@ -120,7 +120,7 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     """Every partition, and every epoch's deferred events, as a Dagster range run stores
     them (each stratum over the range in one pass, but a recursive one that defers events)
     and as a schedule does, epoch by epoch; a later run of one epoch then changes nothing."""
-    from dagster_pomo.engine.run import prepare
+    from dagster_pomo.engine.inputs import prepare
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from tests.test_warehouse import _over_range, by_epoch, partitions
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.run import run
 from dagster_pomo.lang import compile_corpus
-from tests.compare import in_process
+from tests.compare import policy
 
 COUNTER = """.decl c(x: int, n: int);
 c(0, {n});
@@ -31,13 +31,20 @@ def _counted(out: dict[str, list], name: str) -> list[tuple]:
     return sorted(tuple(r.args) for r in out[name])
 
 
-def _run(corpus: str, events: list[tuple[str, int, list]], tmp: Path, engine: str) -> dict:
+def _run(
+    corpus: str,
+    events: list[tuple[str, int, list]],
+    tmp: Path,
+    engine: str,
+    in_process: bool = True,
+) -> dict:
     program = compile_corpus(corpus, "chain.pomo")
     path = tmp / "events.jsonl"
     path.write_text(
         "".join(json.dumps({"relation": r, "t": t, "args": a}) + "\n" for r, t, a in events)
     )
-    result = run(program, path, 100, 0, 100, engine=engine, window=ANY_TIME)
+    how = policy(in_process)
+    result = run(program, path, 100, 0, 100, engine=engine, window=ANY_TIME, policy=how)
     return {name: result.events(name) for name in result.outputs}
 
 
@@ -45,8 +52,7 @@ def test_a_thousand_rounds_of_a_counter_without_shared_variables(tmp_path: Path)
     """The issue's counter at n = 1,000 on the Spark engine (a small epoch: its rounds run in
     this process), every value once; it finishes in seconds, not hours."""
     started = time.perf_counter()
-    with in_process(True):
-        out = _run(COUNTER.format(n=1000, step=1), [], tmp_path, "spark")
+    out = _run(COUNTER.format(n=1000, step=1), [], tmp_path, "spark")
     print(f"1,000 rounds in {time.perf_counter() - started:.1f} s")
     assert _counted(out, "c") == [(x, 1000) for x in range(1001)]
 
@@ -54,8 +60,7 @@ def test_a_thousand_rounds_of_a_counter_without_shared_variables(tmp_path: Path)
 def test_spark_plans_keep_a_self_join_estimate_bounded(tmp_path: Path) -> None:
     """The same counter on Spark's plans (as a large epoch runs it): forty rounds, which took
     more than five minutes while the size estimate squared itself every round."""
-    with in_process(False):
-        out = _run(COUNTER.format(n=40, step=1), [], tmp_path, "spark")
+    out = _run(COUNTER.format(n=40, step=1), [], tmp_path, "spark", in_process=False)
     assert _counted(out, "c") == [(x, 40) for x in range(41)]
 
 
@@ -92,8 +97,7 @@ def test_long_chains_give_on_spark_what_the_reference_gives(tmp_path_factory, ch
     corpus, events = chain
     tmp = tmp_path_factory.mktemp("chain")
     expected = _run(corpus, events, tmp, "reference")
-    with in_process(True):
-        got = _run(corpus, events, tmp, "spark")
+    got = _run(corpus, events, tmp, "spark")
     for name, rows in expected.items():
         assert sorted((r.args, r.t, r.exp) for r in got[name]) == sorted(
             (r.args, r.t, r.exp) for r in rows
@@ -122,6 +126,5 @@ def test_hundreds_of_rounds_give_what_the_rules_say(tmp_path_factory, shape, n, 
         corpus = f"a(0);\na(x + 1) := b(x) if x < {n};\nb(x + 1) := a(x) if x < {n};"
         events, name = [], "a"
         expected = [(x,) for x in range(0, n + 1, 2)]
-    with in_process(True):
-        got = _run(corpus, events, tmp, "spark")
+    got = _run(corpus, events, tmp, "spark")
     assert _counted(got, name) == expected

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from dagster_pomo.engine import rounds
+from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
-from dagster_pomo.engine.run import event_json, prepare, run
+from dagster_pomo.engine.policy import DEFAULT, Policy
+from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.spark.evaluator import evaluator_for
-from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.lang import compile_corpus
 
 CLOSURE = """
@@ -59,9 +60,11 @@ def expected(events: Path) -> dict[str, list]:
     return _outcome(events, "reference", UNTIL)
 
 
-def _outcome(events: Path, engine: str, epoch: int) -> dict[str, list]:
+def _outcome(events: Path, engine: str, epoch: int, how: Policy = DEFAULT) -> dict[str, list]:
     program = compile_corpus(CORPUS, "graph.pomo")
-    result = run(program, events, epoch, start=0, until=UNTIL, engine=engine, window=ANY_TIME)
+    result = run(
+        program, events, epoch, start=0, until=UNTIL, engine=engine, window=ANY_TIME, policy=how
+    )
     return {
         name: sorted(json.dumps(event_json(program, name, row)) for row in result.events(name))
         for name in ("path", "sg")
@@ -72,7 +75,7 @@ def _outcome(events: Path, engine: str, epoch: int) -> dict[str, list]:
     ("task_rows", "cells"),
     [
         # The tasks reach the fixpoint, finding versions by address (small integer keys).
-        (Recursion.TASK_ROWS, rounds.CELLS),
+        (DEFAULT.task_rows, rounds.CELLS),
         # The tasks stop part-way, and Spark's rounds go on from there; versions by hash.
         (30, 0),
         (0, rounds.CELLS),  # Spark's rounds only
@@ -81,12 +84,12 @@ def _outcome(events: Path, engine: str, epoch: int) -> dict[str, list]:
 def test_rounds_in_tasks_give_what_the_reference_gives(
     events: Path, expected: dict[str, list], monkeypatch, task_rows: int, cells: int
 ) -> None:
-    monkeypatch.setattr(Recursion, "TASK_ROWS", task_rows)
     monkeypatch.setattr(rounds, "CELLS", cells)  # tasks get the module by value: as patched
     assert len(expected["path"]) > 60 and expected["sg"], "the case must recurse a fair amount"
     # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
-    for size in (EPOCH, UNTIL) if task_rows == Recursion.TASK_ROWS else (EPOCH,):
-        assert _outcome(events, "spark", size) == expected, size
+    how = Policy(task_rows=task_rows)
+    for size in (EPOCH, UNTIL) if task_rows == DEFAULT.task_rows else (EPOCH,):
+        assert _outcome(events, "spark", size, how) == expected, size
 
 
 def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path) -> None:
@@ -97,8 +100,8 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
     events.write_text("".join(json.dumps(line) + "\n" for line in lines))
     prepared = prepare(program, events, 10, 0, 10, ANY_TIME)
 
-    def closure(warehouse: str) -> tuple[int, int | None, int]:
-        evaluator = evaluator_for(program, prepared, str(tmp_path / warehouse))
+    def closure(warehouse: str, how: Policy = DEFAULT) -> tuple[int, int | None, int]:
+        evaluator = evaluator_for(program, prepared, str(tmp_path / warehouse), policy=how)
         stats = evaluator.evaluate_epoch(evaluator.epochs[0])
         (path,) = [s for s in stats.strata if s.relations == ("path",)]
         return path.rounds, stats.spark_jobs, path.rows["path"]
@@ -107,9 +110,7 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
     assert (ran, rows) == (31, 30 * 30)
     assert jobs is not None and jobs < 20
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Recursion, "TASK_ROWS", 0)
-        spark_rounds, spark_jobs, spark_rows = closure("spark")
+    spark_rounds, spark_jobs, spark_rows = closure("spark", Policy(task_rows=0))
     assert (spark_rounds, spark_rows) == (31, 30 * 30)
     assert spark_jobs is not None and spark_jobs > 31
 

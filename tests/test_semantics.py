@@ -13,7 +13,7 @@ import pytest
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.run import ENGINES, event_json, run
 from dagster_pomo.lang import compile_corpus
-from tests.compare import in_process
+from tests.compare import policy
 
 EPOCHS = (1, 7, 10, 1000)
 
@@ -34,17 +34,17 @@ def evaluate(
     # Epoch by epoch, as a schedule runs them: how time is cut into epochs is what the
     # sizes below are there to vary (a range in one pass is checked against this elsewhere).
     # "spark" runs Spark's plans; "in-process" small epochs' strata in this process.
-    with in_process(engine == "in-process"):
-        result = run(
-            program,
-            path,
-            epoch,
-            0,
-            until,
-            engine=engine.replace("in-process", "spark"),
-            one_pass=False,
-            window=ANY_TIME,
-        )
+    how = policy(in_process=engine == "in-process", one_pass=False)
+    result = run(
+        program,
+        path,
+        epoch,
+        0,
+        until,
+        engine=engine.replace("in-process", "spark"),
+        window=ANY_TIME,
+        policy=how,
+    )
     assert not result.ingested.quarantined
     return {
         name: [event_json(program, name, row) for row in result.events(name)]
@@ -309,7 +309,7 @@ def test_facts_do_not_drag_the_run_back_to_1970(tmp_path, engine) -> None:
     path.write_text(json.dumps({"relation": "level", "t": t0, "args": ["north", 95.0]}) + "\n")
     result = run(program, path, hour, engine=engine)
     # The plan starts at the first landed event; the first epoch also takes what came before.
-    assert len(result.plan.epochs) == 1 and result.plan.start == t0 // hour * hour
+    assert len(result.epoch_range.epochs) == 1 and result.epoch_range.start == t0 // hour * hour
     assert [(r.args, r.t) for r in result.events("known")] == [(("north",), 0)]
     assert [(r.args, r.t) for r in result.events("high")] == [(("north", 95.0), t0)]
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.rows import Row
-from dagster_pomo.engine.run import prepare
 from dagster_pomo.engine.spark.evaluator import epoch_key, evaluator_for
 from dagster_pomo.lang import compile_corpus
 
@@ -423,9 +424,9 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
     rows in the same folders either way."""
     program = compile_corpus(CORPUS, "sensors.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
-    ours = evaluator_for(program, prepared, str(tmp_path / "ours"))
-    mixed = evaluator_for(program, prepared, str(tmp_path / "mixed"), ours.spark)
-    ours.IN_PROCESS_INPUTS = mixed.IN_PROCESS_INPUTS = 0  # Spark's plans, whoever writes
+    plans = Policy(in_process_inputs=0)  # Spark's plans, whoever writes
+    ours = evaluator_for(program, prepared, str(tmp_path / "ours"), policy=plans)
+    mixed = evaluator_for(program, prepared, str(tmp_path / "mixed"), ours.spark, plans)
     mixed.store.COLLECT_ROWS = 2  # below every epoch's input events...
     small = {epoch_key(e) for e in mixed.epochs[::2]}
     mixed.store._inputs = dict.fromkeys(small, 1)  # ...but every other epoch counts as small
@@ -493,11 +494,12 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
 
     program = compile_corpus(FLAT, "flat.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
-    interpreted = evaluator_for(program, prepared, str(tmp_path / "interpreted"))
+    plans = Policy(in_process_inputs=0)  # Spark's plans, both
+    interpreted = evaluator_for(program, prepared, str(tmp_path / "interpreted"), policy=plans)
     spark = interpreted.spark
-    compiled = evaluator_for(program, prepared, str(tmp_path / "compiled"), spark)
-    compiled.INTERPRET_INPUTS = -1  # every epoch is too large to interpret
-    interpreted.IN_PROCESS_INPUTS = compiled.IN_PROCESS_INPUTS = 0  # Spark's plans, both
+    # Every epoch too large to interpret:
+    never = Policy(in_process_inputs=0, interpret_inputs=-1)
+    compiled = evaluator_for(program, prepared, str(tmp_path / "compiled"), spark, never)
     metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
 
     def compiling(evaluator, epoch) -> int:  # noqa: ANN001
@@ -527,8 +529,7 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
 
     # A warehouse with none of the history stored: the epoch's plans differ from every plan
     # compiled above, so compiled plans must compile classes of their own.
-    own = evaluator_for(program, prepared, str(tmp_path / "own"), spark)
-    own.IN_PROCESS_INPUTS = 0
+    own = evaluator_for(program, prepared, str(tmp_path / "own"), spark, plans)
     spark.conf.set("spark.sql.codegen.wholeStage", "true")
     try:
         assert compiling(own, own.epochs[-1]) > 0
@@ -548,8 +549,8 @@ def test_small_epochs_worked_out_in_this_process_hold_what_spark_holds(
     program = compile_corpus(corpus, "sensors.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     here = evaluator_for(program, prepared, str(tmp_path / "here"))
-    spark = evaluator_for(program, prepared, str(tmp_path / "spark"), here.spark)
-    spark.IN_PROCESS_INPUTS = 0
+    plans = Policy(in_process_inputs=0)
+    spark = evaluator_for(program, prepared, str(tmp_path / "spark"), here.spark, plans)
     recursive = any(s.recursive for s in program.strata)
     for epoch in here.epochs:
         ours, theirs = here.evaluate_epoch(epoch), spark.evaluate_epoch(epoch)
@@ -574,19 +575,13 @@ def test_small_epochs_worked_out_in_this_process_hold_what_spark_holds(
 def test_a_join_too_large_for_this_process_goes_to_spark(tmp_path: Path, events_file: Path) -> None:
     """A join that would make more matches than this process takes on leaves the stratum to
     Spark, which stores the same rows."""
-    from dagster_pomo.engine.inprocess import rules as local_rules
-
     program = compile_corpus(FLAT, "flat.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
-    here = evaluator_for(program, prepared, str(tmp_path / "here"))
-    spark = evaluator_for(program, prepared, str(tmp_path / "spark"), here.spark)
-    spark.IN_PROCESS_INPUTS = 0
-    limit = local_rules.MAX_MATCHES
-    local_rules.MAX_MATCHES = 0
-    try:
-        stats = [here.evaluate_epoch(e) for e in here.epochs[:3]]
-    finally:
-        local_rules.MAX_MATCHES = limit
+    tight = Policy(local_matches=0)  # every join is too large for this process
+    here = evaluator_for(program, prepared, str(tmp_path / "here"), policy=tight)
+    plans = Policy(in_process_inputs=0)
+    spark = evaluator_for(program, prepared, str(tmp_path / "spark"), here.spark, plans)
+    stats = [here.evaluate_epoch(e) for e in here.epochs[:3]]
     for epoch in spark.epochs[:3]:
         spark.evaluate_epoch(epoch)
     assert all(s.spark_jobs for s in stats)

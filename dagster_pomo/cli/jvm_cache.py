@@ -23,8 +23,8 @@ EXIT_SECONDS = 600  # writing the archive takes a while on a slow disk
 def make_archive() -> int:
     from pyspark import SparkContext
 
+    from dagster_pomo.engine.inputs import prepare
     from dagster_pomo.engine.java import require_java
-    from dagster_pomo.engine.run import prepare
     from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS, archive_for, staged
     from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import SparkSettings, session_conf, spark_session

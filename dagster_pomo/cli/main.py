@@ -21,7 +21,7 @@ from dagster_pomo.lang import CorpusError, Program, load_program
 from dagster_pomo.lang.errors import render_all
 
 if TYPE_CHECKING:
-    from dagster_pomo.engine.run import EpochPlan
+    from dagster_pomo.engine.inputs import EpochRange
 
 EXIT_OK, EXIT_CORPUS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -92,8 +92,22 @@ def cmd_strata(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from dagster_pomo.plan.corpus import compile_plan
+    from dagster_pomo.plan.schema import infer_schemas
+    from dagster_pomo.plan.text import render_plan
+
+    (path,) = _corpus_files([args.file])
+    program = _load(path)
+    if program is None:
+        return EXIT_CORPUS
+    sys.stdout.write(render_plan(compile_plan(program, infer_schemas(program, {}))))
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from dagster_pomo.engine.lines import parse_window
+    from dagster_pomo.engine.policy import Policy
     from dagster_pomo.engine.reference import EvaluationError
     from dagster_pomo.engine.run import format_tables, run, write_outputs
     from dagster_pomo.timeline import parse_duration, parse_time
@@ -125,12 +139,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             where = settings.remote or spark.sparkContext.master
             confs = ", ".join(f"{k}={spark.conf.get(k)}" for k in settings.conf)
             print(f"spark: {where}" + (f" ({confs})" if confs else ""), file=sys.stderr)
-        result = run(program, args.events, size, start, until, engine=args.engine, window=window)
+        policy = Policy(one_pass=not args.epoch_by_epoch)
+        result = run(
+            program,
+            args.events,
+            size,
+            start,
+            until,
+            engine=args.engine,
+            window=window,
+            policy=policy,
+        )
     except (EvaluationError, PomoError) as exc:
         print(f"{path}: {exc}", file=sys.stderr)
         return EXIT_CORPUS
     ingested = result.ingested
-    plan = result.plan
+    plan = result.epoch_range
     print(
         f"{path}: {_epochs_summary(plan, size, bool(ingested.times))}; "
         f"{ingested.lines_read:,} line{'s' if ingested.lines_read != 1 else ''} read, "
@@ -152,7 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _note_facts_before(program: Program, plan: EpochPlan) -> None:
+def _note_facts_before(program: Program, plan: EpochRange) -> None:
     """A corpus with ``@next`` counts epochs: facts before the first epoch are carried into
     it, not stepped through every epoch since; say so, and how to start earlier."""
     from dagster_pomo.engine.ingest import corpus_facts
@@ -170,7 +194,7 @@ def _note_facts_before(program: Program, plan: EpochPlan) -> None:
         )
 
 
-def _epochs_summary(plan: EpochPlan, size: int, anything: bool) -> str:
+def _epochs_summary(plan: EpochRange, size: int, anything: bool) -> str:
     """What the run covered, in times people read (``anything``: events or facts to start at)."""
     from dagster_pomo.timeline import show_duration, show_time
 
@@ -278,6 +302,16 @@ def build_parser() -> argparse.ArgumentParser:
     strata.add_argument("--dot", action="store_true", help="print Graphviz DOT instead of text")
     strata.set_defaults(func=cmd_strata)
 
+    plan = sub.add_parser(
+        "plan",
+        help="show how each rule is evaluated: scans, joins, guards, negations, heads",
+        description="Show the plan every engine executes: per stratum, each rule's scans and "
+        "how they join, definitions, guards, anti-joins, aggregates and head. Input columns "
+        "without a declared type are shown as str (data types them in a run).",
+    )
+    plan.add_argument("file", metavar="FILE")
+    plan.set_defaults(func=cmd_plan)
+
     from dagster_pomo.engine.run import ENGINES
 
     run = sub.add_parser(
@@ -314,6 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
         "sentinels such as year 9999)",
     )
     run.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
+    run.add_argument(
+        "--epoch-by-epoch",
+        action="store_true",
+        help="evaluate each epoch on its own, as a schedule does, never a range in one pass "
+        "(the results are the same; for checking and timing)",
+    )
     run.add_argument("--out", metavar="DIR", help="write JSON Lines files here")
     run.add_argument(
         "--master", metavar="URL", help="Spark master (default local[*], or $POMO_SPARK_MASTER)"

@@ -20,7 +20,6 @@ from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
 from dagster_pomo.lang.values import Undefined, Value, evaluate, holds
-from dagster_pomo.plan.constants import clocks, constant_values
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import Epoch, iter_ticks
 
@@ -30,6 +29,46 @@ Db = dict[str, dict[tuple[int, tuple[Value, ...], int], Row]]
 
 class EvaluationError(PomoError):
     """A rule produced a value its head relation cannot hold."""
+
+
+def constant_values(rule: ast.Rule) -> Env:
+    """The ``where`` definitions that read no event, evaluated (an undefined one is left out,
+    as are those that read it). Worked out here, not taken from the plan layer, so that the
+    differential tests compare two readings of the rules."""
+    bound = {
+        arg.name
+        for atom in rule.positive
+        for arg in (
+            *(() if atom.relation == CLOCK else atom.args),
+            *(x for ann in atom.annotations for x in ann.args),
+        )
+        if isinstance(arg, ast.Var)
+    }
+    env: Env = {}
+    pending = [d for d in rule.defs if d.var.name not in bound]
+    while True:
+        ready = [d for d in pending if all(v.name in env for v in ast.expr_vars(d.expr))]
+        if not ready:
+            return env
+        for d in ready:
+            pending.remove(d)
+            try:
+                env[d.var.name] = evaluate(d.expr, env)
+            except Undefined:
+                continue
+
+
+def clocks(program: Program) -> set[tuple[int, int]]:
+    """Every ``(offset, period)`` the rules read ``clock`` with (periods above zero)."""
+    found: set[tuple[int, int]] = set()
+    for rule in program.corpus.rules:
+        for atom in rule.positive:
+            if atom.relation == CLOCK:
+                env = constant_values(rule)
+                offset, period = (int(evaluate(a, env)) for a in atom.args)
+                if period > 0:
+                    found.add((offset, period))
+    return found
 
 
 def same(a: Value, b: Value) -> bool:

@@ -12,44 +12,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
+from dagster_pomo.engine.ingest import Ingested
+from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
+from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.rows import Row, merge_versions
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.render import aggregate_key
 from dagster_pomo.lang.values import Value
-from dagster_pomo.plan.schema import Schema, infer_schemas
-from dagster_pomo.timeline import NEVER, Epoch, align_down, epochs
+from dagster_pomo.timeline import NEVER
 
 ENGINES = ("spark", "reference")  # the first is the default
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    start: int
-    until: int
-    size: int
-    epochs: list[Epoch]
-
-
-def plan_epochs(
-    times: list[int], size: int, start: int | None = None, until: int | None = None
-) -> EpochPlan:
-    """Epochs of ``size`` from the first event (aligned to multiples of ``size`` from time 0,
-    or from ``start``) to ``until`` (default: the end of the epoch holding the last event)."""
-    if not times and (start is None or until is None):
-        return EpochPlan(start or 0, until or 0, size, [])
-    first = start if start is not None else align_down(min(times), size)
-    if until is None:
-        last = max(times)
-        until = first + ((last - first) // size + 1) * size if last >= first else first + size
-    return EpochPlan(first, until, size, epochs(first, until, size))
 
 
 @dataclass
 class RunResult:
     program: Program
-    plan: EpochPlan
+    epoch_range: EpochRange
     ingested: Ingested
     versions: dict[str, list[Row]] = field(default_factory=dict)
 
@@ -73,38 +52,6 @@ def _sort_key(v: Value) -> tuple[int, Any]:
     return (2, v)
 
 
-def load_inputs(program: Program, ingested: Ingested) -> Ingested:
-    """Landed events plus the corpus's facts."""
-    for name, rows in corpus_facts(program).items():
-        ingested.events.setdefault(name, []).extend(rows)
-    return ingested
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """Everything an evaluator needs before the first epoch."""
-
-    ingested: Ingested
-    schemas: dict[str, Schema]
-    plan: EpochPlan
-
-
-def prepare(
-    program: Program,
-    events: str | Path | None,
-    size: int,
-    start: int | None = None,
-    until: int | None = None,
-    window: TimeWindow = DEFAULT_TIMES,
-) -> Prepared:
-    """The events read (times outside ``window`` quarantined), the schemas, the epochs."""
-    landed = ingest_files(program, landing_files(events) if events else [], window)
-    times = landed.times  # the run starts at the first landed event, or else the first fact
-    ingested = load_inputs(program, landed)
-    schemas = infer_schemas(program, ingested.types)
-    return Prepared(ingested, schemas, plan_epochs(times or ingested.times, size, start, until))
-
-
 def run(
     program: Program,
     events: str | Path | None,
@@ -113,27 +60,27 @@ def run(
     until: int | None = None,
     engine: str = "spark",
     warehouse: str | None = None,
-    one_pass: bool = True,
     window: TimeWindow = DEFAULT_TIMES,
+    policy: Policy = DEFAULT,
 ) -> RunResult:
     """Evaluate every epoch; versions of every derived relation in the result. On Spark a
     range of epochs runs in one pass where that stores the same (see
-    `SparkEvaluator.evaluate_range`); ``one_pass=False`` runs it epoch by epoch, as a
-    schedule does. Events whose time lies outside ``window`` are quarantined."""
+    `SparkEvaluator.evaluate_range`) unless ``policy`` says epoch by epoch, as a schedule
+    does. Events whose time lies outside ``window`` are quarantined."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
     prepared = prepare(program, events, size, start, until, window)
-    plan = prepared.plan
-    result = RunResult(program, plan, prepared.ingested)
-    if not plan.epochs:
+    epochs = prepared.epoch_range
+    result = RunResult(program, epochs, prepared.ingested)
+    if not epochs.epochs:
         return result
     if engine == "spark":
         from dagster_pomo.engine.spark.evaluator import run_spark
 
-        result.versions = run_spark(program, prepared, warehouse, one_pass)
+        result.versions = run_spark(program, prepared, warehouse, policy)
     else:
         evaluator = ReferenceEvaluator(program, prepared.schemas)
-        result.versions = evaluator.run(prepared.ingested.events, plan.epochs, plan.start)
+        result.versions = evaluator.run(prepared.ingested.events, epochs.epochs, epochs.start)
     return result
 
 

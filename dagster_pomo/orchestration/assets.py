@@ -191,6 +191,7 @@ class CorpusAssets:
             epochs,
             epochs[0].start,
             corpus_facts(self.program),
+            policy=spark.policy(),
         )
         return evaluator, epochs[-len(context.partition_keys) :]
 

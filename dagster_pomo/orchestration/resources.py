@@ -9,6 +9,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, parse_window
+from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
 from dagster_pomo.engine.spark.session import QUICK_JIT, SparkSettings, spark_session
 from dagster_pomo.errors import UsageError
@@ -32,6 +33,35 @@ class SparkResource(ConfigurableResource):
         "when no master is given)",
     )
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
+    one_pass: bool = Field(
+        default=DEFAULT.one_pass,
+        description="evaluate a partition range in one pass where that stores what epoch by "
+        "epoch stores (false: epoch by epoch, as a schedule does)",
+    )
+    in_process_inputs: int = Field(
+        default=DEFAULT.in_process_inputs,
+        description="an epoch of at most this many input events is worked out in the run's "
+        "process instead of Spark's plans where it can be (0: never)",
+    )
+    interpret_inputs: int = Field(
+        default=DEFAULT.interpret_inputs,
+        description="an epoch of at most this many input events runs Spark's plans without "
+        "generated code (-1: never)",
+    )
+    task_rows: int = Field(
+        default=DEFAULT.task_rows,
+        description="rounds of a linear recursion run inside Spark tasks while a task knows "
+        "at most this many versions (0: Spark's rounds only)",
+    )
+
+    def policy(self) -> Policy:
+        """How the engine may run the corpus (none of these changes what it stores)."""
+        return Policy(
+            one_pass=self.one_pass,
+            in_process_inputs=self.in_process_inputs,
+            interpret_inputs=self.interpret_inputs,
+            task_rows=self.task_rows,
+        )
 
     def get_session(self, epochs: int | None = None) -> SparkSession:
         """The process's session; ``epochs``, how many the run evaluates, picks the JVM's

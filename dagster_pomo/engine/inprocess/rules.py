@@ -39,16 +39,14 @@ from dagster_pomo.plan.schema import META, Schema, row_columns
 from dagster_pomo.plan.time import Ops, head_times
 from dagster_pomo.timeline import NEVER
 
-# The most matches a join may make in this process; beyond, the stratum goes to Spark.
-MAX_MATCHES = 2_000_000
-
 
 class TooLarge(Exception):
-    """A join would make more than ``MAX_MATCHES`` rows: a task for Spark, not this process."""
+    """A join would make more rows than this process takes on (`Policy.local_matches`): a
+    task for Spark."""
 
 
-def check_size(size: int) -> None:
-    if size > MAX_MATCHES:
+def check_size(size: int, limit: int) -> None:
+    if size > limit:
         raise TooLarge(f"a join of {size:,} matches")
 
 
@@ -149,7 +147,9 @@ def _atom_frame(
     )
 
 
-def matches(rule: RulePlan, sources: Sequence[pd.DataFrame], want_keys: bool = False) -> Matches:
+def matches(
+    rule: RulePlan, sources: Sequence[pd.DataFrame], limit: int, want_keys: bool = False
+) -> Matches:
     joined: pd.DataFrame | None = None
     env: dict[str, Col] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
@@ -163,10 +163,10 @@ def matches(rule: RulePlan, sources: Sequence[pd.DataFrame], want_keys: bool = F
             joined = frame
         elif join.kind == "on":
             shared = [f"v_{v}" for v in join.on]
-            check_size(_pairs(joined, frame, shared))
+            check_size(_pairs(joined, frame, shared), limit)
             joined = joined.merge(frame, on=shared, how="inner", sort=False)
         else:
-            joined = _band_join(joined, env, frame, frame_env, join.band)
+            joined = _band_join(joined, env, frame, frame_env, join.band, limit)
         for name, col in frame_env.items():
             env.setdefault(name, col)
     assert joined is not None
@@ -199,6 +199,7 @@ def _band_join(
     right: pd.DataFrame,
     right_env: Mapping[str, Col],
     band: Band | None,
+    limit: int,
 ) -> pd.DataFrame:
     """Frames sharing no variable: paired within buckets of a band their guards keep two
     integer variables in (the guards still decide), else every pair."""
@@ -210,9 +211,9 @@ def _band_join(
         spread = right.loc[right.index.repeat(len(offsets))].reset_index(drop=True)
         spread["__band"] = np.repeat(yb, len(offsets)) + np.tile(offsets, len(right))
         lb = left.assign(__band=left[x.column].to_numpy() // width)
-        check_size(_pairs(lb, spread, ["__band"]))
+        check_size(_pairs(lb, spread, ["__band"]), limit)
         return lb.merge(spread, on="__band", how="inner", sort=False).drop(columns="__band")
-    check_size(len(left) * len(right))
+    check_size(len(left) * len(right), limit)
     return left.merge(right, how="cross")
 
 
@@ -329,10 +330,16 @@ def head_rows(
 
 
 def derive(
-    rule: RulePlan, sources: Sequence[pd.DataFrame], negated: Sequence[pd.DataFrame], a: int, b: int
+    rule: RulePlan,
+    sources: Sequence[pd.DataFrame],
+    negated: Sequence[pd.DataFrame],
+    a: int,
+    b: int,
+    limit: int,
 ) -> pd.DataFrame:
-    """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``."""
-    m = matches(rule, sources)
+    """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``; `TooLarge`
+    when a join would make more than ``limit`` matches."""
+    m = matches(rule, sources, limit)
     df = valid(m, rule, negated)
     tau = df["__tau"].to_numpy()
     df = df[(tau >= a) & (tau < b)].reset_index(drop=True)
@@ -347,11 +354,12 @@ def aggregate(
     a: int,
     b: int,
     reach: int,
+    limit: int,
 ) -> pd.DataFrame:
     """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau``
     and alive at ``tau``, each distinct combination of events once (as
     :func:`dagster_pomo.engine.spark.rules.aggregate`)."""
-    m = matches(rule, sources, want_keys=True)
+    m = matches(rule, sources, limit, want_keys=True)
     df = valid(m, rule, negated)
     df = df[(df["__tau"].to_numpy() < b) & (df["__mexp"].to_numpy() > a)].reset_index(drop=True)
     head = rule.head

@@ -70,16 +70,18 @@ def evaluate(
     life: Mapping[str, int],
     a: int,
     b: int,
+    limit: int,
     history: Callable[[str], pd.DataFrame] | None = None,
 ) -> tuple[dict[str, pa.Table], int]:
     """The versions of each relation of ``stratum`` made for epoch ``[a, b)``: what its
     rules derive from ``state`` (a relation's versions that can take part) merged with
     ``seeds`` (facts and deferred events), one version per ``(args, t, kt)``; and the rounds
-    it took. A recursive stratum reads its own relations' earlier epochs from ``history``."""
+    it took. A recursive stratum reads its own relations' earlier epochs from ``history``.
+    Raises `rules.TooLarge` when a join, or a recursive relation, passes ``limit`` rows."""
     schemas = plan.schemas
     if stratum.recursive:
         assert history is not None
-        return _fixpoint(stratum, schemas, state, history, seeds, a, b)
+        return _fixpoint(stratum, schemas, state, history, seeds, a, b, limit)
     out: dict[str, pa.Table] = {}
     for name in stratum.relations:
         schema = schemas[name]
@@ -90,9 +92,9 @@ def evaluate(
             negatives = [state(x.relation) for x in rule.negations]
             if rule.aggregate is not None:
                 reach = reach_of(life, rule.aggregate.reach_from)
-                made.append(R.aggregate(rule, positives, negatives, a, b, reach))
+                made.append(R.aggregate(rule, positives, negatives, a, b, reach, limit))
             else:
-                made.append(R.derive(rule, positives, negatives, a, b))
+                made.append(R.derive(rule, positives, negatives, a, b, limit))
         parts = [p for p in (seeds.get(name), *made) if p is not None]
         if seeds.get(name) is None and len(own) == 1 and own[0].aggregate is not None:
             rows = made[0][R.row_columns(schema)]  # one version per (group, tau) already
@@ -112,13 +114,14 @@ def _fixpoint(
     seeds: Mapping[str, pd.DataFrame | None],
     a: int,
     b: int,
+    limit: int,
 ) -> tuple[dict[str, pa.Table], int]:
     """A recursive stratum run semi-naive to its fixpoint: the first round joins every
     version, each later one joins only the previous round's new versions with the rest.
     A version is new when no known version has its ``(args, t, kt)`` and lives as long.
     A round costs about what its new versions cost, not what came before: a thousand
     single-version rounds take seconds (see BENCHMARKS.md). The stratum goes to Spark
-    (`rules.TooLarge`) when a relation grows past `rules.MAX_MATCHES` versions."""
+    (`rules.TooLarge`) when a relation grows past ``limit`` versions."""
     names = list(stratum.relations)
     rules = stratum.rules
     earlier = {n: history(n) for n in names}
@@ -147,14 +150,14 @@ def _fixpoint(
                     delta[x.relation] if j == i and delta is not None else full(x.relation)
                     for j, x in enumerate(rule.scans)
                 ]
-                made[rule.relation].append(R.derive(rule, sources, negatives, a, b))
+                made[rule.relation].append(R.derive(rule, sources, negatives, a, b, limit))
         delta = {}
         for n in names:
             fresh = _uncovered(schemas[n], _versions(schemas[n], made[n]), known[n])
             if len(fresh):
                 delta[n] = fresh
                 known[n] = _versions(schemas[n], [known[n], fresh])
-                R.check_size(len(known[n]))
+                R.check_size(len(known[n]), limit)
         if not delta:
             break
     out = {

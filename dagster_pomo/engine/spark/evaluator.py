@@ -36,8 +36,9 @@ from pyspark.sql.types import (
 
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.inprocess import stratum as local
+from dagster_pomo.engine.inputs import RunInputs
+from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.rows import Row
-from dagster_pomo.engine.run import Prepared
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.epoch_store import EpochStore
@@ -107,15 +108,7 @@ class EpochStats:
 class SparkEvaluator:
     """Evaluates one corpus epoch by epoch into a warehouse."""
 
-    # An epoch of at most INTERPRET_INPUTS input events runs the plans of its strata without
-    # recursion without generated code when it can (see `plans_for`); about where
-    # water-tank epochs run as fast either way (BENCHMARKS.md).
-    INTERPRET_INPUTS = 50_000
-    # A deductive stratum of an epoch of at most IN_PROCESS_INPUTS input events is worked
-    # out in this process when it can be (see `in_process`); 0: never.
-    IN_PROCESS_INPUTS = 100_000
     TICKS_ALONE = 100_000  # clock ticks an epoch generates in one partition (see `_ticks`)
-    ONE_PASS = True  # whether a range of epochs may be evaluated as one (see `span`)
 
     def __init__(
         self,
@@ -128,16 +121,19 @@ class SparkEvaluator:
         facts: Mapping[str, list[Row]] | None = None,
         concurrency: int = 2,
         plan: CorpusPlan | None = None,
+        policy: Policy = DEFAULT,
     ) -> None:
         """``concurrency``: how many strata of an epoch may run at once (those that read
         nothing the others make); their Spark jobs then overlap each other's fixed costs.
-        ``plan``: the corpus's plan, when the caller has compiled it already."""
+        ``plan``: the corpus's plan, when the caller has compiled it already; ``policy``: how
+        it may run (see `Policy`)."""
         self.spark = spark
         remember_lookups(spark)  # a session made elsewhere: the engine builds many columns
         self.program = program
         self.catalog = program.catalog
         self.schemas = schemas
         self.plan = plan or compile_plan(program, schemas)
+        self.policy = policy
         self.wh = warehouse
         self.epochs = epochs
         self.clock_start = clock_start
@@ -324,7 +320,7 @@ class SparkEvaluator:
     def plans_for(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> Iterator[bool]:
         """Within this block, where ``strata`` of ``epoch`` are evaluated, run their plans
         interpreted, without generated code, when the epoch is small (at most
-        ``INTERPRET_INPUTS`` input events, counted from its files: Spark and the warehouse on
+        ``Policy.interpret_inputs`` input events, counted from its files: Spark and the warehouse on
         this machine), none of ``strata`` is recursive (rounds can make far more rows than
         the epoch reads) and nobody has set Spark's code generation otherwise. The block is
         given whether they run so; the session's settings are as they were afterwards.
@@ -336,7 +332,8 @@ class SparkEvaluator:
             self.store.local
             and not all(self.in_process(s, epoch) for s in strata)  # no plans to run
             and not any(s.recursive for s in strata)
-            and sum(self.store.input_events(k) for k in self._keys(epoch)) <= self.INTERPRET_INPUTS
+            and sum(self.store.input_events(k) for k in self._keys(epoch))
+            <= self.policy.interpret_inputs
         )
         if not small or any(self.spark.conf.get(k, None) is not None for k in INTERPRETED):
             yield False
@@ -424,7 +421,7 @@ class SparkEvaluator:
         defers events (its rounds do not tell the versions they derive from its seeds, which
         must not be deferred again) and the epochs are consecutive and of one length.
         Evaluate ``strata`` over the epoch returned, in order; None: epoch by epoch."""
-        if not self.ONE_PASS or self.plan.has_next:
+        if not self.policy.one_pass or self.plan.has_next:
             return None
         if any(s.recursive and self.defers & set(s.relations) for s in strata):
             return None
@@ -514,7 +511,7 @@ class SparkEvaluator:
 
     def in_process(self, stratum: StratumPlan, epoch: Epoch) -> bool:
         """Whether this process works ``stratum`` of ``epoch`` out instead of Spark: the
-        epoch is small (at most ``IN_PROCESS_INPUTS`` input events, counted from its files:
+        epoch is small (at most ``Policy.in_process_inputs`` input events, counted from its files:
         Spark and the warehouse on this machine) and not a range, and the stratum is one
         `inprocess.stratum.supported` takes (no recursion, no ``@next``). A small epoch's
         Spark jobs cost far more than its rows; a large one's rows repay them."""
@@ -524,8 +521,8 @@ class SparkEvaluator:
             self._local_strata[stratum.index] = local.supported(self.plan, stratum)
         return (
             self._local_strata[stratum.index]
-            and self.IN_PROCESS_INPUTS > 0  # 0: never, not even for an epoch without inputs
-            and self.store.input_events(epoch_key(epoch)) <= self.IN_PROCESS_INPUTS
+            and self.policy.in_process_inputs > 0  # 0: never, not even without inputs
+            and self.store.input_events(epoch_key(epoch)) <= self.policy.in_process_inputs
         )
 
     def _table(self, name: str, key: str) -> pd.DataFrame:
@@ -598,6 +595,7 @@ class SparkEvaluator:
             self.life,
             epoch.lower,
             epoch.end,
+            self.policy.local_matches,
             lambda name: self._local_history(name, epoch),
         )
         key = epoch_key(epoch)
@@ -716,16 +714,27 @@ class SparkEvaluator:
 
 
 def evaluator_for(
-    program: Program, prepared: Prepared, warehouse: str, spark: SparkSession | None = None
+    program: Program,
+    prepared: RunInputs,
+    warehouse: str,
+    spark: SparkSession | None = None,
+    policy: Policy = DEFAULT,
 ) -> SparkEvaluator:
     """An evaluator over ``warehouse`` with the inputs of ``prepared`` already stored."""
     from dagster_pomo.engine.spark.session import spark_session
 
     spark = spark or spark_session()
     wh = Warehouse(spark, warehouse, program.name)
-    plan = prepared.plan
+    epochs = prepared.epoch_range
     evaluator = SparkEvaluator(
-        spark, program, prepared.schemas, wh, plan.epochs, plan.start, prepared.ingested.events
+        spark,
+        program,
+        prepared.schemas,
+        wh,
+        epochs.epochs,
+        epochs.start,
+        prepared.ingested.events,
+        policy=policy,
     )
     evaluator.write_inputs(prepared.ingested.events)
     return evaluator
@@ -733,21 +742,17 @@ def evaluator_for(
 
 def run_spark(
     program: Program,
-    prepared: Prepared,
+    prepared: RunInputs,
     warehouse: str | None = None,
-    one_pass: bool = True,
+    policy: Policy = DEFAULT,
 ) -> dict[str, list[Row]]:
     """Evaluate every epoch on Spark, in a temporary warehouse unless one is given: over the
     range at once where that stores the same (`SparkEvaluator.evaluate_range`), else (or
-    without ``one_pass``) epoch by epoch, as a schedule does."""
+    when ``policy`` says so) epoch by epoch, as a schedule does."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
-        evaluator = evaluator_for(program, prepared, warehouse or tmp)
-        if one_pass:
-            evaluator.evaluate_range(prepared.plan.epochs)
-        else:
-            for epoch in prepared.plan.epochs:
-                evaluator.evaluate_epoch(epoch)
+        evaluator = evaluator_for(program, prepared, warehouse or tmp, policy=policy)
+        evaluator.evaluate_range(prepared.epoch_range.epochs)
         derived = [r.name for r in program.catalog if r.derived or r.inductive]
         return {name: evaluator.versions(name) for name in derived}

@@ -65,12 +65,6 @@ class Recursion:
     # other round: storing it costs a small job, while planning a round's anti-joins against
     # many pieces cost more (100 single-row rounds: 0.19 s a round against 0.47 s).
     SMALL_ROWS = 100_000
-    # Rounds run inside tasks (see `rounds`) while a task knows at most TASK_ROWS versions
-    # (then Spark's rounds go on from there), and only when the lower relations they join
-    # have at most LOWER_ROWS rows each: all are shipped with every task. TASK_ROWS = 0:
-    # Spark's rounds only.
-    TASK_ROWS = 4_000_000
-    LOWER_ROWS = 200_000
 
     def __init__(self, evaluator: SparkEvaluator) -> None:
         self.ev = evaluator
@@ -96,7 +90,7 @@ class Recursion:
         delta = self._round(fix, rules, epoch, names, current, None)
         ran = 1
         plan = stratum.linear
-        if delta is not None and plan is not None and self.TASK_ROWS > 0:
+        if delta is not None and plan is not None and self.ev.policy.task_rows > 0:
             delta, done, more = self._rounds_in_tasks(fix, plan, epoch, current, delta)
             ran += more
             if done is not None:
@@ -179,12 +173,16 @@ class Recursion:
         partition when it has none. Returns what Spark's rounds still have to join (None:
         nothing), the relation's versions when that is nothing (one per version key; None
         when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran. Lower
-        relations too large to ship leave every round to Spark."""
+        relations too large to ship leave every round to Spark. Rounds run inside tasks while
+        a task knows at most `Policy.task_rows` versions (then Spark's rounds go on from
+        there), and only when the lower relations they join have at most
+        `Policy.lower_rows` rows each: all are shipped with every task."""
         name = plan.relation
+        task_rows, lower_rows = self.ev.policy.task_rows, self.ev.policy.lower_rows
         lower: dict[str, pa.Table] = {}
         for r in sorted(plan.lower):
-            table = fix.held[r].limit(self.LOWER_ROWS + 1).toArrow()
-            if table.num_rows > self.LOWER_ROWS:
+            table = fix.held[r].limit(lower_rows + 1).toArrow()
+            if table.num_rows > lower_rows:
                 return delta, None, 0
             lower[r] = table
         pieces = [rows for rows, _ in fix.pieces[name]]
@@ -205,7 +203,7 @@ class Recursion:
         )
         arrow = to_arrow_schema(struct)
         staging = self._tasks_write(name, epoch)
-        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, self.TASK_ROWS, staging)
+        run = rounds.task(plan, lower, arrow, epoch.lower, epoch.end, task_rows, staging)
         if staging is None:
             out, seen = self._observed(
                 f"rounds-{name}",
@@ -237,7 +235,7 @@ class Recursion:
         # A task reached its limit: Spark's rounds go on from what the tasks know.
         piece = self._piece(name, stored)
         fix.pieces[name] = []
-        fix.rows[name] = self.TASK_ROWS  # at least what a task may know: not small
+        fix.rows[name] = task_rows  # at least what a task may know: not small
         self._keep(fix, name, piece)
         current[name] = piece
         self.ev.hold(epoch, name, piece)

@@ -1,0 +1,33 @@
+"""How the engine may run a corpus: choices that change its speed, never what it stores.
+
+One explicit object, given to the evaluator by whoever starts a run (``pomo run``'s flags,
+the Dagster `SparkResource`'s config, the benchmarks), instead of settings flipped on
+classes. Every combination stores the same versions; the tests run several to check it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Policy:
+    # Evaluate a range of epochs in one pass where that stores what epoch by epoch stores
+    # (see `SparkEvaluator.span`); False: epoch by epoch, as a schedule does.
+    one_pass: bool = True
+    # A deductive stratum of an epoch of at most this many input events is worked out in
+    # this process, not by Spark's plans (see `SparkEvaluator.in_process`); 0: never.
+    in_process_inputs: int = 100_000
+    # The most matches a join may make in this process; beyond, the stratum goes to Spark.
+    local_matches: int = 2_000_000
+    # An epoch of at most this many input events runs its strata's plans without generated
+    # code (see `SparkEvaluator.plans_for`); below 0: never.
+    interpret_inputs: int = 50_000
+    # Rounds of a linear recursion run inside Spark tasks while a task knows at most this
+    # many versions (see `rounds`); 0: Spark's rounds only.
+    task_rows: int = 4_000_000
+    # ... and only when each lower relation they join has at most this many rows.
+    lower_rows: int = 200_000
+
+
+DEFAULT = Policy()

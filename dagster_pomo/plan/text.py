@@ -1,0 +1,112 @@
+"""A corpus plan as text: what ``pomo plan`` prints and golden files pin.
+
+One block per stratum, one per rule in it, one line per step in the order the
+executors take them: scans (each with how it joins those before it), definitions,
+checks, guards, negations, the aggregate and the head.
+"""
+
+from __future__ import annotations
+
+from dagster_pomo.lang.render import render_const, render_expr, render_rule
+from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
+from dagster_pomo.plan.rules import Join, RulePlan, Scan
+from dagster_pomo.timeline import show_duration
+
+
+def render_plan(plan: CorpusPlan) -> str:
+    lines = [f"plan {plan.name}"]
+    if plan.defers:
+        lines.append(f"  defers: {', '.join(sorted(plan.defers))}")
+    if plan.clocks:
+        clocks = ", ".join(f"clock({o}, {show_duration(p)})" for o, p in plan.clocks)
+        lines.append(f"  clocks: {clocks}")
+    for stratum in plan.strata:
+        lines += _stratum(plan, stratum)
+    return "\n".join(lines) + "\n"
+
+
+def _stratum(plan: CorpusPlan, stratum: StratumPlan) -> list[str]:
+    kind = "@next" if stratum.inductive else "recursive" if stratum.recursive else "deductive"
+    if stratum.recursive:
+        kind += ", linear" if stratum.linear is not None else ", not linear"
+        spread = [
+            f"{n} on {plan.schemas[n].columns[j]}" for n, j in stratum.stable if j is not None
+        ]
+        if spread:
+            kind += f", spread {', '.join(spread)}"
+    lines = [f"stratum {stratum.index} ({kind}): {', '.join(stratum.relations)}"]
+    if not stratum.rules:
+        lines.append("  (facts and input only)")
+    for rule in stratum.rules:
+        lines += ["  " + line for line in _rule(plan, rule)]
+    return lines
+
+
+def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
+    line = rule.rule.span.line
+    at = f"line {line}" if line > 0 else "generated"
+    lines = [f"rule ({at}): {render_rule(rule.rule)}"]
+    if rule.constants:
+        shown = ", ".join(f"{k} = {_value(v)}" for k, v in rule.constants.items())
+        lines.append(f"  constants {shown}")
+    for scan in rule.scans:
+        lines.append("  " + _scan(scan))
+        for pos, expr, column, typ in scan.checks:
+            lines.append(f"    check {column}:{typ} == {render_expr(expr)} (argument {pos})")
+    for d in rule.defs:
+        lines.append(f"  define {d.var}:{d.type} = {render_expr(d.expr)}")
+    for guard in rule.guards:
+        lines.append(f"  guard {render_expr(guard)}")
+    for negation in rule.negations:
+        compared = ", ".join(
+            f"{column} == {render_expr(arg)}"
+            for arg, column, _ in negation.columns
+            if render_expr(arg) != "_"
+        )
+        lines.append(f"  anti-join {negation.relation} alive at tau on ({compared})")
+    if rule.aggregate is not None:
+        fns = ", ".join(
+            f"{fn}({'' if arg is None else render_expr(arg)}) -> {column}:{typ}"
+            for fn, arg, column, typ in rule.aggregate.functions
+        )
+        lines.append(f"  aggregate {fns}; reach from {', '.join(rule.aggregate.reach_from)}")
+    head = rule.head
+    args = ", ".join(f"{col}:{typ} = {render_expr(arg)}" for arg, col, typ in head.args)
+    time = "end of epoch (@next)" if rule.inductive else "tau"
+    if head.time is not None:
+        time = render_expr(head.time)
+    life = "none" if head.lifetime is None else show_duration(head.lifetime)
+    lines.append(f"  head {head.relation}({args}) t = {time}, lifetime {life}")
+    return lines
+
+
+def _scan(scan: Scan) -> str:
+    binds = ", ".join(
+        f"{var} <- {column}:{typ}" if var != column else f"{var}:{typ}"
+        for var, column, typ in scan.binds
+    )
+    parts = [f"scan {scan.relation} [{binds}]"]
+    for a, b in scan.same:
+        parts.append(f"{a} == {b}")
+    for const, column, _ in scan.constants:
+        parts.append(f"{column} == {render_const(const)}")
+    return " ".join(parts) + _join(scan.join)
+
+
+def _join(join: Join) -> str:
+    if join.kind == "first":
+        return ""
+    if join.kind == "on":
+        return f" join on ({', '.join(join.on)})"
+    if join.band is not None:
+        band = join.band
+        return f" join on buckets of {band.left} - {band.right} in [{band.low}, {band.high}]"
+    return " cross join"
+
+
+def _value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)
