@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     if {"w1", "w2"} & set(args.workloads):
         from dataclasses import replace
 
-        from dagster_pomo.engine.spark.session import SparkSettings, spark_session
+        from dagster_pomo.engine.settings import SparkSettings
+        from dagster_pomo.engine.spark.session import spark_session
 
         # Spark's status tracker keeps the last 1,000 jobs by default; the 1,000-node
         # cycle's epoch alone runs twice as many, and its job count must be whole.

@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
 
     from bench.w2_epochs import CORPUS, START
+    from dagster_pomo.engine.driver import Driver
     from dagster_pomo.engine.inputs import prepare
-    from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
-    from dagster_pomo.engine.spark.evaluator import evaluator_for
-    from dagster_pomo.engine.spark.session import SparkSettings, spark_session
+    from dagster_pomo.engine.settings import JAVA_OPTIONS, SparkSettings
+    from dagster_pomo.engine.spark.session import spark_session
     from dagster_pomo.examples import HOUR, water_tank_events
     from dagster_pomo.lang import load_program
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         clock = time.perf_counter()
         prepared = prepare(program, landing, HOUR, start=START, until=until)
-        evaluator = evaluator_for(program, prepared, f"{tmp}/wh", spark, policy)
+        evaluator = Driver.for_run(program, prepared, f"{tmp}/wh", policy=policy, session=spark)
         steps.append(("reading and storing the inputs", time.perf_counter() - clock))
         before = _jvm_threads() if sys.platform == "linux" else {}
         for index, epoch in enumerate(evaluator.epochs, start=1):

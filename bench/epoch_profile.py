@@ -189,10 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--hours and --readings must be at least 1, --again at least 0")
 
     from bench.w2_epochs import CORPUS, START
+    from dagster_pomo.engine.driver import Driver
     from dagster_pomo.engine.inputs import prepare
-    from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
-    from dagster_pomo.engine.spark.evaluator import evaluator_for
-    from dagster_pomo.engine.spark.session import SparkSettings, is_connect, spark_session
+    from dagster_pomo.engine.settings import JAVA_OPTIONS, SparkSettings
+    from dagster_pomo.engine.spark.lookups import is_connect
+    from dagster_pomo.engine.spark.session import spark_session
     from dagster_pomo.examples import HOUR, water_tank_events
     from dagster_pomo.lang import load_program
     from dagster_pomo.timeline import epoch_key
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         until = START + args.hours * HOUR
         prepared = prepare(program, landing, HOUR, start=START, until=until)
-        evaluator = evaluator_for(program, prepared, f"{tmp}/wh", spark, policy)
+        evaluator = Driver.for_run(program, prepared, f"{tmp}/wh", policy=policy, session=spark)
         evaluator.concurrency = max(1, args.concurrency)
         print(
             f"{args.readings:,} readings over {args.hours} hourly epochs, "

@@ -177,10 +177,10 @@ def _case(
     policy: Policy | None,
 ) -> list[Measurement]:
     """One program on one graph: DuckDB, then dagster-pomo checked against it."""
+    from dagster_pomo.engine.driver import Driver
     from dagster_pomo.engine.inputs import prepare
     from dagster_pomo.engine.lines import ANY_TIME
     from dagster_pomo.engine.policy import Policy
-    from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import spark_session
     from dagster_pomo.lang import compile_corpus
 
@@ -198,7 +198,9 @@ def _case(
 
     def pomo() -> dict:
         warehouse = f"{work}/wh{next(runs)}"
-        evaluator = evaluator_for(program, prepared, warehouse, spark, policy or Policy())
+        evaluator = Driver.for_run(
+            program, prepared, warehouse, policy=policy or Policy(), session=spark
+        )
         stats = evaluator.evaluate_epoch(epoch)
         rounds = max(s.rounds for s in stats.strata)
         wrong = _differences(con, f"{warehouse}/{program.name}/{relation}")

@@ -44,9 +44,9 @@ def run(
     batch_peer: bool = True,
     policy: Policy | None = None,
 ) -> list[Measurement]:
+    from dagster_pomo.engine.driver import Driver
     from dagster_pomo.engine.inputs import RunInputs, prepare
     from dagster_pomo.engine.policy import Policy
-    from dagster_pomo.engine.spark.evaluator import evaluator_for
     from dagster_pomo.engine.spark.session import spark_session
     from dagster_pomo.lang import load_program
 
@@ -64,7 +64,7 @@ def run(
         def fresh(sub: RunInputs = prepared):  # noqa: ANN202
             """An evaluator over a fresh warehouse holding the inputs (set-up, not timed)."""
             where = f"{tmp}/wh{next(counter)}"
-            return evaluator_for(program, sub, where, spark, policy or Policy())
+            return Driver.for_run(program, sub, where, policy=policy or Policy(), session=spark)
 
         per_epoch: list[dict] = []
 
@@ -88,7 +88,7 @@ def run(
                         "state_rows_read": sum(rows_in.get(p, 0) for p in stats.partitions_read),
                     }
                 )
-            alerts = _alerts(spark, f"{evaluator.wh.root}/{program.name}/overflow_alert")
+            alerts = _alerts(spark, f"{evaluator.backend.wh.root}/{program.name}/overflow_alert")
             return {
                 "seconds": total,
                 "epochs": len(per_epoch),
@@ -107,7 +107,7 @@ def run(
             evaluator = fresh()  # the same Parquet inputs
             began = time.perf_counter()
             stored = {
-                name: evaluator.wh.read_all(name, evaluator.structs[name])
+                name: evaluator.backend.wh.read_all(name, evaluator.backend.structs[name])
                 for name in ("water_level", "maintenance")
             }
             derived = hand_written(spark, stored, f"{tmp}/batch")
@@ -194,7 +194,7 @@ def _window_ratio(per_epoch: list[dict], first: int, width: int) -> float | None
 def _input_rows(evaluator, prepared) -> dict[tuple[str, str], int]:  # noqa: ANN001
     """Rows of each stored input partition."""
     out: dict[tuple[str, str], int] = {}
-    for rel in evaluator.catalog.inputs:
+    for rel in evaluator.plan.program.catalog.inputs:
         for row in prepared.ingested.events.get(rel.name, []):
             key = evaluator.key_for(row.kt)
             if key:

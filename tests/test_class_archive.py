@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 
 from dagster_pomo.engine.java import Java
+from dagster_pomo.engine.settings import JAVA_OPTIONS, OUR_JAVA_OPTIONS, QUICK_JIT
 from dagster_pomo.engine.spark.class_archive import (
     CACHE_ENV,
-    JAVA_OPTIONS,
     archive_for,
     with_archive,
 )
-from dagster_pomo.engine.spark.session import OUR_JAVA_OPTIONS, QUICK_JIT
 from tests.conftest import ROOT
 
 POMO = Path(sys.executable).with_name("pomo")

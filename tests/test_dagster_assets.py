@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterInstance, HourlyPartitionsDefinition, materialize
 
+from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.rows import merge_versions
 from dagster_pomo.engine.run import run
-from dagster_pomo.engine.spark.evaluator import SparkEvaluator
-from dagster_pomo.engine.spark.session import spark_session
-from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.errors import UsageError
 from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
 from dagster_pomo.lang import compile_corpus, load_program
@@ -40,11 +38,8 @@ def _normal(rows):
 
 def stored(program, warehouse: Path, names: set[str] | None = None) -> dict[str, list]:
     """Each derived relation's events (or those of ``names``) as the warehouse holds them."""
-    spark = spark_session()
-    wh = Warehouse(spark, str(warehouse), program.name)
-    evaluator = SparkEvaluator(
-        spark, program, infer_schemas(program, {}), wh, epochs_through(PARTITIONS, KEYS[-1]), START
-    )
+    epochs = epochs_through(PARTITIONS, KEYS[-1])
+    evaluator = Driver.open(program, infer_schemas(program, {}), str(warehouse), epochs, START)
     return {
         r.name: _normal(merge_versions(evaluator.versions(r.name), bool(r.aggregates)))
         for r in program.catalog
@@ -206,7 +201,7 @@ def test_a_run_starts_spark_once_its_steps_share_one_process(tmp_path: Path) -> 
 
 def test_pipelines_need_declared_inputs() -> None:
     """Each undeclared input is an error at its first use, which says the `.decl` to add."""
-    from dagster_pomo.orchestration.assets import CorpusAssets
+    from dagster_pomo.orchestration.corpus import CorpusAssets
     from dagster_pomo.orchestration.translator import PomoTranslator
 
     program_text = ".decl q(x: int);\np(x) := q(x) ^ r(x, _s, _);\ns(y) := r(y, _, 1);\n"
@@ -281,16 +276,9 @@ def _materialize_range(defs, instance: DagsterInstance, keys: list[str]):
 
 def _assert_stored_equals_reference(program, warehouse: Path, landing: Path, partitions, keys):
     """Every derived relation in the warehouse equals `pomo run` (reference) over the range."""
-    spark = spark_session()
     epochs = epochs_through(partitions, keys[-1])
-    evaluator = SparkEvaluator(
-        spark,
-        program,
-        infer_schemas(program, {}),
-        Warehouse(spark, str(warehouse), program.name),
-        epochs,
-        epochs[0].start,
-    )
+    schemas = infer_schemas(program, {})
+    evaluator = Driver.open(program, schemas, str(warehouse), epochs, epochs[0].start)
     size = epochs[0].end - epochs[0].start
     expected = run(
         program, landing, size, start=epochs[0].start, until=epochs[-1].end, engine="reference"

@@ -120,8 +120,8 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     """Every partition, and every epoch's deferred events, as a Dagster range run stores
     them (each stratum over the range in one pass, but a recursive one that defers events)
     and as a schedule does, epoch by epoch; a later run of one epoch then changes nothing."""
+    from dagster_pomo.engine.driver import Driver
     from dagster_pomo.engine.inputs import prepare
-    from dagster_pomo.engine.spark.evaluator import evaluator_for
     from tests.test_warehouse import _over_range, by_epoch, partitions
 
     tmp = tmp_path_factory.mktemp("ranges")
@@ -129,7 +129,7 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     path = _events_file(case, tmp)
     stored = {}
     for way in ("stepwise", "ranged"):
-        evaluator = evaluator_for(
+        evaluator = Driver.for_run(
             program, prepare(program, path, 12, 0, HORIZON_END, ANY_TIME), str(tmp / way)
         )
         if way == "stepwise":
@@ -138,13 +138,13 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
         else:
             at_once = _over_range(evaluator, program, evaluator.epochs)
             deferring = [
-                s for s in program.strata if s.recursive and evaluator.defers & set(s.relations)
+                s for s in program.strata if s.recursive and evaluator.plan.defers & set(s.relations)
             ]
             assert at_once == len(program.strata) - len(deferring), "one pass each"
         deferred = {
             r.name: by_epoch(evaluator, r.name, deferred=True)
             for r in program.catalog
-            if r.name in evaluator.defers
+            if r.name in evaluator.plan.defers
         }
         stored[way] = _normal((partitions(tmp / way, program, evaluator), deferred))
     assert stored["ranged"] == stored["stepwise"]

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from dagster_pomo.engine import rounds
+from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.run import event_json, run
-from dagster_pomo.engine.spark.evaluator import evaluator_for
 from dagster_pomo.lang import compile_corpus
 
 CLOSURE = """
@@ -101,7 +101,7 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
     prepared = prepare(program, events, 10, 0, 10, ANY_TIME)
 
     def closure(warehouse: str, how: Policy = DEFAULT) -> tuple[int, int | None, int]:
-        evaluator = evaluator_for(program, prepared, str(tmp_path / warehouse), policy=how)
+        evaluator = Driver.for_run(program, prepared, str(tmp_path / warehouse), policy=how)
         stats = evaluator.evaluate_epoch(evaluator.epochs[0])
         (path,) = [s for s in stats.strata if s.relations == ("path",)]
         return path.rounds, stats.spark_jobs, path.rows["path"]
@@ -126,10 +126,10 @@ def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkey
     events.write_text("".join(json.dumps(line) + "\n" for line in lines))
     prepared = prepare(program, events, 10, 0, 10, ANY_TIME)
     warehouse = tmp_path / "wh"
-    evaluator = evaluator_for(program, prepared, str(warehouse))  # workers start here
+    evaluator = Driver.for_run(program, prepared, str(warehouse))  # workers start here
     assert evaluator.evaluate_epoch(evaluator.epochs[0]).strata[-1].rows["path"] == 12 * 12
     monkeypatch.chdir(tmp_path)
-    evaluator = evaluator_for(program, prepared, "wh")
+    evaluator = Driver.for_run(program, prepared, "wh")
     stats = evaluator.evaluate_epoch(evaluator.epochs[0])
     assert stats.strata[-1].rows["path"] == 12 * 12
     stored = warehouse / "closure" / "path"
@@ -146,7 +146,7 @@ def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkey
         raise RuntimeError("a task ran out of luck")
 
     monkeypatch.setattr(rounds, "fixpoint", broken)  # tasks get the module by value
-    again = evaluator_for(program, prepared, "wh")
+    again = Driver.for_run(program, prepared, "wh")
     with pytest.raises(Exception, match="out of luck"):
         again.evaluate_epoch(again.epochs[0])
     assert files() == before

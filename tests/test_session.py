@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dagster_pomo.engine.spark.session import DEFAULT_CONF, SparkSettings, session_conf
+from dagster_pomo.engine.settings import SparkSettings
+from dagster_pomo.engine.spark.session import DEFAULT_CONF, session_conf
 
 
 def test_a_connect_server_is_sent_session_settings_only() -> None:

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.rows import Row
-from dagster_pomo.engine.spark.evaluator import epoch_key, evaluator_for
 from dagster_pomo.lang import compile_corpus
+from dagster_pomo.timeline import epoch_key
 
 CORPUS = """
 .decl reading(sensor: str, value: float) lifetime 40;
@@ -79,7 +80,7 @@ def by_epoch(evaluator, relation: str, deferred: bool = False) -> dict[str, Coun
     """The rows of each stored epoch of ``relation`` (or of its deferred events), by the
     folder they are in (one read)."""
     keys = [epoch_key(e) for e in evaluator.epochs]
-    df = evaluator.wh.read(relation, evaluator.structs[relation], keys, deferred)
+    df = evaluator.backend.wh.read(relation, evaluator.backend.structs[relation], keys, deferred)
     folder = F.regexp_extract(F.input_file_name(), "/epoch=([^/]+)/", 1).alias("_folder")
     out: dict[str, Counter] = {k: Counter() for k in keys}
     for rec in df.select(folder, *df.columns).collect():
@@ -107,7 +108,7 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     program = compile_corpus(CORPUS, "sensors.pomo")
     until = EPOCH * EPOCHS
 
-    stepwise = evaluator_for(
+    stepwise = Driver.for_run(
         program,
         prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
         str(tmp_path / "stepwise"),
@@ -116,7 +117,7 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     for epoch in stepwise.epochs:
         stepwise.evaluate_epoch(epoch)
 
-    batch = evaluator_for(
+    batch = Driver.for_run(
         program,
         prepare(program, events_file, until, 0, until, window=ANY_TIME),
         str(tmp_path / "batch"),
@@ -146,7 +147,7 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
     # A range evaluated at once (a Dagster run over a partition range) fills every
     # partition, and every epoch's deferred events, as epoch by epoch; a later run of any
     # epoch, or of part of the range, changes nothing.
-    ranged = evaluator_for(
+    ranged = Driver.for_run(
         program,
         prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
         str(tmp_path / "ranged"),
@@ -185,7 +186,7 @@ def test_pomo_run_takes_a_range_in_few_passes_and_a_short_last_epoch_alone(
     until = EPOCH * 6 - 4  # six epochs, the last 6 long
     stored = {}
     for way in ("stepwise", "run"):
-        evaluator = evaluator_for(
+        evaluator = Driver.for_run(
             program,
             prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
             str(tmp_path / way),
@@ -195,7 +196,7 @@ def test_pomo_run_takes_a_range_in_few_passes_and_a_short_last_epoch_alone(
                 evaluator.evaluate_epoch(epoch)
         else:
             assert evaluator.evaluate_range(evaluator.epochs) == passes
-        deferred = {n: by_epoch(evaluator, n, deferred=True) for n in sorted(evaluator.defers)}
+        deferred = {n: by_epoch(evaluator, n, deferred=True) for n in sorted(evaluator.plan.defers)}
         stored[way] = (partitions(tmp_path / way, program, evaluator), deferred)
     assert all(any(d.values()) for d in stored["stepwise"][1].values()), "deferred events"
     assert stored["run"] == stored["stepwise"]
@@ -223,7 +224,7 @@ def test_a_range_from_the_first_epoch_takes_the_facts_before_it(tmp_path: Path) 
     )
     stored = {}
     for way in ("stepwise", "ranged"):
-        evaluator = evaluator_for(
+        evaluator = Driver.for_run(
             program, prepare(program, path, 3_600_000, window=ANY_TIME), str(tmp_path / way)
         )
         if way == "stepwise":
@@ -238,17 +239,14 @@ def test_a_range_from_the_first_epoch_takes_the_facts_before_it(tmp_path: Path) 
     assert stored["ranged"] == stored["stepwise"]
 
 
-def _over_range(evaluator, program, epochs) -> int:
-    """Each stratum over ``epochs``, as a Dagster run over a partition range does: over all of
-    them at once where it can (`SparkEvaluator.span`), else epoch by epoch; how many
-    strata ran at once."""
-    at_once = 0
-    for stratum in evaluator.plan.strata:
-        span = evaluator.span(epochs, [stratum])
-        at_once += span is not None
-        for epoch in [span] if span else epochs:
-            evaluator.evaluate_stratum(stratum, epoch)
-    return at_once
+def _over_range(driver, program, epochs) -> int:
+    """Each stratum over ``epochs``, as a Dagster run over a partition range does
+    (`Driver.evaluate_strata`): over all of them at once where it can, else epoch by epoch;
+    how many strata ran at once."""
+    return sum(
+        driver.evaluate_strata([stratum], epochs).passes < len(epochs)
+        for stratum in driver.plan.strata
+    )
 
 
 def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_more(
@@ -258,7 +256,7 @@ def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_m
     another's relations starts only once that one is stored. When a stratum fails, the epoch
     fails with its error, the strata under way finish, and the strata after it never start."""
     program = compile_corpus(CORPUS, "sensors.pomo")
-    evaluator = evaluator_for(
+    evaluator = Driver.for_run(
         program,
         prepare(program, events_file, EPOCH * 10, 0, EPOCH * 20, window=ANY_TIME),
         str(tmp_path / "wh"),
@@ -273,7 +271,7 @@ def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_m
     }
     log: list[tuple[str, str, str]] = []
     lock = threading.Lock()
-    plain = evaluator.evaluate_stratum
+    plain = evaluator.backend.evaluate_stratum
 
     def logged(stratum, epoch, carried=None):  # noqa: ANN001, ANN202
         name = stratum.relations[0]
@@ -287,7 +285,7 @@ def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_m
             with lock:
                 log.append(("end", name, threading.current_thread().name))
 
-    evaluator.evaluate_stratum = logged  # type: ignore[method-assign]
+    evaluator.backend.evaluate_stratum = logged  # type: ignore[method-assign]
     failing = [""]
     stats = evaluator.evaluate_epoch(evaluator.epochs[0])
     assert [s.relations[0] for s in stats.strata] == [
@@ -333,10 +331,12 @@ def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quara
         program, events_file, EPOCH * EPOCHS // 2, 0, EPOCH * EPOCHS, window=ANY_TIME
     )
 
-    local = evaluator_for(program, prepared, str(tmp_path / "local"))
-    conf = local.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    local = Driver.for_run(program, prepared, str(tmp_path / "local"))
+    conf = local.backend.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
     conf.set(f"fs.viewfs.mounttable.{cluster}.link./warehouse", mounted.as_uri())
-    remote = evaluator_for(program, prepared, f"viewfs://{cluster}/warehouse", local.spark)
+    remote = Driver.for_run(
+        program, prepared, f"viewfs://{cluster}/warehouse", session=local.backend.spark
+    )
     for rel in program.catalog.inputs:
         assert by_epoch(remote, rel.name) == by_epoch(local, rel.name), rel.name
     assert sum(len(rows) for rows in by_epoch(local, "reading").values()) == len(
@@ -356,12 +356,14 @@ def test_a_warehouse_on_another_file_system_holds_the_same_results_and_the_quara
     assert {p.name for p in (mounted / "sensors" / "_deferred" / "follow_up").iterdir()} == deferred
 
     text = '{"line": 3, "reason": "no such relation `levle`"}\n'
-    path = remote.wh.write_text("_quarantine.jsonl", text)
+    path = remote.backend.wh.write_text("_quarantine.jsonl", text)
     assert path == f"viewfs://{cluster}/warehouse/sensors/_quarantine.jsonl"
     assert (mounted / "sensors" / "_quarantine.jsonl").read_text() == text
-    assert remote.wh.read_text("_quarantine.jsonl") == text
-    assert remote.wh.read_text("_landing.json") is None
-    assert remote.wh.write_text("_quarantine.jsonl", "") == path, "a second write replaces it"
+    assert remote.backend.wh.read_text("_quarantine.jsonl") == text
+    assert remote.backend.wh.read_text("_landing.json") is None
+    assert remote.backend.wh.write_text("_quarantine.jsonl", "") == path, (
+        "a second write replaces it"
+    )
     assert (mounted / "sensors" / "_quarantine.jsonl").read_text() == ""
 
 
@@ -425,11 +427,15 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
     program = compile_corpus(CORPUS, "sensors.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     plans = Policy(in_process_inputs=0)  # Spark's plans, whoever writes
-    ours = evaluator_for(program, prepared, str(tmp_path / "ours"), policy=plans)
-    mixed = evaluator_for(program, prepared, str(tmp_path / "mixed"), ours.spark, plans)
-    mixed.store.COLLECT_ROWS = 2  # below every epoch's input events...
+    ours = Driver.for_run(program, prepared, str(tmp_path / "ours"), policy=plans)
+    mixed = Driver.for_run(
+        program, prepared, str(tmp_path / "mixed"), policy=plans, session=ours.backend.spark
+    )
+    mixed.backend.store.COLLECT_ROWS = 2  # below every epoch's input events...
     small = {epoch_key(e) for e in mixed.epochs[::2]}
-    mixed.store._inputs = dict.fromkeys(small, 1)  # ...but every other epoch counts as small
+    mixed.backend.store._inputs = dict.fromkeys(
+        small, 1
+    )  # ...but every other epoch counts as small
     for epoch in ours.epochs:
         ours.evaluate_epoch(epoch)
         mixed.evaluate_epoch(epoch)
@@ -464,8 +470,8 @@ def test_derived_epochs_hold_the_same_rows_whoever_writes_them(
         if key not in small and rel != "connected"  # the rounds' tasks write their own
     )
     assert {"process"} in [w for (_, key), w in mixed_by.items() if key in small]
-    assert mixed.store._large and {"alert", "per_sensor"} & mixed.store._large
-    for rel in mixed.store._large:
+    assert mixed.backend.store._large and {"alert", "per_sensor"} & mixed.backend.store._large
+    for rel in mixed.backend.store._large:
         assert any(w == {"spark"} for (r, key), w in mixed_by.items() if r == rel and key in small)
 
 
@@ -495,11 +501,13 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
     program = compile_corpus(FLAT, "flat.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     plans = Policy(in_process_inputs=0)  # Spark's plans, both
-    interpreted = evaluator_for(program, prepared, str(tmp_path / "interpreted"), policy=plans)
-    spark = interpreted.spark
+    interpreted = Driver.for_run(program, prepared, str(tmp_path / "interpreted"), policy=plans)
+    spark = interpreted.backend.spark
     # Every epoch too large to interpret:
     never = Policy(in_process_inputs=0, interpret_inputs=-1)
-    compiled = evaluator_for(program, prepared, str(tmp_path / "compiled"), spark, never)
+    compiled = Driver.for_run(
+        program, prepared, str(tmp_path / "compiled"), policy=never, session=spark
+    )
     metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
 
     def compiling(evaluator, epoch) -> int:  # noqa: ANN001
@@ -529,7 +537,7 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
 
     # A warehouse with none of the history stored: the epoch's plans differ from every plan
     # compiled above, so compiled plans must compile classes of their own.
-    own = evaluator_for(program, prepared, str(tmp_path / "own"), spark, plans)
+    own = Driver.for_run(program, prepared, str(tmp_path / "own"), policy=plans, session=spark)
     spark.conf.set("spark.sql.codegen.wholeStage", "true")
     try:
         assert compiling(own, own.epochs[-1]) > 0
@@ -548,9 +556,11 @@ def test_small_epochs_worked_out_in_this_process_hold_what_spark_holds(
     deferred events too. A recursive stratum still runs on Spark, between them."""
     program = compile_corpus(corpus, "sensors.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
-    here = evaluator_for(program, prepared, str(tmp_path / "here"))
+    here = Driver.for_run(program, prepared, str(tmp_path / "here"))
     plans = Policy(in_process_inputs=0)
-    spark = evaluator_for(program, prepared, str(tmp_path / "spark"), here.spark, plans)
+    spark = Driver.for_run(
+        program, prepared, str(tmp_path / "spark"), policy=plans, session=here.backend.spark
+    )
     recursive = any(s.recursive for s in program.strata)
     for epoch in here.epochs:
         ours, theirs = here.evaluate_epoch(epoch), spark.evaluate_epoch(epoch)
@@ -578,9 +588,11 @@ def test_a_join_too_large_for_this_process_goes_to_spark(tmp_path: Path, events_
     program = compile_corpus(FLAT, "flat.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     tight = Policy(local_matches=0)  # every join is too large for this process
-    here = evaluator_for(program, prepared, str(tmp_path / "here"), policy=tight)
+    here = Driver.for_run(program, prepared, str(tmp_path / "here"), policy=tight)
     plans = Policy(in_process_inputs=0)
-    spark = evaluator_for(program, prepared, str(tmp_path / "spark"), here.spark, plans)
+    spark = Driver.for_run(
+        program, prepared, str(tmp_path / "spark"), policy=plans, session=here.backend.spark
+    )
     stats = [here.evaluate_epoch(e) for e in here.epochs[:3]]
     for epoch in spark.epochs[:3]:
         spark.evaluate_epoch(epoch)

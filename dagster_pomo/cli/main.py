@@ -133,12 +133,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_CORPUS
     try:
         if args.engine == "spark":
-            from dagster_pomo.engine.spark.session import spark_session
+            from dagster_pomo.engine.driver import describe_session
 
-            spark = spark_session(settings)
-            where = settings.remote or spark.sparkContext.master
-            confs = ", ".join(f"{k}={spark.conf.get(k)}" for k in settings.conf)
-            print(f"spark: {where}" + (f" ({confs})" if confs else ""), file=sys.stderr)
+            print(f"spark: {describe_session(settings)}", file=sys.stderr)
         policy = Policy(one_pass=not args.epoch_by_epoch)
         result = run(
             program,
@@ -244,16 +241,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_jvm_cache(args: argparse.Namespace) -> int:
-    from dagster_pomo.cli.jvm_cache import make_archive
+    from dagster_pomo.engine.jvm_cache import make_archive
+    from dagster_pomo.examples import CORPORA, HOUR, water_tank_events
+
+    def readings(path: Path) -> None:  # a few hours of the water tanks: what a run loads
+        water_tank_events(path, 6_000, tanks=3, hours=3)
 
     try:
-        return make_archive()
+        return make_archive(CORPORA / "water_tanks.pomo", readings, HOUR)
     except UsageError as exc:
         raise _Usage(str(exc)) from None
 
 
 def _spark_settings(args: argparse.Namespace):  # noqa: ANN202 - SparkSettings, imported lazily
-    from dagster_pomo.engine.spark.session import SparkSettings
+    from dagster_pomo.engine.settings import SparkSettings
 
     conf = {}
     for item in args.conf:

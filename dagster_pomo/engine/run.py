@@ -65,7 +65,7 @@ def run(
 ) -> RunResult:
     """Evaluate every epoch; versions of every derived relation in the result. On Spark a
     range of epochs runs in one pass where that stores the same (see
-    `SparkEvaluator.evaluate_range`) unless ``policy`` says epoch by epoch, as a schedule
+    `Driver.evaluate_range`) unless ``policy`` says epoch by epoch, as a schedule
     does. Events whose time lies outside ``window`` are quarantined."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
@@ -75,9 +75,9 @@ def run(
     if not epochs.epochs:
         return result
     if engine == "spark":
-        from dagster_pomo.engine.spark.evaluator import run_spark
+        from dagster_pomo.engine.driver import run_epochs
 
-        result.versions = run_spark(program, prepared, warehouse, policy)
+        result.versions = run_epochs(program, prepared, warehouse, policy)
     else:
         evaluator = ReferenceEvaluator(program, prepared.schemas)
         result.versions = evaluator.run(prepared.ingested.events, epochs.epochs, epochs.start)

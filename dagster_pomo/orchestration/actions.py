@@ -30,12 +30,11 @@ from dagster_pomo.engine.actions import (
     run_actions,
     subscriptions,
 )
-from dagster_pomo.engine.spark.actions import range_events
-from dagster_pomo.engine.spark.evaluator import epoch_key
-from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.orchestration.assets import PREVIOUS, CorpusAssets
+from dagster_pomo.engine.driver import open_results
+from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import code_version
+from dagster_pomo.timeline import epoch_key
 
 
 def action_key(shared: CorpusAssets, handler: str) -> AssetKey:
@@ -80,14 +79,14 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
     def act(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult]:
-        session = spark.get_session(len(context.partition_keys))
-        warehouse = Warehouse(session, storage.warehouse, program.name)
+        settings = spark.settings(len(context.partition_keys))
+        results = open_results(program, shared.schemas, storage.warehouse, settings)
         ledger = Ledger(storage.ledger_path(program.name))
         total = ActionReport(name)
         try:
             # The range's events in one read; handed over and reported epoch by epoch.
             epochs = {epoch_key(e): e for e in shared.epochs_of(context)}
-            events = range_events(warehouse, shared.schemas, subs, list(epochs))
+            events = results.handler_events(subs, list(epochs))
             for at, of_epoch in groupby(events, key=lambda event: event.epoch):
                 report = run_actions(handler, of_epoch, ledger)
                 context.log.info(

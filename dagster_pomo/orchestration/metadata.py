@@ -2,34 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from dagster_pomo.engine.spark.evaluator import struct_of
-from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import show_time
+
+if TYPE_CHECKING:
+    from dagster_pomo.engine.spark.results import Results
 
 PREVIEW_ROWS = 5
 
 
 def relation_metadata(
-    wh: Warehouse, schema: Schema, relation: str, last_key: str
+    results: Results, schema: Schema, relation: str, last_key: str
 ) -> dict[str, Any]:
     """Rows stored over every epoch so far, and a preview of the last epoch's rows (two small
     Spark jobs: a count answered from Parquet footers, and a ``limit``)."""
-    struct = struct_of(schema)
-    everything = wh.read_all(relation, struct)
-    total = everything.count()
+    total = results.rows_total(relation)
     columns = [*schema.columns, *(key for _, key, _ in schema.aggregates)]
     stored = [*schema.columns, *(f"_agg_{fn}" for fn, _, _ in schema.aggregates)]
-    rows = (
-        wh.read(relation, struct, [last_key])
-        .orderBy("t", *schema.columns)
-        .limit(PREVIEW_ROWS)
-        .collect()
-    )
+    rows = results.preview(relation, last_key, PREVIEW_ROWS)
     records = [
         TableRecord(
             {

@@ -10,8 +10,7 @@ from pydantic import Field
 
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, parse_window
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS
-from dagster_pomo.engine.spark.session import QUICK_JIT, SparkSettings, spark_session
+from dagster_pomo.engine.settings import JAVA_OPTIONS, QUICK_JIT, SparkSettings
 from dagster_pomo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -64,9 +63,12 @@ class SparkResource(ConfigurableResource):
         )
 
     def get_session(self, epochs: int | None = None) -> SparkSession:
-        """The process's session; ``epochs``, how many the run evaluates, picks the JVM's
-        compiler when this call starts Spark (see :meth:`settings`)."""
-        return spark_session(self.settings(epochs))
+        """The process's session, for a user's own Spark work in an asset; ``epochs``, how
+        many the run evaluates, picks the JVM's compiler when this call starts Spark (see
+        :meth:`settings`)."""
+        from dagster_pomo.engine.driver import session
+
+        return session(self.settings(epochs))
 
     def settings(self, epochs: int | None = None) -> SparkSettings:
         """A run of a few epochs in a new local JVM is over before the JIT's optimizing

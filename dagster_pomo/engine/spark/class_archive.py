@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dagster_pomo.engine.java import Java
+from dagster_pomo.engine.settings import JAVA_OPTIONS
 
 CACHE_ENV = "POMO_CACHE_DIR"
-JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def cache_dir() -> Path:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from dagster_pomo.engine.spark.session import is_connect
+from dagster_pomo.engine.spark.lookups import is_connect
 
 BOUND = 1 << 63  # bytes: Spark's own default for a relation it knows nothing of
 

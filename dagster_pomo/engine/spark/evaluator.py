@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import reduce
 
 import pandas as pd
@@ -36,17 +34,16 @@ from pyspark.sql.types import (
 
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.inprocess import stratum as local
-from dagster_pomo.engine.inputs import RunInputs
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
-from dagster_pomo.engine.spark.lookups import remember_lookups
-from dagster_pomo.engine.spark.session import is_connect
+from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
 from dagster_pomo.engine.spark.spans import Span
 from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.stats import EpochScope, StratumStats
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.plan.constants import tick_ranges
@@ -84,29 +81,9 @@ def struct_of(schema: Schema) -> StructType:
     return StructType(fields)
 
 
-@dataclass
-class StratumStats:
-    index: int
-    relations: tuple[str, ...]
-    rounds: int = 0
-    rows: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    in_process: bool = False  # worked out by this process, not Spark (see `in_process`)
-
-
-@dataclass
-class EpochStats:
-    epoch: Epoch
-    strata: list[StratumStats] = field(default_factory=list)
-    spark_jobs: int | None = 0  # None under Spark Connect, whose clients see no job tracker
-    seconds: float = 0.0
-    interpreted: bool = False  # whether its plans ran without generated code (`plans_for`)
-    # (relation, epoch key) of every stored partition the epoch read: how much state it touched.
-    partitions_read: set[tuple[str, str]] = field(default_factory=set)
-
-
 class SparkEvaluator:
-    """Evaluates one corpus epoch by epoch into a warehouse."""
+    """The Spark backend of the epoch driver (`engine.driver.Driver`): evaluates one stratum
+    of one epoch, or of a range standing for several, into a warehouse."""
 
     TICKS_ALONE = 100_000  # clock ticks an epoch generates in one partition (see `_ticks`)
 
@@ -119,14 +96,11 @@ class SparkEvaluator:
         epochs: list[Epoch],
         clock_start: int,
         facts: Mapping[str, list[Row]] | None = None,
-        concurrency: int = 2,
         plan: CorpusPlan | None = None,
         policy: Policy = DEFAULT,
     ) -> None:
-        """``concurrency``: how many strata of an epoch may run at once (those that read
-        nothing the others make); their Spark jobs then overlap each other's fixed costs.
-        ``plan``: the corpus's plan, when the caller has compiled it already; ``policy``: how
-        it may run (see `Policy`)."""
+        """``plan``: the corpus's plan, when the caller has compiled it already; ``policy``:
+        how it may run (see `Policy`)."""
         self.spark = spark
         remember_lookups(spark)  # a session made elsewhere: the engine builds many columns
         self.program = program
@@ -148,7 +122,6 @@ class SparkEvaluator:
         self._ends = [e.end for e in epochs]
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
-        self.concurrency = max(1, concurrency)
         self._nothing: dict[str, DataFrame] = {}  # see `empty`
         self._spans: dict[tuple[int, int], Span] = {}  # ranges evaluated as one, see `span`
         inputs = [r.name for r in self.catalog.inputs]
@@ -263,9 +236,12 @@ class SparkEvaluator:
 
     # ------------------------------------------------------------------ one epoch
 
-    def evaluate_epoch(self, epoch: Epoch) -> EpochStats:
-        """Every stratum of ``epoch``, in order (``@next`` results of the previous epoch first)."""
-        stats = EpochStats(epoch)
+    @contextmanager
+    def epoch_scope(self, epoch: Epoch) -> Iterator[EpochScope]:
+        """Within this block the strata of ``epoch`` are evaluated: its Spark jobs carry the
+        epoch's job group, counted when the block ends, with the partitions it read. The
+        epoch's state starts empty (what it read of earlier epochs may have changed)."""
+        scope = EpochScope()
         group = f"pomo-{self.program.name}-{epoch_key(epoch)}"
         classic = not is_connect(self.spark)
         if classic:
@@ -273,48 +249,21 @@ class SparkEvaluator:
             self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
             # Spark keeps the jobs of a group across evaluations of the same epoch: count ours.
             earlier = set(tracker.getJobIdsForGroup(group))
-        started = time.perf_counter()
         self._current = {}  # earlier epochs' entries are no longer needed
         self._tables, self._tables_for = {}, None  # nor what this process read (inputs may change)
-        self._read = set()
-        with self.plans_for(epoch, self.plan.strata) as stats.interpreted:
-            carried = self.evaluate_next(epoch)
-            stats.strata = self._deductive(epoch, carried)
-        stats.seconds = time.perf_counter() - started
-        stats.partitions_read = self._read
-        if classic:
-            stats.spark_jobs = len(set(tracker.getJobIdsForGroup(group)) - earlier)
-            self.spark.sparkContext.setJobGroup("pomo", "idle")
-        else:
-            stats.spark_jobs = None
-        return stats
+        self._read = scope.partitions_read
+        try:
+            yield scope
+        finally:
+            if classic:
+                scope.spark_jobs = len(set(tracker.getJobIdsForGroup(group)) - earlier)
+                self.spark.sparkContext.setJobGroup("pomo", "idle")
+            else:
+                scope.spark_jobs = None
 
-    def evaluate_range(self, epochs: Sequence[Epoch]) -> int:
-        """Every stratum over ``epochs`` (consecutive, in order), storing what epoch by epoch
-        stores, in as few passes as `span` allows: the epochs of the first one's length at
-        once, then any shorter last epoch on its own. All strata in one pass when `span`
-        allows it for all; else stratum by stratum, those it does not allow (recursion that
-        defers events) epoch by epoch; with ``@next`` epoch by epoch. How many passes ran."""
-        length = epochs[0].end - epochs[0].start if epochs else 0
-        cut = next((i for i, e in enumerate(epochs) if e.end - e.start != length), len(epochs))
-        same, rest = list(epochs[:cut]), list(epochs[cut:])
-        whole = self.span(same, self.plan.strata)
-        if whole is not None:
-            for epoch in [whole, *rest]:
-                self.evaluate_epoch(epoch)
-            return 1 + len(rest)
-        if self.span(same, []) is None:  # none can (`@next`, under two epochs)
-            for epoch in epochs:
-                self.evaluate_epoch(epoch)
-            return len(epochs)
-        passes = 0
-        for stratum in self.plan.strata:
-            span = self.span(same, [stratum])
-            for epoch in [span, *rest] if span is not None else epochs:
-                with self.plans_for(epoch, [stratum]):
-                    self.evaluate_stratum(stratum, epoch, {})
-                passes += 1
-        return passes
+    def concurrent(self, task: Callable[..., StratumStats]) -> Callable[..., StratumStats]:
+        """``task`` as a thread started now runs it: with this thread's Spark job group."""
+        return inheritable_thread_target(self.spark)(task)
 
     @contextmanager
     def plans_for(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> Iterator[bool]:
@@ -345,32 +294,6 @@ class SparkEvaluator:
         finally:
             for k in INTERPRETED:
                 self.spark.conf.unset(k)
-
-    def _deductive(self, epoch: Epoch, carried: Mapping[str, DataFrame]) -> list[StratumStats]:
-        """The epoch's deductive strata, each once the strata it reads are stored; up to
-        ``concurrency`` of them at once, in threads that carry the epoch's Spark job group.
-        When one fails, those under way finish (each writes its epoch whole or not at all)
-        and none starts."""
-        strata = self.plan.deductive
-        if self.concurrency == 1:
-            return [self.evaluate_stratum(s, epoch, carried) for s in strata]
-        owner = {n: s.index for s in strata for n in s.relations}
-        needs = {
-            s.index: {owner[r] for r in s.reads if owner.get(r, s.index) != s.index} for s in strata
-        }
-        done: dict[int, StratumStats] = {}
-        running: dict[Future[StratumStats], int] = {}
-        waiting = list(strata)
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="pomo-stratum") as pool:
-            while waiting or running:
-                for s in [s for s in waiting if needs[s.index] <= done.keys()]:
-                    waiting.remove(s)
-                    task = inheritable_thread_target(self.spark)(self.evaluate_stratum)
-                    running[pool.submit(task, s, epoch, carried)] = s.index
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for task in finished:
-                    done[running.pop(task)] = task.result()
-        return [done[s.index] for s in strata]
 
     def evaluate_next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """The ``@next`` rules over the previous epoch. Relations that only ``@next`` rules derive
@@ -711,48 +634,3 @@ class SparkEvaluator:
                 )
             )
         return out
-
-
-def evaluator_for(
-    program: Program,
-    prepared: RunInputs,
-    warehouse: str,
-    spark: SparkSession | None = None,
-    policy: Policy = DEFAULT,
-) -> SparkEvaluator:
-    """An evaluator over ``warehouse`` with the inputs of ``prepared`` already stored."""
-    from dagster_pomo.engine.spark.session import spark_session
-
-    spark = spark or spark_session()
-    wh = Warehouse(spark, warehouse, program.name)
-    epochs = prepared.epoch_range
-    evaluator = SparkEvaluator(
-        spark,
-        program,
-        prepared.schemas,
-        wh,
-        epochs.epochs,
-        epochs.start,
-        prepared.ingested.events,
-        policy=policy,
-    )
-    evaluator.write_inputs(prepared.ingested.events)
-    return evaluator
-
-
-def run_spark(
-    program: Program,
-    prepared: RunInputs,
-    warehouse: str | None = None,
-    policy: Policy = DEFAULT,
-) -> dict[str, list[Row]]:
-    """Evaluate every epoch on Spark, in a temporary warehouse unless one is given: over the
-    range at once where that stores the same (`SparkEvaluator.evaluate_range`), else (or
-    when ``policy`` says so) epoch by epoch, as a schedule does."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
-        evaluator = evaluator_for(program, prepared, warehouse or tmp, policy=policy)
-        evaluator.evaluate_range(prepared.epoch_range.epochs)
-        derived = [r.name for r in program.catalog if r.derived or r.inductive]
-        return {name: evaluator.versions(name) for name in derived}

@@ -24,7 +24,7 @@ from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 from dagster_pomo.engine import rounds
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.estimates import bounded
-from dagster_pomo.engine.spark.session import is_connect
+from dagster_pomo.engine.spark.lookups import is_connect
 from dagster_pomo.plan import linear
 from dagster_pomo.plan.corpus import StratumPlan
 from dagster_pomo.plan.rules import RulePlan

@@ -43,12 +43,15 @@ class _RememberingView(JVMView):
         return found
 
 
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect client, which has no ``sparkContext``."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def remember_lookups(spark: Any) -> None:
     """Make the JVM view of ``spark``'s context remember its look-ups (once per context; a
     Spark Connect session has no JVM here and is left as it is)."""
     from pyspark import SparkContext
-
-    from dagster_pomo.engine.spark.session import is_connect  # it imports this module
 
     if is_connect(spark):
         return

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dagster_pomo.engine.java import require_java
+from dagster_pomo.engine.settings import OUR_JAVA_OPTIONS, SparkSettings
 from dagster_pomo.engine.spark.class_archive import with_archive
 from dagster_pomo.engine.spark.lookups import remember_lookups
 
@@ -54,31 +53,6 @@ DEFAULT_CONF: dict[str, str] = {
     # code, so the call sites would only name the engine, and an epoch builds thousands.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
-
-# The JIT compiler's quick tier only: a run of a few epochs in a new JVM is over before the
-# optimizing tier pays for itself (the Dagster resource picks it for short runs).
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-# Driver Java options the project picks; a class-data archive is added to these, never
-# to options the user sets (see `class_archive`).
-OUR_JAVA_OPTIONS = frozenset({QUICK_JIT})
-
-
-@dataclass(frozen=True)
-class SparkSettings:
-    """Where Spark runs. ``remote`` (Spark Connect) wins over ``master``."""
-
-    master: str = "local[*]"
-    remote: str | None = None
-    conf: Mapping[str, str] = field(default_factory=dict)
-    app_name: str = "dagster-pomo"
-
-    @classmethod
-    def from_env(cls) -> SparkSettings:
-        """``POMO_SPARK_MASTER`` / ``POMO_SPARK_REMOTE`` override the local default."""
-        return cls(
-            master=os.environ.get("POMO_SPARK_MASTER", "local[*]"),
-            remote=os.environ.get("POMO_SPARK_REMOTE") or None,
-        )
 
 
 def spark_session(settings: SparkSettings | None = None) -> SparkSession:
@@ -127,8 +101,3 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
 
 
 _SESSION_PREFIXES = ("spark.sql.", "spark.hadoop.")
-
-
-def is_connect(spark: SparkSession) -> bool:
-    """Whether ``spark`` is a Spark Connect client, which has no ``sparkContext``."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -11,24 +11,25 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from dagster_pomo.errors import UsageError
 
-HOURS = 3
-READINGS = 6_000
 EXIT_SECONDS = 600  # writing the archive takes a while on a slow disk
 
 
-def make_archive() -> int:
+def make_archive(corpus: Path, events: Callable[[Path], None], epoch: int) -> int:
+    """Record the classes a session loads while it evaluates ``corpus`` over the events
+    ``events`` writes (to the file it is given), in epochs of ``epoch`` milliseconds."""
     from pyspark import SparkContext
 
+    from dagster_pomo.engine.driver import Driver
     from dagster_pomo.engine.inputs import prepare
     from dagster_pomo.engine.java import require_java
-    from dagster_pomo.engine.spark.class_archive import JAVA_OPTIONS, archive_for, staged
-    from dagster_pomo.engine.spark.evaluator import evaluator_for
-    from dagster_pomo.engine.spark.session import SparkSettings, session_conf, spark_session
-    from dagster_pomo.examples import CORPORA, HOUR, water_tank_events
+    from dagster_pomo.engine.settings import JAVA_OPTIONS, SparkSettings
+    from dagster_pomo.engine.spark.class_archive import archive_for, staged
+    from dagster_pomo.engine.spark.session import session_conf, spark_session
     from dagster_pomo.lang import load_program
 
     if SparkContext._gateway is not None:
@@ -43,16 +44,18 @@ def make_archive() -> int:
     print(f"starting Spark on {java.path} (Java {java.major}) to record the classes it loads")
     try:
         spark = spark_session(settings)
-        program = load_program(CORPORA / "water_tanks.pomo")
+        program = load_program(corpus)
         with tempfile.TemporaryDirectory(prefix="pomo-jvm-cache-") as tmp:
             landing = Path(tmp) / "landing"
             landing.mkdir()
-            water_tank_events(landing / "readings.jsonl", READINGS, tanks=3, hours=HOURS)
-            prepared = prepare(program, landing, HOUR)
-            evaluator = evaluator_for(program, prepared, f"{tmp}/warehouse", spark)
-            for epoch in evaluator.epochs:
-                evaluator.evaluate_epoch(epoch)
-            evaluator.versions("overflow_alert")
+            events(landing / "events.jsonl")
+            prepared = prepare(program, landing, epoch)
+            driver = Driver.for_run(program, prepared, f"{tmp}/warehouse", session=spark)
+            for epoch in driver.epochs:
+                driver.evaluate_epoch(epoch)
+            derived = [r.name for r in program.catalog if r.derived]
+            if derived:  # and reads results back, as `pomo run` does
+                driver.versions(derived[-1])
         spark.stop()
         jvm = SparkContext._gateway.proc  # type: ignore[union-attr]
         jvm.stdin.close()  # the JVM exits when this process's end of the pipe closes

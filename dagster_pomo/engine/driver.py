@@ -1,0 +1,343 @@
+"""The epoch driver: the engine's public API, and its one epoch loop.
+
+Whoever runs a corpus (``pomo run``, a Dagster asset, the benchmarks) opens a `Driver`
+over a warehouse and asks it to evaluate epochs: one epoch, a range of them in as few
+passes as store the same, or a group of strata over a partition range (a Dagster
+multi-asset). The driver decides the order (``@next`` results first, then each stratum
+once the strata it reads are stored, several at once where they are independent), and
+collects the statistics; the backend evaluates one stratum of one epoch (or of a range
+standing for several) over the stored versions and stores what it derives.
+
+The backend today is Spark's (`engine.spark.evaluator.SparkEvaluator`), which hands the
+strata of small epochs to the local executor (`engine.inprocess`). Callers outside the
+engine import this module, never the backend's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dagster_pomo.engine.policy import DEFAULT, Policy
+from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.settings import SparkSettings
+from dagster_pomo.engine.stats import EpochScope, EpochStats, PassStats, StratumStats
+from dagster_pomo.lang import Program
+from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
+from dagster_pomo.plan.schema import Schema
+from dagster_pomo.timeline import Epoch
+
+if TYPE_CHECKING:
+    from dagster_pomo.engine.inputs import RunInputs
+    from dagster_pomo.engine.spark.results import Results
+
+
+class Backend(Protocol):
+    """Evaluates one stratum of one epoch (or of a range standing for several) over the
+    stored versions, and stores what it derives."""
+
+    plan: CorpusPlan
+    epochs: list[Epoch]
+    carried_rows: dict[str, int]
+
+    def epoch_scope(self, epoch: Epoch) -> AbstractContextManager[EpochScope]:
+        """The block in which ``epoch``'s strata are evaluated; what it saw, at its end."""
+        ...
+
+    def plans_for(
+        self, epoch: Epoch, strata: Sequence[StratumPlan]
+    ) -> AbstractContextManager[bool]:
+        """The block in which ``strata`` of ``epoch`` are evaluated; whether the backend's
+        plans run without generated code in it."""
+        ...
+
+    def span(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> Epoch | None:
+        """One epoch standing for ``epochs`` when ``strata`` can be evaluated over all of
+        them at once and store what epoch by epoch stores; None: epoch by epoch."""
+        ...
+
+    def evaluate_next(self, epoch: Epoch) -> Any:
+        """The ``@next`` results of the epoch before ``epoch``, stored where only ``@next``
+        rules derive a relation; given to the strata (``carried``)."""
+        ...
+
+    def evaluate_stratum(
+        self, stratum: StratumPlan, epoch: Epoch, carried: Any = None
+    ) -> StratumStats:
+        """One deductive stratum of ``epoch``, stored; every stratum it reads is stored."""
+        ...
+
+    def concurrent(self, task: Callable[..., StratumStats]) -> Callable[..., StratumStats]:
+        """``task``, to run in another thread with this thread's context."""
+        ...
+
+    def write_inputs(self, events: Mapping[str, list[Row]]) -> None: ...
+
+    def key_for(self, t: int) -> str | None: ...
+
+    def versions(self, name: str) -> list[Row]: ...
+
+
+class Driver:
+    """A corpus evaluated epoch by epoch into a warehouse, through a `Backend`.
+
+    ``concurrency``: how many strata of an epoch may run at once (those that read nothing
+    the others make); their Spark jobs then overlap each other's fixed costs."""
+
+    def __init__(self, backend: Backend, results: Results, concurrency: int = 2) -> None:
+        self.backend = backend
+        self.results = results  # what the warehouse holds, for reports and handlers
+        self.concurrency = max(1, concurrency)
+
+    @classmethod
+    def open(
+        cls,
+        program: Program,
+        schemas: Mapping[str, Schema],
+        warehouse: str,
+        epochs: list[Epoch],
+        clock_start: int,
+        facts: Mapping[str, list[Row]] | None = None,
+        policy: Policy = DEFAULT,
+        settings: SparkSettings | None = None,
+        session: Any = None,
+    ) -> Driver:
+        """A driver over ``warehouse`` (a folder or URL) for ``epochs``, on the Spark session
+        ``settings`` describe (the process's own, made on first use), or on ``session``."""
+        from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+        from dagster_pomo.engine.spark.results import Results
+        from dagster_pomo.engine.spark.session import spark_session
+        from dagster_pomo.engine.spark.warehouse import Warehouse
+
+        spark = session or spark_session(settings)
+        wh = Warehouse(spark, warehouse, program.name)
+        backend = SparkEvaluator(
+            spark, program, schemas, wh, epochs, clock_start, facts, policy=policy
+        )
+        return cls(backend, Results(wh, schemas))
+
+    @classmethod
+    def for_run(
+        cls,
+        program: Program,
+        inputs: RunInputs,
+        warehouse: str,
+        policy: Policy = DEFAULT,
+        settings: SparkSettings | None = None,
+        session: Any = None,
+    ) -> Driver:
+        """A driver over every epoch of ``inputs``, with its events already stored."""
+        epochs = inputs.epoch_range
+        events = inputs.ingested.events
+        driver = cls.open(
+            program,
+            inputs.schemas,
+            warehouse,
+            epochs.epochs,
+            epochs.start,
+            events,
+            policy,
+            settings,
+            session,
+        )
+        driver.write_inputs(events)
+        return driver
+
+    # ------------------------------------------------------------------ what it knows
+
+    @property
+    def plan(self) -> CorpusPlan:
+        return self.backend.plan
+
+    @property
+    def epochs(self) -> list[Epoch]:
+        return self.backend.epochs
+
+    def write_inputs(self, events: Mapping[str, list[Row]]) -> None:
+        """Store each input relation's events in the partitions of their epochs."""
+        self.backend.write_inputs(events)
+
+    def key_for(self, t: int) -> str | None:
+        """The name of the epoch holding time ``t`` (earlier times go to the first epoch)."""
+        return self.backend.key_for(t)
+
+    def versions(self, name: str) -> list[Row]:
+        """Every stored version of ``name`` (in no order), read into this process."""
+        return self.backend.versions(name)
+
+    # ------------------------------------------------------------------ the loop
+
+    def evaluate_epoch(self, epoch: Epoch) -> EpochStats:
+        """Every stratum of ``epoch``, in order (``@next`` results of the previous epoch
+        first)."""
+        stats = EpochStats(epoch)
+        started = time.perf_counter()
+        with self.backend.epoch_scope(epoch) as scope:
+            with self.backend.plans_for(epoch, self.plan.strata) as stats.interpreted:
+                carried = self.backend.evaluate_next(epoch)
+                stats.strata = self._deductive(epoch, carried)
+            stats.seconds = time.perf_counter() - started
+        stats.spark_jobs = scope.spark_jobs
+        stats.partitions_read = scope.partitions_read
+        return stats
+
+    def evaluate_range(self, epochs: Sequence[Epoch]) -> int:
+        """Every stratum over ``epochs`` (consecutive, in order), storing what epoch by epoch
+        stores, in as few passes as `Backend.span` allows: the epochs of the first one's
+        length at once, then any shorter last epoch on its own. All strata in one pass when
+        the backend allows it for all; else stratum by stratum, those it does not allow
+        (recursion that defers events) epoch by epoch; with ``@next`` epoch by epoch. How
+        many passes ran."""
+        same, rest = _by_length(epochs)
+        whole = self.backend.span(same, self.plan.strata)
+        if whole is not None:
+            for epoch in [whole, *rest]:
+                self.evaluate_epoch(epoch)
+            return 1 + len(rest)
+        if self.backend.span(same, []) is None:  # none can (`@next`, under two epochs)
+            for epoch in epochs:
+                self.evaluate_epoch(epoch)
+            return len(epochs)
+        return sum(self.evaluate_strata([s], epochs).passes for s in self.plan.strata)
+
+    def evaluate_strata(
+        self,
+        strata: Sequence[StratumPlan],
+        epochs: Sequence[Epoch],
+        carries: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> PassStats:
+        """``strata`` (in order; every stratum they read stored) over ``epochs``: the epochs
+        of the first one's length in one pass where the backend allows it, then any shorter
+        last epoch on its own; else epoch by epoch. With ``carries``, each pass starts with
+        the ``@next`` results of the epoch before. What a Dagster multi-asset runs."""
+        names = [n for s in strata for n in s.relations]
+        out = PassStats({n: 0 for n in names})
+        same, rest = _by_length(epochs)
+        span = None if carries else self.backend.span(same, strata)
+        passes = [span, *rest] if span is not None else list(epochs)
+        for epoch in passes:
+            with self.backend.plans_for(epoch, strata) as without_codegen:
+                here = True  # whether every stratum of the pass was worked out in process
+                carried = None
+                if carries:
+                    carried = self.backend.evaluate_next(epoch)
+                    for name, n in self.backend.carried_rows.items():
+                        out.rows[name] = out.rows.get(name, 0) + n
+                for stratum in strata:
+                    stats = self.backend.evaluate_stratum(stratum, epoch, carried)
+                    for name, n in stats.rows.items():
+                        out.rows[name] = out.rows.get(name, 0) + n
+                    out.rounds = max(out.rounds, stats.rounds)
+                    out.seconds += stats.seconds
+                    here = here and stats.in_process
+                    if log is not None:
+                        where = " (in process)" if stats.in_process else ""
+                        log(f"{epoch} stratum {stratum.index}{where}: {stats.rows}")
+                out.in_process += here
+                out.interpreted += without_codegen and not here
+        out.passes = len(passes)
+        return out
+
+    def _deductive(self, epoch: Epoch, carried: Any) -> list[StratumStats]:
+        """The epoch's deductive strata, each once the strata it reads are stored; up to
+        ``concurrency`` of them at once, in threads that carry the epoch's context (Spark's
+        job group). When one fails, those under way finish (each writes its epoch whole or
+        not at all) and none starts."""
+        strata = self.plan.deductive
+        evaluate = self.backend.evaluate_stratum
+        if self.concurrency == 1:
+            return [evaluate(s, epoch, carried) for s in strata]
+        owner = {n: s.index for s in strata for n in s.relations}
+        needs = {
+            s.index: {owner[r] for r in s.reads if owner.get(r, s.index) != s.index} for s in strata
+        }
+        done: dict[int, StratumStats] = {}
+        running: dict[Future[StratumStats], int] = {}
+        waiting = list(strata)
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="pomo-stratum") as pool:
+            while waiting or running:
+                for s in [s for s in waiting if needs[s.index] <= done.keys()]:
+                    waiting.remove(s)
+                    task = self.backend.concurrent(evaluate)
+                    running[pool.submit(task, s, epoch, carried)] = s.index
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for task in finished:
+                    done[running.pop(task)] = task.result()
+        return [done[s.index] for s in strata]
+
+
+def _by_length(epochs: Sequence[Epoch]) -> tuple[list[Epoch], list[Epoch]]:
+    """``epochs`` cut where one first differs in length from the first: a range of whole
+    epochs, and the rest (a shorter last epoch)."""
+    length = epochs[0].end - epochs[0].start if epochs else 0
+    cut = next((i for i, e in enumerate(epochs) if e.end - e.start != length), len(epochs))
+    return list(epochs[:cut]), list(epochs[cut:])
+
+
+def open_results(
+    program: Program,
+    schemas: Mapping[str, Schema],
+    warehouse: str,
+    settings: SparkSettings | None = None,
+) -> Results:
+    """What ``warehouse`` holds of ``program``, without evaluating anything."""
+    from dagster_pomo.engine.spark.results import Results
+    from dagster_pomo.engine.spark.session import spark_session
+    from dagster_pomo.engine.spark.warehouse import Warehouse
+
+    return Results(Warehouse(spark_session(settings), warehouse, program.name), schemas)
+
+
+def session(settings: SparkSettings | None = None) -> Any:
+    """The process's Spark session (a `pyspark.sql.SparkSession`), started now when it is
+    not yet."""
+    from dagster_pomo.engine.spark.session import spark_session
+
+    return spark_session(settings)
+
+
+def describe_session(settings: SparkSettings | None = None) -> str:
+    """Where the process's Spark session runs, and the settings given to it (started now
+    when it is not yet)."""
+    from dagster_pomo.engine.spark.session import spark_session
+
+    settings = settings or SparkSettings()
+    spark = spark_session(settings)
+    where = settings.remote or spark.sparkContext.master
+    confs = ", ".join(f"{k}={spark.conf.get(k)}" for k in settings.conf)
+    return where + (f" ({confs})" if confs else "")
+
+
+def run_epochs(
+    program: Program,
+    inputs: RunInputs,
+    warehouse: str | None = None,
+    policy: Policy = DEFAULT,
+) -> dict[str, list[Row]]:
+    """Evaluate every epoch of ``inputs`` (in a temporary warehouse unless one is given):
+    over the range at once where that stores the same, else (or when ``policy`` says so)
+    epoch by epoch, as a schedule does. Every derived relation's versions."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
+        driver = Driver.for_run(program, inputs, warehouse or tmp, policy)
+        driver.evaluate_range(inputs.epoch_range.epochs)
+        derived = [r.name for r in program.catalog if r.derived or r.inductive]
+        return {name: driver.versions(name) for name in derived}
+
+
+__all__ = [
+    "Backend",
+    "Driver",
+    "EpochStats",
+    "PassStats",
+    "StratumStats",
+    "describe_session",
+    "open_results",
+    "run_epochs",
+    "session",
+]

@@ -1,0 +1,38 @@
+"""Where Spark runs and what the project sets for its JVM: plain settings, no Spark.
+
+The Dagster resource, the CLI and the benchmarks build these; the engine opens the
+session from them (`engine.spark.session`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# The Spark setting that holds the driver JVM's options.
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# The JIT compiler's quick tier only: a run of a few epochs in a new JVM is over before the
+# optimizing tier pays for itself (the Dagster resource picks it for short runs).
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# Driver Java options the project picks; a class-data archive is added to these, never
+# to options the user sets (see `engine.spark.class_archive`).
+OUR_JAVA_OPTIONS = frozenset({QUICK_JIT})
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Where Spark runs. ``remote`` (Spark Connect) wins over ``master``."""
+
+    master: str = "local[*]"
+    remote: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+    app_name: str = "dagster-pomo"
+
+    @classmethod
+    def from_env(cls) -> SparkSettings:
+        """``POMO_SPARK_MASTER`` / ``POMO_SPARK_REMOTE`` override the local default."""
+        return cls(
+            master=os.environ.get("POMO_SPARK_MASTER", "local[*]"),
+            remote=os.environ.get("POMO_SPARK_REMOTE") or None,
+        )

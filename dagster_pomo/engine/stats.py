@@ -1,0 +1,48 @@
+"""What the engine reports about what it evaluated: per stratum, per epoch, per pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dagster_pomo.timeline import Epoch
+
+
+@dataclass
+class StratumStats:
+    index: int
+    relations: tuple[str, ...]
+    rounds: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    in_process: bool = False  # worked out by this process, not Spark (see `in_process`)
+
+
+@dataclass
+class EpochStats:
+    epoch: Epoch
+    strata: list[StratumStats] = field(default_factory=list)
+    spark_jobs: int | None = 0  # None under Spark Connect, whose clients see no job tracker
+    seconds: float = 0.0
+    interpreted: bool = False  # whether its plans ran without generated code (`plans_for`)
+    # (relation, epoch key) of every stored partition the epoch read: how much state it touched.
+    partitions_read: set[tuple[str, str]] = field(default_factory=set)
+
+
+@dataclass
+class EpochScope:
+    """What a backend saw of one epoch: its Spark jobs and the stored partitions it read."""
+
+    spark_jobs: int | None = 0
+    partitions_read: set[tuple[str, str]] = field(default_factory=set)
+
+
+@dataclass
+class PassStats:
+    """What a group of strata made over a range of epochs (see `Driver.evaluate_strata`)."""
+
+    rows: dict[str, int]
+    passes: int = 0
+    rounds: int = 0  # the most rounds a stratum took
+    seconds: float = 0.0
+    interpreted: int = 0  # passes whose Spark plans ran without generated code
+    in_process: int = 0  # passes worked out wholly in this process

@@ -1,0 +1,175 @@
+"""What the assets of one corpus share: the checked program, its schemas, how assets are
+named and specified, the driver of a run and the events it ingests."""
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from dagster import (
+    AssetCheckSpec,
+    AssetDep,
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    BackfillPolicy,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+    multi_asset,
+)
+
+from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
+from dagster_pomo.errors import UsageError
+from dagster_pomo.lang import CorpusError, Program, ast
+from dagster_pomo.lang.catalog import first_use
+from dagster_pomo.lang.errors import Diagnostic
+from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
+from dagster_pomo.orchestration.translator import PomoTranslator
+from dagster_pomo.plan.schema import infer_schemas
+from dagster_pomo.timeline import Epoch
+
+PREVIOUS = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
+LANDING_INDEX = "_landing.json"  # what each landing file held, beside the warehouse
+
+
+class UndeclaredInputError(CorpusError, UsageError):
+    """A pipeline's input relation has no ``.decl``: its column types would come from each
+    run's data, and epochs stored by different runs could disagree."""
+
+
+def undeclared_input(program: Program, relation: str) -> Diagnostic | None:
+    """An error at the first use of ``relation`` when it is an input with no ``.decl``, with
+    the declaration to add (columns named after the variables of that use)."""
+    if program.catalog[relation].decl is not None:
+        return None
+    first = first_use(program.corpus, relation)
+    columns = [
+        a.name if isinstance(a, ast.Var) and not a.name.startswith("_") else f"c{i}"
+        for i, a in enumerate(first.args)
+    ]
+    decl = f".decl {relation}({', '.join(f'{c}: TYPE' for c in columns)});"
+    return Diagnostic(
+        f"`{relation}` is an input of this pipeline but has no `.decl`: every epoch is "
+        "stored with the same column types, so they must be declared",
+        first.name_span,
+        f"add `{decl}` with each TYPE one of int, float, str, bool, time",
+    )
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def epochs_through(partitions_def: TimeWindowPartitionsDefinition, last_key: str) -> list[Epoch]:
+    """Every epoch from the first partition up to and including ``last_key``."""
+    from dagster import PartitionKeyRange
+
+    first = partitions_def.get_first_partition_key()
+    assert first is not None
+    keys = partitions_def.get_partition_keys_in_range(PartitionKeyRange(first, last_key))
+    out: list[Epoch] = []
+    previous: Epoch | None = None
+    for key in keys:
+        window = partitions_def.time_window_for_partition_key(key)
+        previous = Epoch(_ms(window.start), _ms(window.end), previous)
+        out.append(previous)
+    return out
+
+
+class CorpusAssets:
+    """What the assets of one corpus share: the checked program and how to name things."""
+
+    def __init__(
+        self,
+        program: Program,
+        partitions_def: TimeWindowPartitionsDefinition,
+        translator: PomoTranslator,
+    ) -> None:
+        self.program = program
+        self.partitions_def = partitions_def
+        self.translator = translator
+        undeclared = [d for r in program.catalog.inputs if (d := undeclared_input(program, r.name))]
+        if undeclared:
+            raise UndeclaredInputError(program.source, undeclared)
+        self.schemas = infer_schemas(program, {})
+
+    def key(self, relation: str) -> AssetKey:
+        return self.translator.get_asset_key(self.program, relation)
+
+    def spec(self, relation: str, deps: Sequence[AssetDep], stratum: int | None) -> AssetSpec:
+        program = self.program
+        return AssetSpec(
+            key=self.key(relation),
+            deps=deps,
+            group_name=self.translator.get_group_name(program),
+            description=self.translator.get_description(program, relation),
+            code_version=self.translator.get_code_version(program, relation),
+            metadata=self.translator.get_metadata(
+                program, relation, self.schemas[relation], stratum
+            ),
+            partitions_def=self.partitions_def,
+            kinds={"spark", "parquet"},
+        )
+
+    def multi_asset(  # noqa: ANN201
+        self, name: str, specs: Sequence[AssetSpec], checks: Sequence[AssetCheckSpec] = ()
+    ):
+        """The decorator every multi-asset of the corpus uses: partitioned, never subset,
+        a whole partition range in one run."""
+        return multi_asset(
+            name=f"{self.program.name}__{name}",
+            specs=specs,
+            check_specs=checks,
+            can_subset=False,
+            partitions_def=self.partitions_def,
+            backfill_policy=BackfillPolicy.single_run(),
+        )
+
+    def ingest(self, storage: PomoStorage, driver: Driver, epochs: Sequence[Epoch]) -> Ingested:
+        """The landing files' events that may fall in ``epochs``, with the corpus's facts.
+        What each file held is kept beside the warehouse (``_landing.json``), so files known
+        unchanged to hold nothing in ``epochs`` are not read again."""
+        wh = driver.results
+        window = storage.window()
+        try:
+            index = json.loads(wh.read_text(LANDING_INDEX) or "{}")
+            # What files held was judged with the accepted times: other times, read again.
+            files = index["files"] if index.get("times") == str(window) else {}
+            known = {file: Landed.from_json(entry) for file, entry in files.items()}
+        except (ValueError, KeyError, TypeError, AttributeError):  # unreadable: read all
+            known = {}
+        start = None if epochs[0] == driver.epochs[0] else epochs[0].start
+        ingested = ingest_span(
+            self.program, landing_files(storage.landing), known, start, epochs[-1].end, window
+        )
+        files = {file: entry.to_json() for file, entry in ingested.landed.items()}
+        wh.write_text(LANDING_INDEX, json.dumps({"times": str(window), "files": files}))
+        for name, rows in corpus_facts(self.program).items():
+            ingested.events.setdefault(name, []).extend(rows)
+        return ingested
+
+    def driver(
+        self,
+        context: AssetExecutionContext,
+        spark: SparkResource,
+        storage: PomoStorage,
+    ) -> tuple[Driver, list[Epoch]]:
+        """A driver over every epoch up to the end of the run's range, and the range's
+        epochs in time order."""
+        epochs = epochs_through(self.partitions_def, context.partition_keys[-1])
+        driver = Driver.open(
+            self.program,
+            self.schemas,
+            storage.warehouse,
+            epochs,
+            epochs[0].start,
+            corpus_facts(self.program),
+            policy=spark.policy(),
+            settings=spark.settings(len(context.partition_keys)),
+        )
+        return driver, epochs[-len(context.partition_keys) :]
+
+    def epochs_of(self, context: AssetExecutionContext) -> list[Epoch]:
+        """The epochs of the run's partition range, in time order."""
+        epochs = epochs_through(self.partitions_def, context.partition_keys[-1])
+        return epochs[-len(context.partition_keys) :]

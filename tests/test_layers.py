@@ -1,0 +1,46 @@
+"""The package's layers, checked by walking its imports (import-linter's contracts in
+pyproject.toml): the CLI and the Dagster layer over the engine's driver, the engine over the
+plan, the plan over the language; no import cycle; the language and the plan free of Spark,
+pandas and Dagster; the reference evaluator free of the plan's evaluation code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT), "--no-cache", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_every_layer_contract_is_kept() -> None:
+    done = _lint()
+    assert done.returncode == 0, done.stdout + done.stderr
+    for contract in ("layers", "driver-api", "pure-plan", "independent-reference", "no-cycles"):
+        assert contract in (ROOT / "pyproject.toml").read_text()
+    assert "5 kept, 0 broken" in done.stdout, done.stdout
+
+
+def test_a_broken_layer_is_reported(tmp_path: Path) -> None:
+    """The check has teeth: a contract the code does not keep (the Spark backend importing
+    no Spark) is reported broken, with the import that breaks it."""
+    config = tmp_path / "contracts.toml"
+    config.write_text(
+        "[tool.importlinter]\n"
+        'root_package = "dagster_pomo"\n'
+        "include_external_packages = true\n"
+        "[[tool.importlinter.contracts]]\n"
+        'name = "no spark in the backend"\n'
+        'type = "forbidden"\n'
+        'source_modules = ["dagster_pomo.engine.spark.rules"]\n'
+        'forbidden_modules = ["pyspark"]\n'
+    )
+    done = _lint(str(config))
+    assert done.returncode == 1
+    assert "BROKEN" in done.stdout and "dagster_pomo.engine.spark.rules -> pyspark" in done.stdout
