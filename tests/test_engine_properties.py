@@ -138,7 +138,9 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
         else:
             at_once = _over_range(evaluator, program, evaluator.epochs)
             deferring = [
-                s for s in program.strata if s.recursive and evaluator.plan.defers & set(s.relations)
+                s
+                for s in program.strata
+                if s.recursive and evaluator.plan.defers & set(s.relations)
             ]
             assert at_once == len(program.strata) - len(deferring), "one pass each"
         deferred = {
