@@ -8,12 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dagster_pomo.lang import compile_corpus
-from dagster_pomo.plan.bands import Band, bands
+from dagster_pomo.plan.band_joins import Band, bands
 
 
 def _guards(text: str):  # noqa: ANN202
     """The guards and constants of the one rule of a corpus."""
-    from dagster_pomo.plan.constants import constant_values
+    from dagster_pomo.plan.constant_defs import constant_values
 
     (rule,) = compile_corpus(text, "case.pomo").corpus.rules
     return rule.guards, constant_values(rule)

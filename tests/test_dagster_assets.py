@@ -11,8 +11,8 @@ import pytest
 from dagster import AssetKey, DagsterInstance, HourlyPartitionsDefinition, materialize
 
 from dagster_pomo.engine.driver import Driver
-from dagster_pomo.engine.rows import merge_versions
 from dagster_pomo.engine.run import run
+from dagster_pomo.engine.versions import merge_versions
 from dagster_pomo.errors import UsageError
 from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
 from dagster_pomo.lang import compile_corpus, load_program
@@ -330,7 +330,7 @@ def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: P
     """Group membership is recursive, what uses it is not: the multi-assets of the strata
     without recursion run their small epochs' plans interpreted, the recursive one keeps
     generated code, each says so in its metadata, and the range equals `pomo run`."""
-    from dagster_pomo.orchestration.units import units
+    from dagster_pomo.orchestration.strata_units import units
 
     corpus = RULES / "access_control.pomo"
     program = load_program(corpus)

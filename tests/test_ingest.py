@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dagster_pomo.engine.ingest import _coerce_plain, coerce, ingest_files
 from dagster_pomo.engine.lines import ANY_TIME
-from dagster_pomo.engine.rows import Row, digest
+from dagster_pomo.engine.versions import Version, digest
 from dagster_pomo.lang import compile_corpus
 from dagster_pomo.timeline import parse_duration, parse_time, show_duration, show_time
 
@@ -173,7 +173,7 @@ _values = st.one_of(
 )
 _rows = st.lists(
     st.builds(
-        Row,
+        Version,
         st.integers(0, 10**13),
         st.tuples(_values, _values),
         st.integers(0, 10**13),
@@ -185,7 +185,7 @@ _rows = st.lists(
 
 @given(_rows, st.randoms(use_true_random=False), st.data())
 def test_a_partitions_data_version_is_its_events_in_any_order(
-    rows: list[Row], rng, data: st.DataObject
+    rows: list[Version], rng, data: st.DataObject
 ) -> None:
     """What a stored input partition is versioned by (its Dagster data version): the same
     events in any order are the same version; one event more, or one fewer, is another."""
@@ -200,10 +200,11 @@ def test_a_partitions_data_version_is_its_events_in_any_order(
 
 def test_a_data_version_is_the_same_in_every_process() -> None:
     """Runs are processes of their own, each with its own seed for Python's `hash`."""
-    rows = [Row(5, ("north", 1.5), 5, 9), Row(7, ("south", True), 7, 2**63 - 1)]
+    rows = [Version(5, ("north", 1.5), 5, 9), Version(7, ("south", True), 7, 2**63 - 1)]
     code = (
-        "from dagster_pomo.engine.rows import Row, digest\n"
-        f"print(digest([Row(7, ('south', True), 7, {2**63 - 1}), Row(5, ('north', 1.5), 5, 9)]))"
+        "from dagster_pomo.engine.versions import Version, digest\n"
+        f"print(digest([Version(7, ('south', True), 7, {2**63 - 1}),"
+        " Version(5, ('north', 1.5), 5, 9)]))"
     )
     seen = {
         subprocess.run(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dagster_pomo.engine.inprocess.exprs import Col, supported, truthy, value
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.values import Undefined, evaluate
+from dagster_pomo.lang.interpret import Undefined, evaluate
 
 TYPES = {"i": "int", "j": "int", "f": "float", "s": "str", "b": "bool"}
 FUNCTIONS = {

@@ -1,4 +1,4 @@
-"""Recursive strata whose later rounds run inside Spark tasks (``engine/rounds.py``): they give
+"""Recursive strata whose later rounds run inside Spark tasks (``engine/task_rounds.py``): they give
 what the reference gives and what Spark's own rounds give, hand over to Spark's rounds when
 a task knows too many versions, and spare the Spark job a round would otherwise cost."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_pomo.engine import rounds
+from dagster_pomo.engine import task_rounds
 from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
@@ -75,16 +75,16 @@ def _outcome(events: Path, engine: str, epoch: int, how: Policy = DEFAULT) -> di
     ("task_rows", "cells"),
     [
         # The tasks reach the fixpoint, finding versions by address (small integer keys).
-        (DEFAULT.task_rows, rounds.CELLS),
+        (DEFAULT.task_rows, task_rounds.CELLS),
         # The tasks stop part-way, and Spark's rounds go on from there; versions by hash.
         (30, 0),
-        (0, rounds.CELLS),  # Spark's rounds only
+        (0, task_rounds.CELLS),  # Spark's rounds only
     ],
 )
 def test_rounds_in_tasks_give_what_the_reference_gives(
     events: Path, expected: dict[str, list], monkeypatch, task_rows: int, cells: int
 ) -> None:
-    monkeypatch.setattr(rounds, "CELLS", cells)  # tasks get the module by value: as patched
+    monkeypatch.setattr(task_rounds, "CELLS", cells)  # tasks get the module by value: as patched
     assert len(expected["path"]) > 60 and expected["sg"], "the case must recurse a fair amount"
     # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
     how = Policy(task_rows=task_rows)
@@ -145,7 +145,7 @@ def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkey
     def broken(*args, **kwargs):
         raise RuntimeError("a task ran out of luck")
 
-    monkeypatch.setattr(rounds, "fixpoint", broken)  # tasks get the module by value
+    monkeypatch.setattr(task_rounds, "fixpoint", broken)  # tasks get the module by value
     again = Driver.for_run(program, prepared, "wh")
     with pytest.raises(Exception, match="out of luck"):
         again.evaluate_epoch(again.epochs[0])

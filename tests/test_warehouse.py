@@ -16,7 +16,7 @@ from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.policy import Policy
-from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.versions import Version
 from dagster_pomo.lang import compile_corpus
 from dagster_pomo.timeline import epoch_key
 
@@ -63,9 +63,9 @@ def events_file(tmp_path_factory) -> Path:
     return path
 
 
-def _normal(row: Row) -> Row:
+def _normal(row: Version) -> Version:
     """Averages summed in another order may differ in the last bits."""
-    return Row(row.t, row.args, row.kt, row.exp, tuple(map(_digits, row.aggs)), row.tau)
+    return Version(row.t, row.args, row.kt, row.exp, tuple(map(_digits, row.aggs)), row.tau)
 
 
 def contents(evaluator, program) -> dict[str, Counter]:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster_pomo.lang import Program, ast
-from dagster_pomo.lang.values import Value
-from dagster_pomo.plan.constants import constant_values
+from dagster_pomo.lang.interpret import Value
+from dagster_pomo.plan.constant_defs import constant_values
 
 
 @dataclass(frozen=True)

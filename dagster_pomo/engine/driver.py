@@ -22,9 +22,9 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.stats import EpochScope, EpochStats, PassStats, StratumStats
+from dagster_pomo.engine.versions import Version
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.schema import Schema
@@ -74,11 +74,11 @@ class Backend(Protocol):
         """``task``, to run in another thread with this thread's context."""
         ...
 
-    def write_inputs(self, events: Mapping[str, list[Row]]) -> None: ...
+    def write_inputs(self, events: Mapping[str, list[Version]]) -> None: ...
 
     def key_for(self, t: int) -> str | None: ...
 
-    def versions(self, name: str) -> list[Row]: ...
+    def versions(self, name: str) -> list[Version]: ...
 
 
 class Driver:
@@ -100,7 +100,7 @@ class Driver:
         warehouse: str,
         epochs: list[Epoch],
         clock_start: int,
-        facts: Mapping[str, list[Row]] | None = None,
+        facts: Mapping[str, list[Version]] | None = None,
         policy: Policy = DEFAULT,
         settings: SparkSettings | None = None,
         session: Any = None,
@@ -156,7 +156,7 @@ class Driver:
     def epochs(self) -> list[Epoch]:
         return self.backend.epochs
 
-    def write_inputs(self, events: Mapping[str, list[Row]]) -> None:
+    def write_inputs(self, events: Mapping[str, list[Version]]) -> None:
         """Store each input relation's events in the partitions of their epochs."""
         self.backend.write_inputs(events)
 
@@ -164,7 +164,7 @@ class Driver:
         """The name of the epoch holding time ``t`` (earlier times go to the first epoch)."""
         return self.backend.key_for(t)
 
-    def versions(self, name: str) -> list[Row]:
+    def versions(self, name: str) -> list[Version]:
         """Every stored version of ``name`` (in no order), read into this process."""
         return self.backend.versions(name)
 
@@ -317,7 +317,7 @@ def run_epochs(
     inputs: RunInputs,
     warehouse: str | None = None,
     policy: Policy = DEFAULT,
-) -> dict[str, list[Row]]:
+) -> dict[str, list[Version]]:
     """Evaluate every epoch of ``inputs`` (in a temporary warehouse unless one is given):
     over the range at once where that stores the same, else (or when ``policy`` says so)
     epoch by epoch, as a schedule does. Every derived relation's versions."""

@@ -29,13 +29,13 @@ from dagster_pomo.engine.lines import (
     read_lines,
     text_value,
 )
-from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.versions import Version
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.catalog import KIND_NAMES, Relation
 from dagster_pomo.lang.check import suggest
-from dagster_pomo.lang.values import Undefined, Value, evaluate
-from dagster_pomo.plan.constants import constant_values
+from dagster_pomo.lang.interpret import Undefined, Value, evaluate
+from dagster_pomo.plan.constant_defs import constant_values
 from dagster_pomo.timeline import NEVER, parse_time
 
 
@@ -98,7 +98,7 @@ def file_signature(path: Path) -> str:
 class Ingested:
     """Accepted events by relation, and what was quarantined."""
 
-    events: dict[str, list[Row]] = field(default_factory=dict)
+    events: dict[str, list[Version]] = field(default_factory=dict)
     quarantined: list[Quarantined] = field(default_factory=list)
     lines_read: int = 0
     files: list[str] = field(default_factory=list)
@@ -295,7 +295,7 @@ def ingest_files(
     spans: dict[str, tuple[int, int]] = {}
 
     def accept(file: str, rel: Relation, values: tuple[Value, ...], t: int) -> None:
-        out.events.setdefault(rel.name, []).append(Row(t, values, t, expiry(t, rel.lifetime)))
+        out.events.setdefault(rel.name, []).append(Version(t, values, t, expiry(t, rel.lifetime)))
         spans[file] = (min(t, spans[file][0]), max(t, spans[file][1])) if file in spans else (t, t)
 
     for path in paths:
@@ -421,9 +421,9 @@ def _coerce_column(rel: Relation, col: str, value: Any, typ: str) -> Value:
 # --------------------------------------------------------------------------- corpus facts
 
 
-def corpus_facts(program: Program) -> dict[str, list[Row]]:
+def corpus_facts(program: Program) -> dict[str, list[Version]]:
     """The corpus's facts as events: at time 0 or ``@time(c)``, typed like their columns."""
-    out: dict[str, list[Row]] = {}
+    out: dict[str, list[Version]] = {}
     for rule in program.corpus.rules:
         if not rule.is_fact:
             continue
@@ -444,5 +444,5 @@ def corpus_facts(program: Program) -> dict[str, list[Row]]:
             raise UsageError(f"{where}: the fact has no value: {exc}") from None
         except ValueError as exc:
             raise UsageError(f"{where}: the fact cannot be stored: {exc}") from None
-        out.setdefault(rel.name, []).append(Row(t, args, t, expiry(t, rel.lifetime)))
+        out.setdefault(rel.name, []).append(Version(t, args, t, expiry(t, rel.lifetime)))
     return out

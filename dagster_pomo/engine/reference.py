@@ -15,16 +15,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from dagster_pomo.engine.ingest import expiry
-from dagster_pomo.engine.rows import Row
+from dagster_pomo.engine.versions import Version
 from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
-from dagster_pomo.lang.values import Undefined, Value, evaluate, holds
+from dagster_pomo.lang.interpret import Undefined, Value, evaluate, holds
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import Epoch, iter_ticks
 
 Env = dict[str, Value]
-Db = dict[str, dict[tuple[int, tuple[Value, ...], int], Row]]
+Db = dict[str, dict[tuple[int, tuple[Value, ...], int], Version]]
 
 
 class EvaluationError(PomoError):
@@ -83,7 +83,7 @@ def same(a: Value, b: Value) -> bool:
 @dataclass(frozen=True)
 class _Match:
     env: Env
-    rows: tuple[Row, ...]
+    rows: tuple[Version, ...]
     keys: tuple[tuple[object, ...], ...]  # matched events (relation, t, args, aggs)
 
 
@@ -96,12 +96,12 @@ class ReferenceEvaluator:
     # ------------------------------------------------------------------ driver
 
     def run(
-        self, inputs: Mapping[str, list[Row]], epochs: list[Epoch], clock_start: int
-    ) -> dict[str, list[Row]]:
+        self, inputs: Mapping[str, list[Version]], epochs: list[Epoch], clock_start: int
+    ) -> dict[str, list[Version]]:
         """Every derived version with ``kt`` below the end of the last epoch."""
         derived = {r.name for r in self.catalog if r.derived or r.inductive}
-        out: dict[str, list[Row]] = {name: [] for name in derived}
-        carried: dict[str, list[Row]] = {}  # versions made by @next rules
+        out: dict[str, list[Version]] = {name: [] for name in derived}
+        carried: dict[str, list[Version]] = {}  # versions made by @next rules
         previous_db: Db | None = None
         known = sorted(row.kt for rows in inputs.values() for row in rows)
         quiet = self._quiet()
@@ -135,8 +135,8 @@ class ReferenceEvaluator:
 
     def _base(
         self,
-        inputs: Mapping[str, list[Row]],
-        carried: Mapping[str, list[Row]],
+        inputs: Mapping[str, list[Version]],
+        carried: Mapping[str, list[Version]],
         clock_start: int,
         end: int,
     ) -> Db:
@@ -148,7 +148,7 @@ class ReferenceEvaluator:
                         _add(db, name, row, aggregating=False)
         for offset, period in clocks(self.program):
             for t in iter_ticks(offset, period, clock_start, end):
-                _add(db, CLOCK, Row(t, (offset, period), t, t + period), aggregating=False)
+                _add(db, CLOCK, Version(t, (offset, period), t, t + period), aggregating=False)
         return db
 
     def _fixpoint(self, rules: tuple[ast.Rule, ...], db: Db, end: int) -> None:
@@ -177,7 +177,7 @@ class ReferenceEvaluator:
         atoms = rule.positive
         order = binding_of(rule).def_order
 
-        def walk(i: int, env: Env, rows: tuple[Row, ...]) -> Iterator[_Match]:
+        def walk(i: int, env: Env, rows: tuple[Version, ...]) -> Iterator[_Match]:
             if i == len(atoms):
                 full = dict(env)
                 try:
@@ -204,7 +204,7 @@ class ReferenceEvaluator:
 
         yield from walk(0, constant_values(rule), ())
 
-    def _unify(self, atom: ast.Atom, row: Row, env: Env, final: bool) -> bool:
+    def _unify(self, atom: ast.Atom, row: Version, env: Env, final: bool) -> bool:
         """Bind or compare ``atom``'s arguments with ``row``. Expression arguments are only
         compared when ``final`` (once every variable and definition is known)."""
         pairs: list[tuple[ast.Expr, Value]] = list(zip(atom.args, row.args, strict=True))
@@ -246,7 +246,7 @@ class ReferenceEvaluator:
 
     # ------------------------------------------------------------------ deriving
 
-    def _derive(self, rule: ast.Rule, db: Db) -> list[Row]:
+    def _derive(self, rule: ast.Rule, db: Db) -> list[Version]:
         if rule.aggregates:
             return self._aggregate(rule, db)
         out = []
@@ -280,15 +280,15 @@ class ReferenceEvaluator:
             raise Undefined("a time must be an integer")
         return args, t
 
-    def _head(self, rule: ast.Rule, env: Env, tau: int, exp: int) -> Row | None:
+    def _head(self, rule: ast.Rule, env: Env, tau: int, exp: int) -> Version | None:
         try:
             args, t = self._head_values(rule, env, tau)
         except Undefined:
             return None
         lifetime = self.catalog[rule.head.relation].lifetime
-        return Row(t, args, max(tau, t), min(exp, expiry(t, lifetime)), (), tau)
+        return Version(t, args, max(tau, t), min(exp, expiry(t, lifetime)), (), tau)
 
-    def _aggregate(self, rule: ast.Rule, db: Db) -> list[Row]:
+    def _aggregate(self, rule: ast.Rule, db: Db) -> list[Version]:
         """Per group and per distinct match time ``tau``: the matches made by ``tau`` that are
         still alive at ``tau``, each distinct combination of events counted once."""
         groups: dict[tuple[tuple[Value, ...], int | None], list[tuple[int, tuple, tuple, int]]] = {}
@@ -320,13 +320,13 @@ class ReferenceEvaluator:
                     continue
                 t = tau if explicit is None else explicit
                 exp = min(e for _, e in covered.values())
-                out.append(Row(t, args, max(tau, t), min(exp, expiry(t, lifetime)), aggs, tau))
+                out.append(Version(t, args, max(tau, t), min(exp, expiry(t, lifetime)), aggs, tau))
         return out
 
-    def _next(self, db: Db, epoch: Epoch) -> dict[str, list[Row]]:
+    def _next(self, db: Db, epoch: Epoch) -> dict[str, list[Version]]:
         """``@next`` rules over the versions alive at some instant of ``epoch``; stamped at its
         end and alive for one more epoch of the same length."""
-        out: dict[str, list[Row]] = {}
+        out: dict[str, list[Version]] = {}
         b, length = epoch.end, epoch.end - epoch.start
         window = (epoch.lower, epoch.end)
         for stratum in self.program.strata:
@@ -344,7 +344,7 @@ class ReferenceEvaluator:
                     except Undefined:
                         continue
                     exp = min(b + length, expiry(b, lifetime))
-                    out.setdefault(rule.head.relation, []).append(Row(b, args, b, exp, (), b))
+                    out.setdefault(rule.head.relation, []).append(Version(b, args, b, exp, (), b))
         return out
 
 
@@ -376,7 +376,7 @@ def _aggregate(name: str, values: list[Value]) -> Value:
     return total if name == "sum" else total / len(values)
 
 
-def _add(db: Db, name: str, row: Row, aggregating: bool) -> bool:
+def _add(db: Db, name: str, row: Version, aggregating: bool) -> bool:
     """Add a version; one per ``(t, args, kt)``: the largest ``exp`` (or, for an aggregate,
     the latest ``tau``). True if the database changed."""
     table = db.setdefault(name, {})
@@ -391,7 +391,7 @@ def _add(db: Db, name: str, row: Row, aggregating: bool) -> bool:
             return row != seen
         return False
     if row.exp > seen.exp:
-        table[key] = Row(row.t, row.args, row.kt, row.exp, (), min(row.tau, seen.tau))
+        table[key] = Version(row.t, row.args, row.kt, row.exp, (), min(row.tau, seen.tau))
         return True
     return False
 

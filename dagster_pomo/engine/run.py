@@ -16,10 +16,10 @@ from dagster_pomo.engine.ingest import Ingested
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.rows import Row, merge_versions
+from dagster_pomo.engine.versions import Version, merge_versions
 from dagster_pomo.lang import Program
+from dagster_pomo.lang.interpret import Value
 from dagster_pomo.lang.render import aggregate_key
-from dagster_pomo.lang.values import Value
 from dagster_pomo.timeline import NEVER
 
 ENGINES = ("spark", "reference")  # the first is the default
@@ -30,9 +30,9 @@ class RunResult:
     program: Program
     epoch_range: EpochRange
     ingested: Ingested
-    versions: dict[str, list[Row]] = field(default_factory=dict)
+    versions: dict[str, list[Version]] = field(default_factory=dict)
 
-    def events(self, relation: str) -> list[Row]:
+    def events(self, relation: str) -> list[Version]:
         """The relation's events, one per identity, sorted by time then arguments."""
         rel = self.program.catalog[relation]
         merged = merge_versions(self.versions.get(relation, []), bool(rel.aggregates))
@@ -84,7 +84,7 @@ def run(
     return result
 
 
-def event_json(program: Program, relation: str, row: Row) -> dict[str, Any]:
+def event_json(program: Program, relation: str, row: Version) -> dict[str, Any]:
     rel = program.catalog[relation]
     return {
         "args": list(row.args),

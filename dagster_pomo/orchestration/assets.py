@@ -28,15 +28,15 @@ from dagster import (
 
 from dagster_pomo.engine.actions import Handler, check_handlers
 from dagster_pomo.engine.lines import DEFAULT_TIMES
-from dagster_pomo.engine.rows import digest
+from dagster_pomo.engine.versions import digest
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program
-from dagster_pomo.orchestration.actions import action_assets
+from dagster_pomo.orchestration.action_assets import action_assets
 from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets, epochs_through
 from dagster_pomo.orchestration.metadata import relation_metadata
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
+from dagster_pomo.orchestration.strata_units import Unit, units
 from dagster_pomo.orchestration.translator import PomoTranslator
-from dagster_pomo.orchestration.units import Unit, units
 from dagster_pomo.timeline import epoch_key
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
-from dagster_pomo.plan.constants import clocks
-from dagster_pomo.plan.linear import LinearPlan, linear_plan
+from dagster_pomo.plan.constant_defs import clocks
+from dagster_pomo.plan.linear_rounds import LinearPlan, linear_plan
 from dagster_pomo.plan.partitioning import stable_argument
 from dagster_pomo.plan.rules import RulePlan, plan_rule
 from dagster_pomo.plan.schema import Schema

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import binding_of
-from dagster_pomo.lang.values import Value
-from dagster_pomo.plan.bands import Band, bands
-from dagster_pomo.plan.constants import constant_values
+from dagster_pomo.lang.interpret import Value
+from dagster_pomo.plan.band_joins import Band, bands
+from dagster_pomo.plan.constant_defs import constant_values
 from dagster_pomo.plan.scans import atom_columns, atom_reads
 from dagster_pomo.plan.schema import Schema, rule_env
 

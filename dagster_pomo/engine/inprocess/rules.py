@@ -5,7 +5,7 @@ atoms become renamed columns and join on shared variables (or on buckets of a ba
 their guards keep them in), ``where`` adds columns, guards filter, ``tau`` is the
 largest ``kt``, negations drop the matches some agreeing version is alive for, and the
 head computes ``t``, ``kt`` and ``exp`` (DESIGN §3.1). Aggregates cut each combination
-of events into segments and hand them to :mod:`dagster_pomo.engine.sweep`, which the
+of events into segments and hand them to :mod:`dagster_pomo.engine.sliding_aggregates`, which the
 Spark plans run in their tasks.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dagster_pomo.engine import sweep
+from dagster_pomo.engine import sliding_aggregates
 from dagster_pomo.engine.inprocess.exprs import (
     NUMPY,
     Col,
@@ -32,7 +32,7 @@ from dagster_pomo.engine.inprocess.exprs import (
 )
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.kinds import expr_type
-from dagster_pomo.plan.bands import Band
+from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
 from dagster_pomo.plan.scans import comparable
 from dagster_pomo.plan.schema import META, Schema, row_columns
@@ -409,7 +409,9 @@ def aggregate(
     made = made.assign(__full=until >= NEVER if reach >= NEVER else until == at + reach)
     columns = [*group, "__at", "__until", "__mexp", "__full", *(c for _, c in aggregates if c)]
     table = pa.Table.from_pandas(made[columns], preserve_index=False)
-    swept = sweep.sweep(table, group, aggregates, None if reach >= NEVER else reach, NEVER, a)
+    swept = sliding_aggregates.sweep(
+        table, group, aggregates, None if reach >= NEVER else reach, NEVER, a
+    )
     n = swept.column("__n").to_numpy()
     aggs: dict[str, np.ndarray] = {}
     for i, (fn, _, column, typ) in enumerate(functions):

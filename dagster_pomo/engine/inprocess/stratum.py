@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dagster_pomo.engine.inprocess import rules as R
-from dagster_pomo.plan.constants import tick_ranges
+from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.plan.time import reach_of

@@ -35,18 +35,18 @@ from pyspark.sql.types import (
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.inprocess import stratum as local
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.rows import Row
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
-from dagster_pomo.engine.spark.spans import Span
+from dagster_pomo.engine.spark.range_pass import RangePass
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.stats import EpochScope, StratumStats
+from dagster_pomo.engine.versions import Version
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
-from dagster_pomo.plan.constants import tick_ranges
+from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
 from dagster_pomo.plan.rules import RulePlan
 from dagster_pomo.plan.schema import META, Schema
@@ -63,7 +63,7 @@ INTERPRETED = {
 _SPARK = {"int": LongType(), "float": DoubleType(), "str": StringType(), "bool": BooleanType()}
 
 
-def _stored(row: Row) -> tuple:
+def _stored(row: Version) -> tuple:
     """A version as a stored record, in the column order of :func:`struct_of`."""
     return (*row.args, *row.aggs, row.t, row.kt, row.exp, row.tau)
 
@@ -95,7 +95,7 @@ class SparkEvaluator:
         warehouse: Warehouse,
         epochs: list[Epoch],
         clock_start: int,
-        facts: Mapping[str, list[Row]] | None = None,
+        facts: Mapping[str, list[Version]] | None = None,
         plan: CorpusPlan | None = None,
         policy: Policy = DEFAULT,
     ) -> None:
@@ -123,7 +123,7 @@ class SparkEvaluator:
         self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
         self._nothing: dict[str, DataFrame] = {}  # see `empty`
-        self._spans: dict[tuple[int, int], Span] = {}  # ranges evaluated as one, see `span`
+        self._spans: dict[tuple[int, int], RangePass] = {}  # ranges evaluated as one, see `span`
         inputs = [r.name for r in self.catalog.inputs]
         self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
@@ -135,7 +135,7 @@ class SparkEvaluator:
 
     # ------------------------------------------------------------------ set-up
 
-    def _rows_frame(self, name: str, rows: list[Row]) -> DataFrame:
+    def _rows_frame(self, name: str, rows: list[Version]) -> DataFrame:
         return frames.local(self.spark, [_stored(r) for r in rows], self.structs[name])
 
     def key_for(self, t: int) -> str | None:
@@ -144,14 +144,14 @@ class SparkEvaluator:
             return None
         return epoch_key(self.epochs[bisect.bisect_right(self._ends, t)])
 
-    def write_inputs(self, events: Mapping[str, list[Row]]) -> None:
+    def write_inputs(self, events: Mapping[str, list[Version]]) -> None:
         """Store each input relation's events in the partitions of their epochs. Where Spark
         runs in this machine and the warehouse is on its disk, this process writes each
         epoch's file itself, with no Spark job (a quarter of the time at a million rows);
         elsewhere one Spark job per relation, the rows going to the JVM as Arrow columns."""
         here = self.local_spark() and self.wh.is_local
         for rel in self.catalog.inputs:
-            by_key: dict[str, list[Row]] = {}
+            by_key: dict[str, list[Version]] = {}
             for r in events.get(rel.name, []):
                 if (key := self.key_for(r.kt)) is not None:
                     by_key.setdefault(key, []).append(r)
@@ -318,7 +318,7 @@ class SparkEvaluator:
         end: int | None = None,
         made: Sequence[DataFrame] = (),
     ) -> int:
-        """Store ``rows`` as ``epoch`` of ``name`` (see `EpochStore.store`, or `Span.store`
+        """Store ``rows`` as ``epoch`` of ``name`` (see `EpochStore.store`, or `RangePass.store`
         for a span), where the epoch's later strata then read them; how many were stamped
         before ``end``. ``made``: the versions the epoch's rules derived (before merging
         them with the epoch's seeds); a span keeps those stamped after ``end`` per epoch."""
@@ -348,7 +348,7 @@ class SparkEvaluator:
             return None
         if any(s.recursive and self.defers & set(s.relations) for s in strata):
             return None
-        span = Span.of(epochs)
+        span = RangePass.of(epochs)
         if span is None:
             return None
         self._spans[_slot(span.epoch)] = span
@@ -616,7 +616,7 @@ class SparkEvaluator:
 
     # ------------------------------------------------------------------ results
 
-    def versions(self, name: str) -> list[Row]:
+    def versions(self, name: str) -> list[Version]:
         schema = self.schemas[name]
         df = self.wh.read(name, self.structs[name], [epoch_key(e) for e in self.epochs])
         n, k = len(schema.columns), len(schema.aggregates)
@@ -624,7 +624,7 @@ class SparkEvaluator:
         for rec in df.collect():
             values = tuple(rec)
             out.append(
-                Row(
+                Version(
                     values[n + k],
                     values[:n],
                     values[n + k + 1],

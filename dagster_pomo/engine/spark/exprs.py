@@ -1,4 +1,4 @@
-"""Rule expressions as Spark columns, with the semantics of :mod:`dagster_pomo.lang.values`.
+"""Rule expressions as Spark columns, with the semantics of :mod:`dagster_pomo.lang.interpret`.
 
 Types are known statically (from the schemas), so integer and float arithmetic,
 truncating division and "undefined" (null) results are decided while compiling.

@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription
-from dagster_pomo.engine.spark.actions import range_events
 from dagster_pomo.engine.spark.evaluator import struct_of
+from dagster_pomo.engine.spark.handler_events import range_events
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.plan.schema import Schema
 

@@ -18,10 +18,10 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
-from dagster_pomo.engine import sweep
+from dagster_pomo.engine import sliding_aggregates
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
 from dagster_pomo.lang import ast
-from dagster_pomo.plan.bands import Band
+from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
 from dagster_pomo.plan.scans import comparable
 from dagster_pomo.plan.schema import row_columns
@@ -29,7 +29,7 @@ from dagster_pomo.plan.time import Ops, head_times
 from dagster_pomo.timeline import NEVER
 
 # Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
-cloudpickle.register_pickle_by_value(sweep)
+cloudpickle.register_pickle_by_value(sliding_aggregates)
 
 
 def _var(name: str) -> str:
@@ -377,7 +377,7 @@ def _by_sweep(
     buckets: Buckets,
 ) -> DataFrame:
     """The same parts, for numeric values, in one pass: a partition's segments, sorted by
-    group, go to :func:`sweep.sweep` a batch of many groups at a time."""
+    group, go to :func:`sliding_aggregates.sweep` a batch of many groups at a time."""
     rows = made.select(*group, "__at", "__until", "__mexp", "__full", *values)
     typed = {f.name: f.dataType for f in rows.schema.fields}
     fields = [StructField(g, typed[g]) for g in group]
@@ -392,7 +392,7 @@ def _by_sweep(
             kind = DoubleType()
         fields.append(StructField(f"__part{i}", kind))
     reach = None if buckets.reach >= NEVER else buckets.reach
-    run = sweep.streamed(group, aggregates, reach, NEVER, a)
+    run = sliding_aggregates.streamed(group, aggregates, reach, NEVER, a)
     # Already so when the rows come from the window over the group's versions: no sort.
     rows = rows.sortWithinPartitions(*group) if group else rows.repartition(1)
     return rows.mapInArrow(run, StructType(fields))

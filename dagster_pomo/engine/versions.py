@@ -13,11 +13,11 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dagster_pomo.lang.values import Value
+from dagster_pomo.lang.interpret import Value
 
 
 @dataclass(frozen=True, order=True, slots=True)
-class Row:
+class Version:
     t: int
     args: tuple[Value, ...]
     kt: int
@@ -33,10 +33,10 @@ class Row:
         return (self.t, self.args)
 
 
-def merge_versions(rows: Iterable[Row], aggregating: bool) -> list[Row]:
+def merge_versions(rows: Iterable[Version], aggregating: bool) -> list[Version]:
     """One row per event: the latest version of an aggregate (largest ``kt``, then ``tau``);
     otherwise the smallest ``kt`` and the largest ``exp`` over its versions."""
-    merged: dict[tuple[int, tuple[Value, ...]], Row] = {}
+    merged: dict[tuple[int, tuple[Value, ...]], Version] = {}
     for row in rows:
         seen = merged.get(row.identity)
         if seen is None:
@@ -45,7 +45,7 @@ def merge_versions(rows: Iterable[Row], aggregating: bool) -> list[Row]:
             if (row.kt, row.tau) > (seen.kt, seen.tau):
                 merged[row.identity] = row
         else:
-            merged[row.identity] = Row(
+            merged[row.identity] = Version(
                 row.t,
                 row.args,
                 min(seen.kt, row.kt),
@@ -56,7 +56,7 @@ def merge_versions(rows: Iterable[Row], aggregating: bool) -> list[Row]:
     return list(merged.values())
 
 
-def digest(rows: Iterable[Row]) -> str:
+def digest(rows: Iterable[Version]) -> str:
     """A digest of a multiset of rows that is the same in every process and whatever their
     order (landing files may be split or listed anew): the sum of each row's 64-bit hash,
     with the count. A stored partition's data version, so that reading unchanged events

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
-from dagster_pomo.lang.values import Undefined, Value, evaluate
+from dagster_pomo.lang.interpret import Undefined, Value, evaluate
 from dagster_pomo.timeline import first_tick
 
 

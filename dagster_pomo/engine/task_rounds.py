@@ -13,7 +13,7 @@ known version covers. Known versions are found by address when their key columns
 integers of small ranges (`_Cells`: a graph's node numbers, one epoch's times), else by a
 64-bit hash checked against the key (`_Known`).
 
-This module imports nothing of the project but the plan's shapes (`plan.linear`): both are
+This module imports nothing of the project but the plan's shapes (`plan.linear_rounds`): both are
 shipped to executors by value.
 """
 
@@ -30,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dagster_pomo.plan.linear import OPS, LinearAtom, LinearGuard, LinearPlan, LinearRule
+from dagster_pomo.plan.linear_rounds import OPS, LinearAtom, LinearGuard, LinearPlan, LinearRule
 
 NEW = "__new"  # a version some round made that no round has joined yet
 ROUNDS = "__rounds"  # how many rounds the task ran, on each of its rows

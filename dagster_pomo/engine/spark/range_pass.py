@@ -23,13 +23,13 @@ from dagster_pomo.timeline import Epoch, epoch_key
 
 
 @dataclass(frozen=True)
-class Span:
+class RangePass:
     """Consecutive epochs of one length, evaluated as ``epoch``."""
 
     epochs: tuple[Epoch, ...]
 
     @staticmethod
-    def of(epochs: Sequence[Epoch]) -> Span | None:
+    def of(epochs: Sequence[Epoch]) -> RangePass | None:
         """The span of ``epochs``, or None when they are fewer than two, not consecutive or
         not all of one length (the partition of a time is then not simple arithmetic)."""
         if len(epochs) < 2:
@@ -38,7 +38,7 @@ class Span:
         for before, after in zip(epochs, epochs[1:], strict=False):
             if after.previous is not before or after.end - after.start != size:
                 return None
-        return Span(tuple(epochs))
+        return RangePass(tuple(epochs))
 
     @property
     def epoch(self) -> Epoch:
