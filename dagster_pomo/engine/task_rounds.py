@@ -13,8 +13,8 @@ known version covers. Known versions are found by address when their key columns
 integers of small ranges (`_Cells`: a graph's node numbers, one epoch's times), else by a
 64-bit hash checked against the key (`_Known`).
 
-This module imports nothing of the project but the plan's shapes (`plan.linear_rounds`): both are
-shipped to executors by value.
+This module imports nothing of the project but the plan's shapes (`plan.linear_rounds`) and
+the time rules (`plan.time`): all three are shipped to executors by value.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dagster_pomo.plan.linear_rounds import OPS, LinearAtom, LinearGuard, LinearPlan, LinearRule
+from dagster_pomo.plan.time import Ops, head_times
 
 NEW = "__new"  # a version some round made that no round has joined yet
 ROUNDS = "__rounds"  # how many rounds the task ran, on each of its rows
@@ -147,11 +148,13 @@ class _Lower:
         return out
 
 
-def _capped(t: np.ndarray, plan: LinearPlan) -> np.ndarray:
-    """When an event stamped ``t`` expires by its relation's lifetime alone."""
-    if plan.lifetime is None:
-        return np.full(len(t), plan.never, dtype=np.int64)
-    return np.where(t > plan.never - plan.lifetime, plan.never, t + plan.lifetime)
+# The time rules' element-wise functions over numpy arrays (see `plan.time.Ops`).
+NUMPY_OPS = Ops(
+    greatest=np.maximum,
+    least=np.minimum,
+    where=np.where,
+    constant=lambda v, like: np.full(len(like), v, dtype=np.int64),
+)
 
 
 def _side(side: tuple[str, Any], df: Cols) -> Any:
@@ -217,7 +220,8 @@ def _derive(
         return None
     tau, alive_until = tau[ok], alive_until[ok]
     out = {c: df[_var(v)][ok] for c, v in zip(plan.columns, rule.head, strict=True)}
-    out.update(t=tau, kt=tau, exp=np.minimum(alive_until, _capped(tau, plan)), _tau=tau)
+    kt, exp = head_times(tau, tau, alive_until, plan.lifetime, NUMPY_OPS)
+    out.update(t=tau, kt=kt, exp=exp, _tau=tau)
     return out
 
 

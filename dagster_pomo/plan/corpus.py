@@ -39,6 +39,13 @@ class StratumPlan:
         """The rules that derive ``relation``."""
         return [r for r in self.rules if r.relation == relation]
 
+    def one_aggregate(self, relation: str) -> bool:
+        """Whether one aggregate rule alone derives ``relation``: it makes one version per
+        group and time, so, with nothing else to merge (no facts or deferred events),
+        its versions need no de-duplication."""
+        own = self.own(relation)
+        return len(own) == 1 and own[0].aggregate is not None
+
     @property
     def reads(self) -> set[str]:
         """Every relation its rules read, its own included."""

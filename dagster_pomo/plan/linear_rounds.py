@@ -20,7 +20,6 @@ from typing import Any
 from dagster_pomo.lang import Stratum, ast
 from dagster_pomo.lang.catalog import Catalog
 from dagster_pomo.plan.schema import Schema
-from dagster_pomo.timeline import NEVER
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,6 @@ class LinearPlan:
     relation: str
     columns: tuple[str, ...]  # the relation's arguments, in order
     lifetime: int | None  # of the relation's events; None: they never expire
-    never: int  # the time that stands for "never"
     rules: tuple[LinearRule, ...]
 
     @property
@@ -100,7 +98,7 @@ def linear_plan(
     if not plans:
         return None
     schema = schemas[name]
-    return LinearPlan(name, schema.columns, catalog[name].lifetime, NEVER, tuple(plans))
+    return LinearPlan(name, schema.columns, catalog[name].lifetime, tuple(plans))
 
 
 def _rule_plan(rule: ast.Rule, name: str, schemas: Mapping[str, Schema]) -> LinearRule | None:

@@ -30,13 +30,14 @@ from dagster_pomo.engine.inprocess.exprs import (
     truthy,
     value,
 )
+from dagster_pomo.engine.task_rounds import NUMPY_OPS
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.kinds import expr_type
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
 from dagster_pomo.plan.scans import comparable
 from dagster_pomo.plan.schema import META, Schema, row_columns
-from dagster_pomo.plan.time import Ops, head_times
+from dagster_pomo.plan.time import head_times
 from dagster_pomo.timeline import NEVER
 
 
@@ -69,14 +70,6 @@ def arrow_schema(schema: Schema) -> pa.Schema:
     fields += [pa.field(f"_agg_{fn}", ARROW[t]) for fn, _, t in schema.aggregates]
     fields += [pa.field(m, pa.int64()) for m in META]
     return pa.schema(fields)
-
-
-NUMPY_OPS = Ops(
-    greatest=np.maximum,
-    least=np.minimum,
-    where=np.where,
-    constant=lambda v, like: np.full(len(like), v, dtype=np.int64),
-)
 
 
 def rule_supported(plan: RulePlan) -> bool:

@@ -96,7 +96,7 @@ def evaluate(
             else:
                 made.append(R.derive(rule, positives, negatives, a, b, limit))
         parts = [p for p in (seeds.get(name), *made) if p is not None]
-        if seeds.get(name) is None and len(own) == 1 and own[0].aggregate is not None:
+        if seeds.get(name) is None and stratum.one_aggregate(name):
             rows = made[0][R.row_columns(schema)]  # one version per (group, tau) already
         elif parts:
             rows = R.dedupe(schema, pd.concat([p[R.row_columns(schema)] for p in parts]))

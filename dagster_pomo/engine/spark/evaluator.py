@@ -15,6 +15,7 @@ import bisect
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import reduce
 
 import pandas as pd
@@ -81,6 +82,19 @@ def struct_of(schema: Schema) -> StructType:
     return StructType(fields)
 
 
+@dataclass
+class _EpochCaches:
+    """What the epoch under way has read, kept for its strata; new for every epoch."""
+
+    # Its versions so far, by (`_slot`, relation): read once, reused by rules.
+    current: dict[tuple[tuple[int, int], str], DataFrame] = field(default_factory=dict)
+    # Stored epochs this process read, per (relation, epoch key), for the epoch (or span)
+    # ``tables_for`` (see `_table`).
+    tables: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict)
+    tables_for: tuple[int, int] | None = None
+    read: set[tuple[str, str]] = field(default_factory=set)  # partitions it read
+
+
 class SparkEvaluator:
     """The Spark backend of the epoch driver (`engine.driver.Driver`): evaluates one stratum
     of one epoch, or of a range standing for several, into a warehouse."""
@@ -117,21 +131,15 @@ class SparkEvaluator:
         self.defers = self.plan.defers
         # Rows the last `evaluate_next` stored, per relation that only `@next` rules derive.
         self.carried_rows: dict[str, int] = {}
-        # This epoch's versions so far, by (`_slot`, relation): read once, reused by rules.
-        self._current: dict[tuple[tuple[int, int], str], DataFrame] = {}
+        self._epoch = _EpochCaches()  # what the epoch under way has read (see `epoch_scope`)
         self._ends = [e.end for e in epochs]
-        self._read: set[tuple[str, str]] = set()  # partitions read by the epoch under way
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
         self._nothing: dict[str, DataFrame] = {}  # see `empty`
         self._spans: dict[tuple[int, int], RangePass] = {}  # ranges evaluated as one, see `span`
         inputs = [r.name for r in self.catalog.inputs]
         self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
-        # Stored epochs read by this process, per (relation, epoch key), for the epoch of
-        # `_tables_for` (see `_table`); and which strata it can work out (`in_process`).
-        self._tables: dict[tuple[str, str], pd.DataFrame] = {}
-        self._tables_for: tuple[int, int] | None = None
-        self._local_strata: dict[int, bool] = {}
+        self._local_strata: dict[int, bool] = {}  # which strata it can work out (`in_process`)
 
     # ------------------------------------------------------------------ set-up
 
@@ -175,14 +183,20 @@ class SparkEvaluator:
         """Versions from epochs before ``epoch`` still alive after ``after``."""
         if name == CLOCK:
             return self._ticks(after, epoch.start)
+        keys = self._history_keys(name, epoch, after)
+        return self.wh.read(name, self.structs[name], keys).filter(F.col("exp") > after)
+
+    def _history_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
+        """The stored epochs before ``epoch`` that may hold versions of ``name`` alive after
+        ``after`` (those its lifetime reaches), counted as read by the epoch under way."""
         reach = self.life.get(name, NEVER)
         keys = [
             epoch_key(e)
             for e in self.epochs
             if e.start < epoch.start and (reach >= NEVER or e.end + reach > after)
         ]
-        self._read.update((name, k) for k in keys)
-        return self.wh.read(name, self.structs[name], keys).filter(F.col("exp") > after)
+        self._epoch.read.update((name, k) for k in keys)
+        return keys
 
     def _ticks(self, start: int, end: int) -> DataFrame:
         """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start).
@@ -218,10 +232,10 @@ class SparkEvaluator:
         if name == CLOCK:
             return self._ticks(epoch.start, epoch.end)
         history = self._history(name, epoch, epoch.start)
-        current = self._current.get((_slot(epoch), name))
+        current = self._epoch.current.get((_slot(epoch), name))
         if current is None:
             current = self.wh.read(name, self.structs[name], self._keys(epoch))
-            self._current[(_slot(epoch), name)] = current
+            self._epoch.current[(_slot(epoch), name)] = current
         return history.unionByName(current)
 
     def _keys(self, epoch: Epoch) -> list[str]:
@@ -232,7 +246,7 @@ class SparkEvaluator:
     def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None:
         """Let the rules of ``epoch`` read ``rows`` as its versions of ``name`` so far (a
         recursive relation's, between rounds) instead of the epoch's stored partition."""
-        self._current[(_slot(epoch), name)] = rows
+        self._epoch.current[(_slot(epoch), name)] = rows
 
     # ------------------------------------------------------------------ one epoch
 
@@ -249,9 +263,9 @@ class SparkEvaluator:
             self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
             # Spark keeps the jobs of a group across evaluations of the same epoch: count ours.
             earlier = set(tracker.getJobIdsForGroup(group))
-        self._current = {}  # earlier epochs' entries are no longer needed
-        self._tables, self._tables_for = {}, None  # nor what this process read (inputs may change)
-        self._read = scope.partitions_read
+        # Earlier epochs' entries are no longer needed, nor what this process read of them
+        # (their inputs may have changed).
+        self._epoch = _EpochCaches(read=scope.partitions_read)
         try:
             yield scope
         finally:
@@ -332,7 +346,7 @@ class SparkEvaluator:
                 derived = reduce(DataFrame.unionByName, made)
                 later = self.dedupe(name, span.stamped_later(derived), by=["epoch"])
             stored = span.store(self.wh, name, rows, later)
-        self._current[(_slot(epoch), name)] = self.wh.read(
+        self._epoch.current[(_slot(epoch), name)] = self.wh.read(
             name, self.structs[name], self._keys(epoch)
         )
         return stored
@@ -450,10 +464,10 @@ class SparkEvaluator:
 
     def _table(self, name: str, key: str) -> pd.DataFrame:
         """Stored epoch ``key`` of ``name`` as this process reads it (once an epoch)."""
-        if (name, key) not in self._tables:
+        if (name, key) not in self._epoch.tables:
             schema = local_rules.arrow_schema(self.schemas[name])
-            self._tables[(name, key)] = self.wh.read_table(name, [key], schema).to_pandas()
-        return self._tables[(name, key)]
+            self._epoch.tables[(name, key)] = self.wh.read_table(name, [key], schema).to_pandas()
+        return self._epoch.tables[(name, key)]
 
     def _local_state(self, name: str, epoch: Epoch) -> pd.DataFrame:
         """`state` in this process: the versions of ``name`` that can take part in a match
@@ -468,13 +482,7 @@ class SparkEvaluator:
 
     def _local_history(self, name: str, epoch: Epoch) -> pd.DataFrame:
         """The versions of ``name`` from epochs before ``epoch`` still alive in it."""
-        reach = self.life.get(name, NEVER)
-        keys = [
-            epoch_key(e)
-            for e in self.epochs
-            if e.start < epoch.start and (reach >= NEVER or e.end + reach > epoch.start)
-        ]
-        self._read.update((name, k) for k in keys)
+        keys = self._history_keys(name, epoch, epoch.start)
         stored = self.wh.stored_keys(name)  # a relation's folder lists few of its epochs
         history = [self._table(name, k) for k in keys if k in stored]
         parts = [h[h["exp"].to_numpy() > epoch.start] for h in history]
@@ -507,8 +515,8 @@ class SparkEvaluator:
         would be."""
         stats = StratumStats(stratum.index, stratum.relations, rounds=1, in_process=True)
         started = time.perf_counter()
-        if self._tables_for != _slot(epoch):
-            self._tables, self._tables_for = {}, _slot(epoch)
+        if self._epoch.tables_for != _slot(epoch):
+            self._epoch.tables, self._epoch.tables_for = {}, _slot(epoch)
         seeds = {n: self._local_seeds(n, epoch) for n in stratum.relations}
         made, stats.rounds = local.evaluate(
             self.plan,
@@ -527,8 +535,8 @@ class SparkEvaluator:
             stats.rows[name] = self.store.put(name, key, table, end)
             if end is not None:
                 table = table.filter(pc.less(table["kt"], end))
-            self._tables[(name, key)] = table.to_pandas()
-            self._current.pop((_slot(epoch), name), None)  # Spark's plans read it anew
+            self._epoch.tables[(name, key)] = table.to_pandas()
+            self._epoch.current.pop((_slot(epoch), name), None)  # Spark's plans read it anew
         stats.seconds = time.perf_counter() - started
         return stats
 
@@ -561,7 +569,7 @@ class SparkEvaluator:
                     made = [reduce(DataFrame.unionByName, made).cache()]
                     cached += made
                 made_here[n] = made
-                if seeds[n] is None and len(own) == 1 and own[0].aggregate is not None:
+                if seeds[n] is None and stratum.one_aggregate(n):
                     # One aggregate rule alone makes one version per (group, tau): nothing
                     # to merge, and no shuffle to merge it.
                     rows[n] = made[0].select(*R.row_columns(self.schemas[n]))

@@ -26,6 +26,7 @@ from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.estimates import bounded
 from dagster_pomo.engine.spark.lookups import is_connect
 from dagster_pomo.plan import linear_rounds
+from dagster_pomo.plan import time as time_rules
 from dagster_pomo.plan.corpus import StratumPlan
 from dagster_pomo.plan.rules import RulePlan
 from dagster_pomo.timeline import Epoch, epoch_key
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 # `Recursion._rounds_in_tasks`).
 cloudpickle.register_pickle_by_value(task_rounds)
 cloudpickle.register_pickle_by_value(linear_rounds)
+cloudpickle.register_pickle_by_value(time_rules)
 
 
 @dataclass
