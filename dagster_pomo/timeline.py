@@ -73,6 +73,15 @@ def show_time(ms: int) -> str:
     return text.removesuffix(".000") + "Z"
 
 
+def show_epoch(epoch: Epoch) -> str:
+    """``epoch`` for people to read: ``2023-11-14T22:00:00Z..23:00`` (the end without the
+    date when it is the same day)."""
+    start, end = show_time(epoch.start), show_time(epoch.end)
+    if start[:11] == end[:11] and "T" in end:
+        end = end[11:].removesuffix(":00Z").removesuffix("Z")
+    return f"{start}..{end}"
+
+
 def parse_time(value: object) -> int:
     """Milliseconds from an integer or an ISO-8601 string (UTC unless it says otherwise)."""
     if isinstance(value, bool):

@@ -106,7 +106,7 @@ def test_the_backfill_benchmark_runs_both_ways_and_checks_they_store_the_same(ca
 
     assert backfill(["--hours", "2", "--readings", "300", "--repeat", "1"]) == 0
     printed = capsys.readouterr().out
-    for step in ("water_tanks__inputs", "water_tanks__stratum_0", "the run"):
+    for step in ("water_tanks__inputs", "water_tanks__level_10m", "the run"):
         assert step in printed
     match = re.search(r"the same rows stored: ([\d,]+)", printed)
     assert match and int(match.group(1).replace(",", "")) > 300

@@ -8,7 +8,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance, HourlyPartitionsDefinition, materialize
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
+    HourlyPartitionsDefinition,
+    materialize,
+)
 
 from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.run import run
@@ -70,19 +76,23 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     )
     assert result.success
     assert len(instance.get_runs()) == 1, "the whole range runs in one run"
-    meta = result.asset_materializations_for_node("water_tanks__stratum_0")[0].metadata
+    events = result.asset_materializations_for_node("water_tanks__level_10m")
+    assert [e.partition for e in events] == KEYS, "one materialization per partition"
+    meta = events[0].metadata
     assert meta["pomo/rows_total"].value == meta["pomo/new_rows"].value > 0
     # Without `@next` or recursion, the range's epochs are evaluated in one pass.
-    assert (meta["pomo/epochs"].value, meta["pomo/passes"].value) == (len(KEYS), 1)
-    assert meta["pomo/passes_in_process"].value == 0, "a range in one pass is Spark's"
-    preview = meta["pomo/preview"].value
-    assert 0 < len(preview.records) <= 5
-    assert [c.name for c in preview.schema.columns][:3] == ["tank", "average(level)", "max(level)"]
-    # The preview's times are UTC ISO times within the last partition's hour.
-    last_hour = datetime.strptime(KEYS[-1], "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
-    for record in preview.records:
-        t = datetime.fromisoformat(record.data["t"])
-        assert record.data["t"].endswith("Z") and timedelta(0) <= t - last_hour < timedelta(hours=1)
+    assert (meta["pomo/run_partitions"].value, meta["pomo/run_passes"].value) == (len(KEYS), 1)
+    assert meta["pomo/run_passes_in_process"].value == 0, "a range in one pass is Spark's"
+    for event in events:
+        # Each partition's preview holds its own rows: UTC ISO times within its hour.
+        preview = event.metadata["pomo/preview"].value
+        assert 0 < len(preview.records) <= 5
+        columns = [c.name for c in preview.schema.columns][:3]
+        assert columns == ["tank", "average(level)", "max(level)"]
+        hour = datetime.strptime(event.partition, "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
+        for record in preview.records:
+            t = datetime.fromisoformat(record.data["t"])
+            assert record.data["t"].endswith("Z") and timedelta(0) <= t - hour < timedelta(hours=1)
     (check,) = result.get_asset_check_evaluations()
     assert check.check_name == "landing_lines_are_valid" and check.passed
     for name in ("level_10m", "overflow_alert", "water_level"):
@@ -154,9 +164,9 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     assert again.success
     assert stored(program, warehouse) == got, "re-materializing a partition changes nothing"
     # One small partition: its strata worked out in the run's process, no plan interpreted.
-    for node in ("water_tanks__stratum_0", "water_tanks__stratum_3"):
+    for node in ("water_tanks__level_10m", "water_tanks__overflow_alert"):
         meta = again.asset_materializations_for_node(node)[0].metadata
-        ran = (meta["pomo/passes_in_process"].value, meta["pomo/epochs_interpreted"].value)
+        ran = (meta["pomo/run_passes_in_process"].value, meta["pomo/run_passes_interpreted"].value)
         assert ran == (1, 0), node
 
     # An input partition is versioned by its events: reading unchanged landing files again
@@ -314,7 +324,7 @@ def test_next_rules_feeding_back_into_strata_run_epoch_by_epoch(tmp_path: Path) 
     warehouse = tmp_path / "warehouse"
     defs = _defs(corpus, partitions, warehouse, landing)
     names = sorted(a.node_def.name for a in defs.assets)
-    assert names == ["feedback__inputs", "feedback__stratum_0__next", "feedback__stratum_1"]
+    assert names == ["feedback__inputs", "feedback__report", "feedback__shown_and_count"]
     home = tmp_path / "dagster_home"
     home.mkdir()
     keys = ["2023-11-14", "2023-11-15", "2023-11-16", "2023-11-17"]
@@ -364,8 +374,8 @@ def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: P
         for done in result.asset_materializations_for_node(f"{program.name}__{unit.name}"):
             recursive = any(s.recursive for s in unit.strata)
             ran = (
-                done.metadata["pomo/passes"].value,
-                done.metadata["pomo/epochs_interpreted"].value,
+                done.metadata["pomo/run_passes"].value,
+                done.metadata["pomo/run_passes_interpreted"].value,
             )
             passes[recursive].add(ran)
     assert passes == {True: {(1, 0)}, False: {(1, 1)}}
@@ -425,7 +435,7 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
         return check, metadata
 
     check, metadata = store(KEYS[0], KEYS[2])  # a bad line does not stop ingestion
-    assert metadata["pomo/landing_files_read"].value == "1 of 1"
+    assert _files(metadata) == (1, 1)
     assert not check.passed and check.metadata["pomo/quarantined"].value == 1
     (kept,) = Path(check.metadata["pomo/quarantine_file"].value).read_text().splitlines()
     assert json.loads(kept)["text"] == "bad", "the bad line is kept with its reason"
@@ -440,20 +450,30 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     # The inputs step reads only the files that may hold events of its epochs, and new ones;
     # the others are known unchanged from earlier runs, bad lines included.
     check, metadata = store(KEYS[2], KEYS[2])
-    assert metadata["pomo/landing_files_read"].value == "2 of 3", "the two new files"
-    assert metadata["pomo/lines_read"].value == 5 and metadata["pomo/new_rows"].value == 0
+    assert _files(metadata) == (2, 3), "the two new files"
+    assert (
+        metadata["pomo/run_landing_lines_read"].value == 5 and metadata["pomo/new_rows"].value == 0
+    )
     assert check.metadata["pomo/quarantined"].value == 1, "the old file's bad line is kept"
     check, metadata = store(KEYS[2], KEYS[2])
-    assert metadata["pomo/landing_files_read"].value == "0 of 3"
+    assert _files(metadata) == (0, 3)
     assert check.metadata["pomo/quarantined"].value == 1
     check, metadata = store(KEYS[0], KEYS[0])
-    assert metadata["pomo/landing_files_read"].value == "2 of 3", "the first epoch's two files"
+    assert _files(metadata) == (2, 3), "the first epoch's two files"
     assert metadata["pomo/new_rows"].value == 2, "the on-time reading and the late one"
     for damaged in ("[]", "{not json"):  # the record is a cache: unreadable, all is read
         (warehouse / "water_tanks" / "_landing.json").write_text(damaged)
         check, metadata = store(KEYS[2], KEYS[2])
-        assert metadata["pomo/landing_files_read"].value == "3 of 3"
+        assert _files(metadata) == (3, 3)
         assert check.metadata["pomo/quarantined"].value == 1
+
+
+def _files(metadata) -> tuple[int, int]:  # noqa: ANN001
+    """(landing files the run read, landing files there were)."""
+    return (
+        metadata["pomo/run_landing_files_read"].value,
+        metadata["pomo/run_landing_files"].value,
+    )
 
 
 def test_the_spark_resource_follows_the_same_variables_as_pomo_run(monkeypatch) -> None:
@@ -491,3 +511,63 @@ def test_short_runs_start_spark_with_the_quick_compiler_only() -> None:
     assert mine.settings(1).conf == mine.conf
     assert JAVA_OPTIONS not in SparkResource(remote="sc://spark:15002").settings(1).conf
     assert JAVA_OPTIONS not in SparkResource(master="spark://host:7077").settings(1).conf
+
+
+def _partition_metadata(instance: DagsterInstance, defs, keys: list[str]) -> dict:
+    """Per (asset, partition): the metadata its latest materialization carries that is
+    about the partition (not the run: no ``pomo/run_*`` key), previews as their rows."""
+    out = {}
+    for assets_def in defs.assets:
+        for key in assets_def.keys:
+            for partition in keys:
+                records = instance.fetch_materializations(
+                    AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+                ).records
+                assert records, (key, partition)
+                meta = records[0].asset_materialization.metadata
+                out[(key.to_user_string(), partition)] = {
+                    name: [r.data for r in value.value.records]
+                    if name == "pomo/preview"
+                    else value.value
+                    for name, value in meta.items()
+                    if not name.startswith("pomo/run_")
+                    and name not in ("pomo/quarantine_sample", "pomo/quarantined")
+                    and not name.startswith("pomo/ledger")
+                }
+    return out
+
+
+def test_a_range_run_reports_each_partition_as_epoch_by_epoch_runs_do(tmp_path: Path) -> None:
+    """What the UI shows of a partition is true of that partition: a run over three
+    partitions attaches to each the rows it holds, the rows stored through it, a preview
+    of its own rows and the actions its events came to, exactly what three runs of one
+    partition each, in time order, record."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    water_tank_events(landing / "tanks.jsonl", 9_000, tanks=3, hours=3)  # alerts in hour 3
+    seen = {}
+    for way in ("range", "one by one"):
+        root = tmp_path / way.replace(" ", "_")
+        (root / "home").mkdir(parents=True)
+        defs = _defs(RULES / "water_tanks.pomo", PARTITIONS, root / "warehouse", landing)
+        instance = DagsterInstance.local_temp(str(root / "home"))
+        if way == "range":
+            _materialize_range(defs, instance, KEYS)
+            assert len(instance.get_runs()) == 1
+        else:
+            for key in KEYS:
+                done = materialize(
+                    list(defs.assets),
+                    instance=instance,
+                    resources=dict(defs.resources),
+                    partition_key=key,
+                )
+                assert done.success
+        seen[way] = _partition_metadata(instance, defs, KEYS)
+    assert seen["range"] == seen["one by one"]
+    level = [seen["range"][("water_tanks/level_10m", k)] for k in KEYS]
+    assert all(m["pomo/new_rows"] > 0 for m in level), "every hour has readings"
+    totals = [m["pomo/rows_total"] for m in level]
+    assert totals == [sum(m["pomo/new_rows"] for m in level[: i + 1]) for i in range(3)]
+    actions = [seen["range"][("water_tanks/action/notify_operator", k)] for k in KEYS]
+    assert sum(m["pomo/actions_ran"] for m in actions) > 0, "the case must raise alerts"

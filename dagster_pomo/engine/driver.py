@@ -28,7 +28,7 @@ from dagster_pomo.engine.versions import Version
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.schema import Schema
-from dagster_pomo.timeline import Epoch
+from dagster_pomo.timeline import Epoch, show_epoch
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.inputs import RunInputs
@@ -236,7 +236,8 @@ class Driver:
                     here = here and stats.in_process
                     if log is not None:
                         where = " (in process)" if stats.in_process else ""
-                        log(f"{epoch} stratum {stratum.index}{where}: {stats.rows}")
+                        made = ", ".join(f"{n} {c:,}" for n, c in stats.rows.items())
+                        log(f"{show_epoch(epoch)} stratum {stratum.index}{where}: {made}")
                 out.in_process += here
                 out.interpreted += without_codegen and not here
         out.passes = len(passes)

@@ -34,7 +34,7 @@ from dagster_pomo.engine.driver import open_results
 from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import code_version
-from dagster_pomo.timeline import epoch_key
+from dagster_pomo.timeline import epoch_key, show_epoch
 
 
 def action_key(shared: CorpusAssets, handler: str) -> AssetKey:
@@ -87,14 +87,31 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
             # The range's events in one read; handed over and reported epoch by epoch.
             epochs = {epoch_key(e): e for e in shared.epochs_of(context)}
             events = results.handler_events(subs, list(epochs))
+            reports = {at: ActionReport(name) for at in epochs}
             for at, of_epoch in groupby(events, key=lambda event: event.epoch):
                 report = run_actions(handler, of_epoch, ledger)
                 context.log.info(
-                    f"{epochs[at]}: {report.ran} ran, {report.skipped} done before, "
-                    f"{len(report.failed)} failed"
+                    f"{show_epoch(epochs[at])}: {report.ran} ran, {report.skipped} done "
+                    f"before, {len(report.failed)} failed"
                     + (f", {report.held} held by another run" if report.held else "")
                 )
+                reports[at] = report
                 total.merge(report)
+            # What each partition's events came to: a range run reports each partition as
+            # a run of it alone would.
+            for partition, at in zip(context.partition_keys, epochs, strict=True):
+                report = reports[at]
+                context.add_asset_metadata(
+                    {
+                        "pomo/actions_ran": report.ran,
+                        "pomo/actions_done_before": report.skipped,
+                        "pomo/actions_failed": len(report.failed),
+                        # Claimed by an overlapping run at the time, which hands them over.
+                        "pomo/actions_held": report.held,
+                    },
+                    asset_key=key,
+                    partition_key=partition,
+                )
             states = ledger.counts(name)
         finally:
             ledger.close()
@@ -110,11 +127,8 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
         yield MaterializeResult(
             asset_key=key,
             metadata={
-                "pomo/actions_ran": total.ran,
-                "pomo/actions_done_before": total.skipped,
-                # Claimed by an overlapping run at the time, which hands them over.
-                "pomo/actions_held": total.held,
-                "pomo/actions_per_second": round(total.ran / total.seconds, 1)
+                # The run's handler speed; the ledger's count for the handler, every run's.
+                "pomo/run_actions_per_second": round(total.ran / total.seconds, 1)
                 if total.seconds and total.ran
                 else 0.0,
                 "pomo/ledger": MetadataValue.path(str(storage.ledger_path(program.name))),

@@ -11,7 +11,7 @@ strata take a whole partition range in one run (single-run backfill policy),
 evaluating it epoch after epoch.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from dagster import (
@@ -27,17 +27,18 @@ from dagster import (
 )
 
 from dagster_pomo.engine.actions import Handler, check_handlers
+from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.lines import DEFAULT_TIMES
 from dagster_pomo.engine.versions import digest
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program
 from dagster_pomo.orchestration.action_assets import action_assets
 from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets, epochs_through
-from dagster_pomo.orchestration.metadata import relation_metadata
+from dagster_pomo.orchestration.metadata import partition_metadata
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.strata_units import Unit, units
 from dagster_pomo.orchestration.translator import PomoTranslator
-from dagster_pomo.timeline import epoch_key
+from dagster_pomo.timeline import Epoch, epoch_key
 
 
 def build_assets(
@@ -79,32 +80,29 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
         driver, epochs = shared.driver(context, spark, storage)
         ingested = shared.ingest(storage, driver, epochs)
         chosen = {epoch_key(e) for e in epochs}
-        counts = {n: 0 for n in names}
         selected = {}
         for name in names:
             rows = [r for r in ingested.events.get(name, []) if driver.key_for(r.kt) in chosen]
             selected[name] = rows
-            counts[name] = len(rows)
         driver.write_inputs(selected)
         quarantine_file = driver.results.write_text(
             "_quarantine.jsonl", ingested.quarantine_jsonl()
         )
         reasons = [f"{q.file}:{q.line}: {q.reason}" for q in ingested.quarantined[:20]]
-        last = epoch_key(epochs[-1])
+        _report_partitions(context, shared, driver, names, epochs)
         for name in names:
             yield MaterializeResult(
                 asset_key=shared.key(name),
                 # The events themselves are the version: reading unchanged landing files
                 # again is no new data, a changed or added event is (a range run versions
-                # its partitions by the events of the whole range).
+                # its partitions by the events of the whole range: Dagster takes one data
+                # version per run).
                 data_version=DataVersion(digest(selected[name])),
                 metadata={
-                    "pomo/new_rows": counts[name],
-                    **relation_metadata(driver.results, shared.schemas[name], name, last),
-                    "pomo/lines_read": ingested.lines_read,
-                    "pomo/landing_files_read": MetadataValue.text(
-                        f"{ingested.files_read} of {len(ingested.files)}"
-                    ),
+                    # What this run read of the landing folder, for every partition it ran.
+                    "pomo/run_landing_files": len(ingested.files),
+                    "pomo/run_landing_files_read": ingested.files_read,
+                    "pomo/run_landing_lines_read": ingested.lines_read,
                     "pomo/quarantined": len(ingested.quarantined),
                     "pomo/quarantine_sample": MetadataValue.md(
                         "\n".join(f"- {r}" for r in reasons) or "none"
@@ -123,6 +121,27 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
         )
 
     return inputs
+
+
+def _report_partitions(
+    context: AssetExecutionContext,
+    shared: CorpusAssets,
+    driver: Driver,
+    relations: Sequence[str],
+    epochs: Sequence[Epoch],
+) -> None:
+    """Attach to each partition of the run what that partition holds of each of
+    ``relations`` (see `metadata.partition_metadata`): a range run reports each partition
+    as a run of it alone, in time order, would."""
+    keys = [epoch_key(e) for e in epochs]
+    history = [epoch_key(e) for e in driver.epochs if e.start <= epochs[-1].start]
+    for name in relations:
+        schema = shared.schemas[name]
+        found = partition_metadata(driver.results, schema, name, keys, history)
+        for partition, key in zip(context.partition_keys, keys, strict=True):
+            context.add_asset_metadata(
+                found[key], asset_key=shared.key(name), partition_key=partition
+            )
 
 
 def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
@@ -150,19 +169,18 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
         strata = [driver.plan.stratum(s.index) for s in unit.strata]
         # A range's epochs at once where that stores the same (see `Driver.evaluate_strata`).
         made = driver.evaluate_strata(strata, epochs, unit.carries, context.log.info)
-        last = epoch_key(epochs[-1])
+        _report_partitions(context, shared, driver, unit.relations, epochs)
         for name in unit.relations:
             yield MaterializeResult(
                 asset_key=shared.key(name),
+                # How the run went, the same for every partition it ran.
                 metadata={
-                    "pomo/new_rows": made.rows.get(name, 0),
-                    **relation_metadata(driver.results, shared.schemas[name], name, last),
-                    "pomo/epochs": len(epochs),
-                    "pomo/passes": made.passes,
-                    "pomo/fixpoint_rounds_max": made.rounds,
-                    "pomo/evaluation_seconds": round(made.seconds, 3),
-                    "pomo/epochs_interpreted": made.interpreted,
-                    "pomo/passes_in_process": made.in_process,
+                    "pomo/run_partitions": len(epochs),
+                    "pomo/run_passes": made.passes,
+                    "pomo/run_fixpoint_rounds_max": made.rounds,
+                    "pomo/run_evaluation_seconds": round(made.seconds, 3),
+                    "pomo/run_passes_interpreted": made.interpreted,
+                    "pomo/run_passes_in_process": made.in_process,
                 },
             )
 

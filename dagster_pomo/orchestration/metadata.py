@@ -1,7 +1,8 @@
-"""What every materialization reports: row counts, a preview of the epoch's rows."""
+"""What every materialization reports of its partition: row counts, a preview of its rows."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
@@ -15,15 +16,43 @@ if TYPE_CHECKING:
 PREVIEW_ROWS = 5
 
 
-def relation_metadata(
-    results: Results, schema: Schema, relation: str, last_key: str
-) -> dict[str, Any]:
-    """Rows stored over every epoch so far, and a preview of the last epoch's rows (two small
-    Spark jobs: a count answered from Parquet footers, and a ``limit``)."""
-    total = results.rows_total(relation)
-    columns = [*schema.columns, *(key for _, key, _ in schema.aggregates)]
+def partition_metadata(
+    results: Results,
+    schema: Schema,
+    relation: str,
+    keys: Sequence[str],
+    history: Sequence[str],
+) -> dict[str, dict[str, Any]]:
+    """What each partition of a run holds, by epoch key (``keys``, the run's partitions in
+    time order; ``history``, every epoch key from the first partition through the run's
+    last): its versions (``pomo/new_rows``, ``dagster/partition_row_count``), those stored
+    over every epoch up to and including it (``pomo/rows_total``, ``dagster/row_count``:
+    what a run of that partition alone, in time order, reports), and a preview of its
+    rows. A run over a range attaches each to its own partition."""
+    counts = results.partition_rows(relation, history)
+    wanted = set(keys)
+    out: dict[str, dict[str, Any]] = {}
+    total = 0
+    for key in history:
+        total += counts.get(key, 0)
+        if key in wanted:
+            rows = counts.get(key, 0)
+            out[key] = {
+                "pomo/new_rows": rows,
+                "dagster/partition_row_count": rows,
+                "pomo/rows_total": total,
+                "dagster/row_count": total,
+                "pomo/preview": preview(results, schema, relation, key),
+            }
+    return out
+
+
+def preview(results: Results, schema: Schema, relation: str, key: str) -> MetadataValue:
+    """The first rows of epoch ``key`` of ``relation`` by time, as a table: its columns,
+    aggregates by their output names, ``t`` and ``exp`` as UTC times."""
+    columns = [*schema.columns, *(name for _, name, _ in schema.aggregates)]
     stored = [*schema.columns, *(f"_agg_{fn}" for fn, _, _ in schema.aggregates)]
-    rows = results.preview(relation, last_key, PREVIEW_ROWS)
+    rows = results.preview(relation, key, PREVIEW_ROWS)
     records = [
         TableRecord(
             {
@@ -47,10 +76,7 @@ def relation_metadata(
             TableColumn("exp", "string"),
         ]
     )
-    return {
-        "pomo/rows_total": total,
-        "pomo/preview": MetadataValue.table(records, schema=table_schema),
-    }
+    return MetadataValue.table(records, schema=table_schema)
 
 
 def _plain(value: object) -> object:

@@ -94,5 +94,13 @@ def units(program: Program) -> list[Unit]:
 
 
 def _name(strata: tuple[Stratum, ...], carries: tuple[str, ...]) -> str:
-    parts = [f"stratum_{s.index}" for s in strata] + (["next"] if carries else [])
-    return "__".join(parts)
+    """The unit's step name, after what it derives: ``level_10m``, ``count_and_shown``,
+    ``a_and_4_more`` (relation names are identifiers; none is ``inputs``, the input
+    step's name, whose asset keeps it)."""
+    relations = [r for s in strata for r in s.relations] + list(carries)
+    name = (
+        "_and_".join(relations)
+        if len(relations) <= 3
+        else (f"{relations[0]}_and_{len(relations) - 1}_more")
+    )
+    return f"{name}_relation" if name == "inputs" else name

@@ -1,7 +1,9 @@
 """What a warehouse holds of a corpus, read for people and for action handlers.
 
-The Dagster layer reports row counts and previews, and hands stored events to handlers;
-it reads them through this object (opened by `engine.driver`), never through Spark.
+The Dagster layer reports row counts and previews per partition, and hands stored events
+to handlers; it reads them through this object (opened by `engine.driver`), never through
+Spark. On a warehouse on this machine's disk, counts come from the Parquet footers and
+previews from the files, with no Spark job; elsewhere one Spark job answers each.
 """
 
 from __future__ import annotations
@@ -9,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from dagster_pomo.engine.actions import ActionEvent, Subscription
+from dagster_pomo.engine.inprocess.rules import arrow_schema
 from dagster_pomo.engine.spark.evaluator import struct_of
 from dagster_pomo.engine.spark.handler_events import range_events
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -25,24 +30,38 @@ class Results:
         """Versions stored over every epoch (a count Spark answers from Parquet footers)."""
         return self.wh.read_all(relation, struct_of(self.schemas[relation])).count()
 
+    def partition_rows(self, relation: str, keys: Sequence[str]) -> dict[str, int]:
+        """How many versions each epoch of ``keys`` holds (0 for one not stored)."""
+        if self.wh.is_local:
+            stored = self.wh.stored_keys(relation)
+            return {k: self.wh.stored_rows(relation, k) if k in stored else 0 for k in keys}
+        df = self.wh.read(relation, struct_of(self.schemas[relation]), keys)
+        epoch = F.regexp_extract(F.input_file_name(), "/epoch=([^/]+)/", 1).alias("epoch")
+        counted = {r["epoch"]: r["count"] for r in df.groupBy(epoch).count().collect()}
+        return {k: int(counted.get(k, 0)) for k in keys}
+
     def preview(self, relation: str, key: str, limit: int) -> list[dict[str, Any]]:
         """The first ``limit`` versions of epoch ``key`` by time and arguments: each its
         stored columns by name (aggregates as ``_agg_<fn>``), ``t`` and ``exp``."""
         schema = self.schemas[relation]
-        rows = (
-            self.wh.read(relation, struct_of(schema), [key])
-            .orderBy("t", *schema.columns)
-            .limit(limit)
-            .collect()
-        )
-        return [r.asDict() for r in rows]
+        order = ["t", *schema.columns]
+        if self.wh.is_local:
+            table = self.wh.read_table(relation, [key], arrow_schema(schema))
+            table = table.sort_by([(c, "ascending") for c in order]).slice(0, limit)
+            return table.to_pylist()
+        df = self.wh.read(relation, struct_of(schema), [key])
+        return [r.asDict() for r in df.orderBy(*order).limit(limit).collect()]
 
     def handler_events(
         self, subs: Sequence[Subscription], keys: Sequence[str]
     ) -> Iterator[ActionEvent]:
         """Each event of the epochs ``keys`` that ``subs`` (one handler's) listen to, once,
-        epoch by epoch (see `actions.range_events`)."""
+        epoch by epoch (see `handler_events.range_events`)."""
         return range_events(self.wh, self.schemas, subs, keys)
+
+    def location(self, relation: str) -> str:
+        """Where ``relation``'s epochs are stored (a folder of ``epoch=<start>`` folders)."""
+        return self.wh.path(relation)
 
     def read_text(self, name: str) -> str | None:
         """A file the engine keeps beside the corpus's relations, or None."""
