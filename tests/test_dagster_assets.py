@@ -568,6 +568,55 @@ def test_a_range_run_reports_each_partition_as_epoch_by_epoch_runs_do(tmp_path: 
     level = [seen["range"][("water_tanks/level_10m", k)] for k in KEYS]
     assert all(m["pomo/new_rows"] > 0 for m in level), "every hour has readings"
     totals = [m["pomo/rows_total"] for m in level]
+    # Dagster's own keys, which its Catalog shows, say the same.
+    assert [m["dagster/row_count"] for m in level] == totals
+    assert [m["dagster/partition_row_count"] for m in level] == [m["pomo/new_rows"] for m in level]
     assert totals == [sum(m["pomo/new_rows"] for m in level[: i + 1]) for i in range(3)]
     actions = [seen["range"][("water_tanks/action/notify_operator", k)] for k in KEYS]
     assert sum(m["pomo/actions_ran"] for m in actions) > 0, "the case must raise alerts"
+
+
+@pytest.mark.parametrize("corpus", sorted(RULES.glob("*.pomo")), ids=lambda p: p.stem)
+def test_every_relation_asset_says_where_it_lives_what_defines_it_and_its_lineage(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """What a dagster-dbt user looks for on an asset, on every relation of every example:
+    its storage location and table name, code references to the lines of the corpus
+    that define it, its comments in the description, and for a derived relation the
+    columns of other assets each of its columns comes from (all of them real columns)."""
+    defs = _defs(corpus, PARTITIONS, tmp_path / "warehouse", tmp_path / "landing")
+    program = load_program(corpus)
+    lines = corpus.read_text().splitlines()
+    specs = {k: s for a in defs.assets for k, s in a.specs_by_key.items()}
+    columns = {
+        k: {c.name for c in s.metadata["dagster/column_schema"].columns}
+        for k, s in specs.items()
+        if "dagster/column_schema" in s.metadata
+    }
+    for rel in program.catalog:
+        if rel.name == "clock":
+            continue
+        key = AssetKey([program.name, rel.name])
+        meta = specs[key].metadata
+        assert meta["dagster/table_name"] == f"{program.name}.{rel.name}"
+        assert meta["dagster/uri"] == f"{tmp_path / 'warehouse'}/{program.name}/{rel.name}"
+        for ref in meta["dagster/code_references"].code_references:
+            assert Path(ref.file_path) == corpus.resolve()
+            assert rel.name in lines[ref.line_number - 1], (rel.name, ref)
+        if rel.decl is not None and program.doc_comment(rel.decl):
+            first = program.doc_comment(rel.decl).splitlines()[0]
+            assert first in specs[key].description, rel.name
+        if rel.derived:
+            lineage = meta["dagster/column_lineage"].deps_by_column
+            assert set(lineage) <= columns[key], rel.name
+            for deps in lineage.values():
+                for dep in deps:
+                    assert dep.column_name in columns[dep.asset_key], (rel.name, dep)
+    level = specs.get(AssetKey(["water_tanks", "near_capacity"]))
+    if level is not None:  # the water tanks: a joined column comes from both sides
+        tank = level.metadata["dagster/column_lineage"].deps_by_column["tank"]
+        assert {d.asset_key.path[-1] for d in tank} == {"capacity", "level_10m"}
+        average = level.metadata["dagster/column_lineage"].deps_by_column["average"]
+        assert [(d.asset_key.path[-1], d.column_name) for d in average] == [
+            ("level_10m", "average(level)")
+        ]

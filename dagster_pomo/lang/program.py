@@ -47,6 +47,21 @@ class Program:
         """The rule exactly as the user wrote it."""
         return self.corpus.source.slice(rule.span).strip()
 
+    def doc_comment(self, statement: ast.Statement) -> str:
+        """The comment lines right above ``statement`` (``#`` or ``//``, no blank line
+        between), without their markers: what the author wrote about it."""
+        lines = self.corpus.source.text.splitlines()
+        found: list[str] = []
+        at = statement.span.line - 2  # the line above, 0-based
+        while at >= 0:
+            text = lines[at].strip()
+            marker = "#" if text.startswith("#") else "//" if text.startswith("//") else None
+            if marker is None:
+                break
+            found.append(text[len(marker) :].strip())
+            at -= 1
+        return "\n".join(reversed(found)).strip()
+
     def warnings_about(self, relation: str) -> list[Diagnostic]:
         """The warnings about the rules that derive ``relation``."""
         spans = [r.span for r in self.corpus.rules if r.head.relation == relation]

@@ -46,10 +46,12 @@ def build_assets(
     partitions_def: TimeWindowPartitionsDefinition,
     translator: PomoTranslator | None = None,
     handlers: Mapping[str, Handler] | None = None,
+    warehouse: str | None = None,
 ) -> list:
     """The input multi-asset, one multi-asset per unit of strata and one asset per action
-    handler in ``handlers``."""
-    shared = CorpusAssets(program, partitions_def, translator or PomoTranslator())
+    handler in ``handlers``; ``warehouse``, where the relations are stored (for each
+    asset's ``dagster/uri``)."""
+    shared = CorpusAssets(program, partitions_def, translator or PomoTranslator(), warehouse)
     assets = [_inputs_asset(shared)] if program.catalog.inputs else []
     assets += [_unit_asset(shared, unit) for unit in units(program)]
     if handlers:
@@ -219,7 +221,7 @@ def pomo_definitions(
         raise UsageError("\n".join(problems))
     translator = translator or PomoTranslator()
     skew_ms = skew if isinstance(skew, int) else parse_duration(skew)
-    assets = build_assets(program, partitions_def, translator, handlers)
+    assets = build_assets(program, partitions_def, translator, handlers, warehouse)
     selection = AssetSelection.assets(*[key for a in assets for key in a.keys])
     sensors = []
     if program.catalog.inputs:

@@ -2,8 +2,11 @@
 named and specified, the driver of a run and the events it ingests."""
 
 import json
+import warnings
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 from dagster import (
     AssetCheckSpec,
@@ -12,6 +15,11 @@ from dagster import (
     AssetKey,
     AssetSpec,
     BackfillPolicy,
+    BetaWarning,
+    CodeReferencesMetadataValue,
+    LocalFileCodeReference,
+    TableColumnDep,
+    TableColumnLineage,
     TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
     multi_asset,
@@ -21,10 +29,12 @@ from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import CorpusError, Program, ast
-from dagster_pomo.lang.catalog import first_use
+from dagster_pomo.lang.catalog import CLOCK, first_use
 from dagster_pomo.lang.errors import Diagnostic
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import PomoTranslator
+from dagster_pomo.plan.corpus import compile_plan
+from dagster_pomo.plan.lineage import column_lineage
 from dagster_pomo.plan.schema import infer_schemas
 from dagster_pomo.timeline import Epoch
 
@@ -84,14 +94,17 @@ class CorpusAssets:
         program: Program,
         partitions_def: TimeWindowPartitionsDefinition,
         translator: PomoTranslator,
+        warehouse: str | None = None,
     ) -> None:
         self.program = program
         self.partitions_def = partitions_def
         self.translator = translator
+        self.warehouse = warehouse
         undeclared = [d for r in program.catalog.inputs if (d := undeclared_input(program, r.name))]
         if undeclared:
             raise UndeclaredInputError(program.source, undeclared)
         self.schemas = infer_schemas(program, {})
+        self.plan = compile_plan(program, self.schemas)
 
     def key(self, relation: str) -> AssetKey:
         return self.translator.get_asset_key(self.program, relation)
@@ -104,12 +117,61 @@ class CorpusAssets:
             group_name=self.translator.get_group_name(program),
             description=self.translator.get_description(program, relation),
             code_version=self.translator.get_code_version(program, relation),
-            metadata=self.translator.get_metadata(
-                program, relation, self.schemas[relation], stratum
-            ),
+            metadata={
+                **self.table_metadata(relation),
+                **self.translator.get_metadata(program, relation, self.schemas[relation], stratum),
+            },
             partitions_def=self.partitions_def,
             kinds={"spark", "parquet"},
         )
+
+    def table_metadata(self, relation: str) -> dict[str, Any]:
+        """Where the relation is stored (``dagster/uri``, ``dagster/table_name``), the lines
+        of the corpus that define it (``dagster/code_references``), and which columns of
+        other assets each of its columns comes from (``dagster/column_lineage``)."""
+        program = self.program
+        meta: dict[str, Any] = {"dagster/table_name": f"{program.name}.{relation}"}
+        if self.warehouse is not None:
+            meta["dagster/uri"] = f"{self.warehouse.rstrip('/')}/{program.name}/{relation}"
+        path = Path(program.source.name)
+        if path.is_file():
+            decl = program.catalog[relation].decl
+            defined = [("declaration", decl)] if decl is not None else []
+            defined += [
+                ("fact" if r.is_fact else "rule", r)
+                for r in program.corpus.rules
+                if r.head.relation == relation and (r.body or r.is_fact)
+            ]
+            with warnings.catch_warnings():  # code references are a beta of Dagster 1.13
+                warnings.simplefilter("ignore", BetaWarning)
+                meta["dagster/code_references"] = CodeReferencesMetadataValue(
+                    code_references=[
+                        LocalFileCodeReference(
+                            file_path=str(path.resolve()),
+                            line_number=statement.span.line,
+                            label=f"{label} ({path.name}:{statement.span.line})",
+                        )
+                        for label, statement in defined
+                    ]
+                )
+        lineage = column_lineage(self.plan, relation)
+        if lineage:
+            meta["dagster/column_lineage"] = TableColumnLineage(
+                deps_by_column={
+                    self._column(relation, column): [
+                        TableColumnDep(self.key(source), self._column(source, source_column))
+                        for source, source_column in sorted(sources)
+                        if source in self.schemas and source != CLOCK
+                    ]
+                    for column, sources in lineage.items()
+                }
+            )
+        return meta
+
+    def _column(self, relation: str, column: str) -> str:
+        """A stored column as the asset's column schema names it (aggregates by their key)."""
+        keys = {f"_agg_{fn}": key for fn, key, _ in self.schemas[relation].aggregates}
+        return keys.get(column, column)
 
     def multi_asset(  # noqa: ANN201
         self, name: str, specs: Sequence[AssetSpec], checks: Sequence[AssetCheckSpec] = ()

@@ -27,14 +27,22 @@ class PomoTranslator:
         return program.name
 
     def get_description(self, program: Program, relation: str) -> str:
-        rules = [
-            program.rule_text(r)
-            for r in program.corpus.rules
-            if r.head.relation == relation and (r.body or r.is_fact)
-        ]
-        if not rules:
-            return f"Input events of `{relation}` from the landing files."
-        return "\n\n".join(rules)
+        """What the corpus's comments say of the relation (above its ``.decl`` and above
+        each rule deriving it), then its rules as written."""
+        decl = program.catalog[relation].decl
+        notes = [program.doc_comment(decl)] if decl is not None else []
+        derived = _rules_of(program, relation)
+        notes += [program.doc_comment(r) for r in derived]
+        said = "\n\n".join(n for n in notes if n)
+        if not derived:
+            text = f"Input events of `{relation}` from the landing files."
+            return f"{said}\n\n{text}" if said else text
+        rules = "\n\n".join(program.rule_text(r) for r in derived)
+        return (f"{said}\n\n" if said else "") + f"```\n{rules}\n```"
+
+    def get_rules(self, program: Program, relation: str) -> str:
+        """The rules and facts that derive the relation, as written."""
+        return "\n\n".join(program.rule_text(r) for r in _rules_of(program, relation))
 
     def get_code_version(self, program: Program, relation: str) -> str | None:
         """A digest of what defines the relation (:meth:`Program.definition`), so Dagster
@@ -58,9 +66,16 @@ class PomoTranslator:
         lifetime = program.catalog[relation].lifetime
         if lifetime is not None:
             meta["pomo/lifetime_ms"] = lifetime
-        rules = self.get_description(program, relation)
-        meta["pomo/rules"] = MetadataValue.md(f"```\n{rules}\n```")
+        rules = self.get_rules(program, relation)
+        if rules:
+            meta["pomo/rules"] = MetadataValue.md(f"```\n{rules}\n```")
         warnings = [w.render(program.source) for w in program.warnings_about(relation)]
         if warnings:  # what `pomo check` says of these rules, where the asset is looked at
             meta["pomo/warnings"] = MetadataValue.md("```\n" + "\n".join(warnings) + "\n```")
         return meta
+
+
+def _rules_of(program: Program, relation: str) -> list:
+    return [
+        r for r in program.corpus.rules if r.head.relation == relation and (r.body or r.is_fact)
+    ]
