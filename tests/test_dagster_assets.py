@@ -440,9 +440,20 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     (kept,) = Path(check.metadata["pomo/quarantine_file"].value).read_text().splitlines()
     assert json.loads(kept)["text"] == "bad", "the bad line is kept with its reason"
 
+    # The sensor turned on only now, after that backfill: what the backfill stored is not
+    # run again; a file holding an epoch not yet run still requests that epoch alone.
+    turned_on = tick(None)
+    assert turned_on.run_requests == [], "what the backfill stored is not run again"
+    (landing / "b.jsonl").write_text(reading(START + 10) + reading(START + 3 * HOUR + 5))
+    store(KEYS[0], KEYS[0])  # the inputs step reads b.jsonl for the first epoch
+    fourth = PARTITIONS.get_partition_key_for_timestamp((START + 3 * HOUR) / 1000)
+    assert ranges(tick(None)) == [(fourth, fourth)], "only the epoch not run yet"
+    (landing / "b.jsonl").unlink()
+
     (landing / "late.jsonl").write_text(reading(START + 20))
     late = tick(first.cursor)
     assert ranges(late) == [(KEYS[0], KEYS[2])], "late data replays every later epoch"
+    assert ranges(tick(turned_on.cursor)) == [(KEYS[0], KEYS[2])], "and once turned on late"
     assert first.run_requests[0].run_key != late.run_requests[0].run_key
     (landing / "future.jsonl").write_text(reading(4_000_000_000_000))
     assert tick(late.cursor).run_requests == [], "epochs that do not exist yet are not requested"

@@ -3,8 +3,10 @@
 The cursor remembers every landing file seen (name, size, modification time), so a
 tick only reads new or grown files, and the same file never starts a run twice
 (run keys). A file with events for an epoch that is already materialized is late
-(DESIGN §3.7): that epoch and every later materialized one are requested again,
-in time order, in one run.
+(DESIGN §3.7): that epoch and every later materialized one are requested again, in
+time order, in one run. A sensor turned on after a backfill starts from what the inputs
+step has read: a file it read as the file is now requests only the epochs not yet
+materialized.
 
 (No ``from __future__ import annotations`` here: Dagster reads the sensor's
 annotations at runtime.)
@@ -26,6 +28,7 @@ from dagster import (
 from dagster_pomo.engine.ingest import file_signature, landing_files
 from dagster_pomo.engine.lines import TimeWindow, decode, event_time, read_lines
 from dagster_pomo.lang import Program
+from dagster_pomo.orchestration.corpus import LANDING_INDEX
 from dagster_pomo.orchestration.resources import PomoStorage
 
 
@@ -55,6 +58,21 @@ def partitions_for(partitions_def: TimeWindowPartitionsDefinition, times: list[i
     return {k for k in keys if partitions_def.has_partition_key(k)}
 
 
+def read_files(storage: PomoStorage, corpus: str) -> dict[str, str]:
+    """The landing files the inputs step has read, by path, with the signature each had
+    then (from the record it keeps beside the warehouse; empty when the warehouse is not
+    on this machine's disk or the record is unreadable, and then every file counts as
+    new, as before)."""
+    folder = storage.local_folder(corpus)
+    if folder is None:
+        return {}
+    try:
+        record = json.loads((folder / LANDING_INDEX).read_text(encoding="utf-8"))
+        return {file: entry["signature"] for file, entry in record["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 def landing_sensor(
     program: Program,
     partitions_def: TimeWindowPartitionsDefinition,
@@ -75,18 +93,27 @@ def landing_sensor(
         fresh = [p for p in landing_files(storage.landing) if seen.get(p.name) != file_signature(p)]
         if not fresh:
             return SkipReason("no new or changed landing files")
+        # Files the inputs step has already read as they are now (a backfill ran before the
+        # sensor was turned on): their events are stored for every materialized epoch.
+        ingested = read_files(storage, program.name) if not context.cursor else {}
+        done = context.instance.get_materialized_partitions(input_key)
         touched: set[str] = set()
+        late_files: set[str] = set()
         window = storage.window()
         for path in fresh:
             try:
                 signature = file_signature(path)
-                touched |= partitions_for(partitions_def, event_times(path, window))
+                keys = partitions_for(partitions_def, event_times(path, window))
             except OSError as exc:  # removed or unreadable since it was listed: next tick
                 context.log.warning(f"{path.name}: {exc}")
                 continue
+            if ingested.get(str(path)) == signature:
+                keys -= done  # stored already: only epochs not yet run need it
+            else:
+                late_files |= keys & done
+            touched |= keys
             seen[path.name] = signature
-        done = context.instance.get_materialized_partitions(input_key)
-        late = sorted(k for k in touched if k in done)
+        late = sorted(late_files)
         if late:  # a late file: its epochs and every later materialized epoch go stale
             touched |= {k for k in done if k >= late[0]}
         if not touched:
