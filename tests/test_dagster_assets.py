@@ -592,9 +592,10 @@ def test_every_relation_asset_says_where_it_lives_what_defines_it_and_its_lineag
     tmp_path: Path, corpus: Path
 ) -> None:
     """What a dagster-dbt user looks for on an asset, on every relation of every example:
-    its storage location and table name, code references to the lines of the corpus
-    that define it, its comments in the description, and for a derived relation the
-    columns of other assets each of its columns comes from (all of them real columns)."""
+    its storage location and table name, tags to filter by, code references to the lines
+    of the corpus that define it, its comments in the description, and for a derived
+    relation the columns of other assets each of its columns comes from (all of them real
+    columns)."""
     defs = _defs(corpus, PARTITIONS, tmp_path / "warehouse", tmp_path / "landing")
     program = load_program(corpus)
     lines = corpus.read_text().splitlines()
@@ -610,6 +611,7 @@ def test_every_relation_asset_says_where_it_lives_what_defines_it_and_its_lineag
         key = AssetKey([program.name, rel.name])
         meta = specs[key].metadata
         assert meta["dagster/table_name"] == f"{program.name}.{rel.name}"
+        assert specs[key].tags["pomo/kind"] == ("input" if rel.is_input else "derived")
         assert meta["dagster/uri"] == f"{tmp_path / 'warehouse'}/{program.name}/{rel.name}"
         for ref in meta["dagster/code_references"].code_references:
             assert Path(ref.file_path) == corpus.resolve()

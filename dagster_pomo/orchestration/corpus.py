@@ -123,6 +123,8 @@ class CorpusAssets:
             },
             partitions_def=self.partitions_def,
             kinds={"spark", "parquet"},
+            tags=self.translator.get_tags(program, relation),
+            owners=self.translator.get_owners(program, relation),
         )
 
     def table_metadata(self, relation: str) -> dict[str, Any]:

@@ -44,6 +44,22 @@ class PomoTranslator:
         """The rules and facts that derive the relation, as written."""
         return "\n\n".join(program.rule_text(r) for r in _rules_of(program, relation))
 
+    def get_tags(self, program: Program, relation: str) -> dict[str, str]:
+        """Tags to filter the Catalog by: whether the relation is an input (from the
+        landing files) or derived (by rules), and whether it notifies a handler."""
+        rel = program.catalog[relation]
+        tags = {"pomo/kind": "input" if rel.is_input else "derived"}
+        if any(
+            h for r in program.corpus.rules if r.head.relation == relation for h in r.head.handlers
+        ):
+            tags["pomo/notifies"] = "true"
+        return tags
+
+    def get_owners(self, program: Program, relation: str) -> list[str]:
+        """Owners (e-mail addresses or ``team:name``) of the relation's asset: none unless a
+        subclass says so."""
+        return []
+
     def get_code_version(self, program: Program, relation: str) -> str | None:
         """A digest of what defines the relation (:meth:`Program.definition`), so Dagster
         marks its partitions stale ("code version changed") when its rules, facts or
