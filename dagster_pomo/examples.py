@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+import threading
 from contextlib import closing
 from pathlib import Path
 
@@ -83,14 +84,29 @@ class SqliteOutbox:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._local = threading.local()  # a connection per thread, kept open
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=60)
+            # Write-ahead logging: a commit appends to the log, and NORMAL syncs it at
+            # checkpoints rather than at every commit; an effect committed survives a crash
+            # of the process, as the ledger's own records do.
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            with db:
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, handler TEXT, "
+                    "relation TEXT, args TEXT, t INTEGER)"
+                )
+            self._local.db = db
+        return db
 
     def __call__(self, event: ActionEvent) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(sqlite3.connect(self.path, timeout=60)) as db, db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, handler TEXT, "
-                "relation TEXT, args TEXT, t INTEGER)"
-            )
+        db = self._db()
+        with db:  # committed before the call returns: the ledger then marks it done
             db.execute(
                 "INSERT INTO effects VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
                 (event.key, event.handler, event.relation, json.dumps(dict(event.args)), event.t),
