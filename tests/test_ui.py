@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -289,12 +290,34 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
             page.goto(f"{url}/assets/water_tanks/level_10m?view=partitions")
             page.get_by_text("Materialized (3)").wait_for()
             page.get_by_text("Missing (").first.click()  # hide the missing ones
-            page.get_by_text(KEYS[-1]).first.click()
+            # The first hour: a range run used to show the last hour's rows on every one.
+            page.goto(f"{url}/assets/water_tanks/level_10m?view=partitions&partition={KEYS[0]}")
             page.get_by_text("pomo/rows_total").wait_for()
             body = page.inner_text("body")
             for shown in (*KEYS, "pomo/preview", "average(level)", "north"):
                 assert shown in body, (shown, body)
+            # The partition's preview holds its own hour's rows, not another partition's.
+            hour = KEYS[0][:10] + "T" + KEYS[0][11:13] + ":"  # 2023-11-14T22:
+            times = re.findall(r"\b2023-11-1\d{1}T\d\d:\d\d:\d\d(?:\.\d+)?Z", body)
+            assert times and all(t.startswith(hour) for t in times), (hour, times)
             page.screenshot(path=str(tmp_path / "partitions.png"), full_page=True)
+
+            # The asset's page: its row count, storage, tags, code references and the
+            # comment above its rule in the corpus, as a dagster-dbt user finds them.
+            page.goto(f"{url}/assets/water_tanks/level_10m")
+            page.get_by_text("Row count").first.wait_for()
+            body = page.inner_text("body")
+            count = re.search(r"Row count\s+([\d,]+)", body)
+            assert count and int(count.group(1).replace(",", "")) > 0, body
+            for shown in (
+                "Sliding ten-minute average",
+                "water_tanks.level_10m",
+                "/water_tanks/level_10m",
+                "pomo/kind: derived",
+                "(water_tanks.pomo:",
+            ):
+                assert shown in body, (shown, body)
+            page.screenshot(path=str(tmp_path / "asset.png"), full_page=True)
 
             # A rule edited and its code location reloaded: the edited relation's code
             # version changes and the webserver marks its materialized partitions stale for
