@@ -51,7 +51,7 @@ from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
 from dagster_pomo.plan.rules import RulePlan
 from dagster_pomo.plan.schema import META, Schema
-from dagster_pomo.plan.time import next_stamp, reach_of, reaches
+from dagster_pomo.plan.time import reach_of, reaches
 from dagster_pomo.timeline import NEVER, Epoch, epoch_key
 
 # Spark's settings for plans run without generated code (see `SparkEvaluator.plans_for`).
@@ -605,20 +605,9 @@ class SparkEvaluator:
 
         for stratum in self.plan.inductive:
             for rule in stratum.rules:
-                m = R.matches(rule, [state(x.relation) for x in rule.scans])
-                df = m.df
-                for negation in rule.negations:
-                    df = R.anti_join(
-                        df,
-                        negation,
-                        state(negation.relation),
-                        m.env,
-                        F.col("__n_kt") < b,
-                        F.col("__n_exp") > prev.lower,
-                    )
-                t, exp = next_stamp(prev, rule.head.lifetime)
-                lit_t, lit_exp = F.lit(t).cast("long"), F.lit(exp).cast("long")
-                rows = R.head_rows(rule.head.uncapped(), df, m.env, lit_t, lit_exp)
+                positives = [state(x.relation) for x in rule.scans]
+                negatives = [state(x.relation) for x in rule.negations]
+                rows = R.derive_next(rule, positives, negatives, prev)
                 out.setdefault(rule.relation, []).append(rows)
         return {n: self.dedupe(n, reduce(DataFrame.unionByName, dfs)) for n, dfs in out.items()}
 

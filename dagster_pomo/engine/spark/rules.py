@@ -25,8 +25,8 @@ from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
 from dagster_pomo.plan.scans import comparable
 from dagster_pomo.plan.schema import row_columns
-from dagster_pomo.plan.time import Ops, head_times
-from dagster_pomo.timeline import NEVER
+from dagster_pomo.plan.time import Ops, head_times, next_stamp
+from dagster_pomo.timeline import NEVER, Epoch
 
 # Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
 cloudpickle.register_pickle_by_value(sliding_aggregates)
@@ -235,6 +235,28 @@ def derive(
     df = valid(m, rule, negated)
     df = df.filter((F.col("__tau") >= a) & (F.col("__tau") < b))
     return head_rows(rule.head, df, m.env, F.col("__tau"), F.col("__mexp"))
+
+
+def derive_next(
+    rule: RulePlan, sources: Sequence[DataFrame], negated: Sequence[DataFrame], previous: Epoch
+) -> DataFrame:
+    """What an ``@next`` rule derives from the versions of the epoch ``previous`` (known
+    before its end): matches whose negated atoms have no version known by its end and alive
+    after its start, stamped at its end and alive one epoch more (`time.next_stamp`)."""
+    m = matches(rule, sources)
+    df = m.df
+    for negation, source in zip(rule.negations, negated, strict=True):
+        df = anti_join(
+            df,
+            negation,
+            source,
+            m.env,
+            F.col("__n_kt") < previous.end,
+            F.col("__n_exp") > previous.lower,
+        )
+    t, exp = next_stamp(previous, rule.head.lifetime)
+    stamp, expires = F.lit(t).cast("long"), F.lit(exp).cast("long")
+    return head_rows(rule.head.uncapped(), df, m.env, stamp, expires)
 
 
 @dataclass(frozen=True)
@@ -476,4 +498,13 @@ def aggregate(
     return head_rows(grouped_head, grouped, head_env, F.col("__at"), F.col("__mexp"), agg_cols)
 
 
-__all__ = ["Buckets", "aggregate", "anti_join", "derive", "head_rows", "matches", "row_columns"]
+__all__ = [
+    "Buckets",
+    "aggregate",
+    "anti_join",
+    "derive",
+    "derive_next",
+    "head_rows",
+    "matches",
+    "row_columns",
+]
