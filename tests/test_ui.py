@@ -305,18 +305,18 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
             # The asset's page: its row count, storage, tags, code references and the
             # comment above its rule in the corpus, as a dagster-dbt user finds them.
             page.goto(f"{url}/assets/water_tanks/level_10m")
-            page.get_by_text("Row count").first.wait_for()
-            body = page.inner_text("body")
-            count = re.search(r"Row count\s+([\d,]+)", body)
-            assert count and int(count.group(1).replace(",", "")) > 0, body
-            for shown in (
+            for shown in (  # each part of the page loads on its own: wait for each
+                "Row count",
                 "Sliding ten-minute average",
                 "water_tanks.level_10m",
                 "/water_tanks/level_10m",
                 "pomo/kind: derived",
                 "(water_tanks.pomo:",
             ):
-                assert shown in body, (shown, body)
+                page.get_by_text(shown).first.wait_for()
+            body = page.inner_text("body")
+            count = re.search(r"Row count\s+([\d,]+)", body)
+            assert count and int(count.group(1).replace(",", "")) > 0, body
             page.screenshot(path=str(tmp_path / "asset.png"), full_page=True)
 
             # A rule edited and its code location reloaded: the edited relation's code
