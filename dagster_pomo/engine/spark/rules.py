@@ -150,15 +150,22 @@ def valid(m: Matches, rule: RulePlan, negated: Sequence[DataFrame]) -> DataFrame
     """Matches whose versions are all alive at ``__tau`` and whose negations hold there."""
     df = m.df.withColumns({"__tau": _tau(m), "__mexp": _min_exp(m)})
     df = df.filter(F.col("__mexp") > F.col("__tau"))
+    alive = (F.col("__n_kt") <= F.col("__tau"), F.col("__n_exp") > F.col("__tau"))
+    return without_negated(df, rule, negated, m.env, *alive)
+
+
+def without_negated(
+    df: DataFrame,
+    rule: RulePlan,
+    negated: Sequence[DataFrame],
+    env: Mapping[str, tuple[str, str]],
+    *alive: Column,
+) -> DataFrame:
+    """``df`` without the matches some version of a negated atom (from ``negated``, in the
+    rule's order) agrees with and is alive for (``alive``: conditions over
+    ``__n_kt``/``__n_exp``)."""
     for negation, source in zip(rule.negations, negated, strict=True):
-        df = anti_join(
-            df,
-            negation,
-            source,
-            m.env,
-            F.col("__n_kt") <= F.col("__tau"),
-            F.col("__n_exp") > F.col("__tau"),
-        )
+        df = anti_join(df, negation, source, env, *alive)
     return df
 
 
@@ -244,16 +251,8 @@ def derive_next(
     before its end): matches whose negated atoms have no version known by its end and alive
     after its start, stamped at its end and alive one epoch more (`time.next_stamp`)."""
     m = matches(rule, sources)
-    df = m.df
-    for negation, source in zip(rule.negations, negated, strict=True):
-        df = anti_join(
-            df,
-            negation,
-            source,
-            m.env,
-            F.col("__n_kt") < previous.end,
-            F.col("__n_exp") > previous.lower,
-        )
+    alive = (F.col("__n_kt") < previous.end, F.col("__n_exp") > previous.lower)
+    df = without_negated(m.df, rule, negated, m.env, *alive)
     t, exp = next_stamp(previous, rule.head.lifetime)
     stamp, expires = F.lit(t).cast("long"), F.lit(exp).cast("long")
     return head_rows(rule.head.uncapped(), df, m.env, stamp, expires)
