@@ -26,10 +26,6 @@ class Results:
         self.wh = warehouse
         self.schemas = schemas
 
-    def rows_total(self, relation: str) -> int:
-        """Versions stored over every epoch (a count Spark answers from Parquet footers)."""
-        return self.wh.read_all(relation, struct_of(self.schemas[relation])).count()
-
     def partition_rows(self, relation: str, keys: Sequence[str]) -> dict[str, int]:
         """How many versions each epoch of ``keys`` holds (0 for one not stored)."""
         if self.wh.is_local:
@@ -58,10 +54,6 @@ class Results:
         """Each event of the epochs ``keys`` that ``subs`` (one handler's) listen to, once,
         epoch by epoch (see `handler_events.range_events`)."""
         return range_events(self.wh, self.schemas, subs, keys)
-
-    def location(self, relation: str) -> str:
-        """Where ``relation``'s epochs are stored (a folder of ``epoch=<start>`` folders)."""
-        return self.wh.path(relation)
 
     def read_text(self, name: str) -> str | None:
         """A file the engine keeps beside the corpus's relations, or None."""
