@@ -104,9 +104,11 @@ class Driver:
         policy: Policy = DEFAULT,
         settings: SparkSettings | None = None,
         session: Any = None,
+        plan: CorpusPlan | None = None,
     ) -> Driver:
         """A driver over ``warehouse`` (a folder or URL) for ``epochs``, on the Spark session
-        ``settings`` describe (the process's own, made on first use), or on ``session``."""
+        ``settings`` describe (the process's own, made on first use), or on ``session``;
+        ``plan``, the corpus's plan when the caller has compiled it already."""
         from dagster_pomo.engine.spark.evaluator import SparkEvaluator
         from dagster_pomo.engine.spark.results import Results
         from dagster_pomo.engine.spark.session import spark_session
@@ -115,7 +117,7 @@ class Driver:
         spark = session or spark_session(settings)
         wh = Warehouse(spark, warehouse, program.name)
         backend = SparkEvaluator(
-            spark, program, schemas, wh, epochs, clock_start, facts, policy=policy
+            spark, program, schemas, wh, epochs, clock_start, facts, plan=plan, policy=policy
         )
         return cls(backend, Results(wh, schemas))
 

@@ -230,6 +230,7 @@ class CorpusAssets:
             corpus_facts(self.program),
             policy=spark.policy(),
             settings=spark.settings(len(context.partition_keys)),
+            plan=self.plan,
         )
         return driver, epochs[-len(context.partition_keys) :]
 
