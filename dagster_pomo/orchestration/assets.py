@@ -207,7 +207,7 @@ def pomo_definitions(
     ``"5m"``, or ms) and the resources. ``ledger`` is the folder of the action ledger
     (default: the warehouse, when local); ``times`` the times input events may have
     (``FROM..UNTIL`` or ``any``; events outside are quarantined)."""
-    from dagster import AssetSelection, Definitions, in_process_executor
+    from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
     from dagster_pomo.lang import load_program
     from dagster_pomo.orchestration.schedules import epoch_schedule
@@ -223,14 +223,26 @@ def pomo_definitions(
     skew_ms = skew if isinstance(skew, int) else parse_duration(skew)
     assets = build_assets(program, partitions_def, translator, handlers, warehouse)
     selection = AssetSelection.assets(*[key for a in assets for key in a.keys])
+    # The whole corpus as one job: a backfill launched from its Partitions page is one run
+    # over the range (every asset's backfill policy is single-run), in time order, where a
+    # backfill of the assets becomes a run per multi-asset (Dagster runs a self-dependent
+    # asset apart from its parents). The sensor and the schedule launch it too, so every
+    # run of the corpus is listed under it.
+    job = define_asset_job(
+        name=program.name,
+        selection=selection,
+        partitions_def=partitions_def,
+        description=f"Every relation and action of `{program.name}`, for a range of epochs.",
+    )
     sensors = []
     if program.catalog.inputs:
         first_input = translator.get_asset_key(program, program.catalog.inputs[0].name)
-        sensors.append(landing_sensor(program, partitions_def, selection, first_input))
+        sensors.append(landing_sensor(program, job, first_input))
     return Definitions(
         assets=assets,
+        jobs=[job],
         sensors=sensors,
-        schedules=[epoch_schedule(program, partitions_def, selection, skew_ms)],
+        schedules=[epoch_schedule(program, partitions_def, job, skew_ms)],
         resources={
             "spark": spark or SparkResource(),
             "storage": PomoStorage(

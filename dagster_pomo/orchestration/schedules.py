@@ -6,15 +6,20 @@ at runtime.)
 """
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from dagster import (
-    AssetSelection,
     RunRequest,
     ScheduleEvaluationContext,
     SkipReason,
     TimeWindowPartitionsDefinition,
     schedule,
 )
+
+if TYPE_CHECKING:  # not exported by dagster: for the type checker only
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
 
 from dagster_pomo.lang import Program
 
@@ -50,11 +55,11 @@ def shifted_cron(epoch_minutes: int, skew_minutes: int) -> str:
 def epoch_schedule(
     program: Program,
     partitions_def: TimeWindowPartitionsDefinition,
-    selection: AssetSelection,
+    job: "UnresolvedAssetJobDefinition",
     skew_ms: int = 0,
 ):
-    """Fires ``skew`` after each epoch ends and requests that epoch (once: the run key is the
-    partition key)."""
+    """Fires ``skew`` after each epoch ends and launches ``job`` (the corpus's) for that
+    epoch (once: the run key is the partition key)."""
     minutes = -(-skew_ms // 60_000)  # cron has minutes: round the skew up
     # The cron only sets when ticks happen; `complete_epoch` decides what is complete.
     size = int(partitions_def.get_first_partition_window().end.timestamp() * 1000) - int(
@@ -72,7 +77,7 @@ def epoch_schedule(
     @schedule(
         name=f"{program.name}__epochs",
         cron_schedule=cron,
-        target=selection,
+        target=job,
         execution_timezone="UTC",
         description=f"Each complete epoch of `{program.name}`, {minutes} min after it ends.",
     )

@@ -14,9 +14,10 @@ annotations at runtime.)
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dagster import (
-    AssetSelection,
+    AssetKey,
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
@@ -24,6 +25,11 @@ from dagster import (
     TimeWindowPartitionsDefinition,
     sensor,
 )
+
+if TYPE_CHECKING:  # not exported by dagster: for the type checker only
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
 
 from dagster_pomo.engine.ingest import file_signature, landing_files
 from dagster_pomo.engine.lines import TimeWindow, decode, event_time, read_lines
@@ -75,16 +81,18 @@ def read_files(storage: PomoStorage, corpus: str) -> dict[str, str]:
 
 def landing_sensor(
     program: Program,
-    partitions_def: TimeWindowPartitionsDefinition,
-    selection: AssetSelection,
-    input_key,
+    job: "UnresolvedAssetJobDefinition",
+    input_key: AssetKey,
     minimum_interval_seconds: int = 30,
 ):
-    """A sensor that requests the epochs touched by new landing files."""
+    """A sensor that launches ``job`` (the corpus's) for the epochs new landing files
+    touch."""
+    partitions_def = job.partitions_def
+    assert isinstance(partitions_def, TimeWindowPartitionsDefinition)
 
     @sensor(
         name=f"{program.name}__landing",
-        asset_selection=selection,
+        job=job,
         minimum_interval_seconds=minimum_interval_seconds,
         description=f"New JSON Lines files in the landing location of `{program.name}`.",
     )
