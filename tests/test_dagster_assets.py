@@ -205,8 +205,33 @@ def test_a_run_starts_spark_once_its_steps_share_one_process(tmp_path: Path) -> 
     scheduled = defs.resolve_job_def(schedule.job_name)
     assert len(scheduled.all_node_defs) > 3, "the scheduled run holds every step"
     assert scheduled.executor_def.name == "in_process"
-    # The sensor's and the UI's runs target assets, through the implicit asset job.
+    # The UI's asset backfills target assets, through the implicit asset job.
     assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"
+
+
+def test_one_job_runs_the_corpus_and_every_asset_is_due_after_its_epoch(tmp_path: Path) -> None:
+    """The corpus's job holds every asset (its Partitions page backfills a range in one run)
+    and is what the schedule and the sensor launch; every asset's freshness policy expects
+    each epoch materialized between the epoch's end and its skew plus ``freshness`` after."""
+    corpus = RULES / "water_tanks.pomo"
+    handlers = outbox_handlers(corpus, tmp_path / "outbox.sqlite")
+    folders = str(tmp_path / "wh"), str(tmp_path / "landing")
+    defs = pomo_definitions(
+        corpus, PARTITIONS, *folders, skew="5m", handlers=handlers, freshness="10m"
+    )
+    job = defs.resolve_job_def("water_tanks")
+    every = {key for a in defs.assets for key in a.keys}  # type: ignore[union-attr]
+    assert len(every) == 9
+    assert set(job.asset_layer.executable_asset_keys) == every
+    assert job.partitions_def == PARTITIONS
+    assert {s.job_name for s in (*defs.schedules, *defs.sensors)} == {"water_tanks"}
+    for asset in defs.assets:
+        for spec in asset.specs:  # type: ignore[union-attr]
+            policy = spec.freshness_policy
+            assert policy.deadline_cron == "15 * * * *", spec.key  # 00:00 + 5m + 10m
+            assert policy.lower_bound_delta == timedelta(minutes=15), spec.key
+    quiet = pomo_definitions(corpus, PARTITIONS, *folders, handlers=handlers, freshness=None)
+    assert all(s.freshness_policy is None for a in quiet.assets for s in a.specs)  # type: ignore[union-attr]
 
 
 def test_pipelines_need_declared_inputs() -> None:

@@ -173,6 +173,10 @@ query Status($id: String!) {
   }
 }
 """
+FRESHNESS = """
+query Freshness { assetNodes(group: {groupName: "water_tanks", repositoryName: "__repository__",
+  repositoryLocationName: "water_tanks"}) { freshnessStatusInfo { freshnessStatus } } }
+"""
 BACKFILLS = """
 query Backfills { partitionBackfillsOrError(limit: 5) {
   ... on PartitionBackfills { results { id partitionSetName } } } }
@@ -282,6 +286,18 @@ def _range_runs(state: dict, keys: list[str]) -> list[dict]:
     return state["runs"]
 
 
+def _freshness(url: str) -> set[str]:
+    """The freshness statuses of the water tanks' assets once the daemon has evaluated them
+    all (it does so every 30 seconds)."""
+    deadline = time.monotonic() + 120
+    while True:
+        nodes = _graphql(url, FRESHNESS, {})["assetNodes"]
+        statuses = {n["freshnessStatusInfo"]["freshnessStatus"] for n in nodes}
+        if "UNKNOWN" not in statuses or time.monotonic() > deadline:
+            return statuses
+        time.sleep(3)
+
+
 def _partition_counts(page) -> tuple[int, int]:
     """A job's Partitions page's total and missing partition counts, once loaded (it
     shows 0 and 0 until the partition statuses arrive)."""
@@ -351,6 +367,9 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
             print(f"backfill seconds: {took}")  # reported, not asserted
             nodes = _graphql(url, VERSIONS, {"partition": KEYS[-1]})["assetNodes"]
             assert {n["staleStatus"] for n in nodes} == {"FRESH"}, nodes
+            # Each asset's freshness policy (due 15 minutes after its epoch's end), as the
+            # daemon evaluates it: just materialized, every asset is within it.
+            assert _freshness(url) == {"HEALTHY"}
             page.goto(f"{url}/locations/water_tanks/jobs/water_tanks/partitions")
             page.get_by_text("Missing partitions").first.wait_for()
             counted = _partition_counts(page)  # (total, missing), once the page has them

@@ -72,6 +72,7 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
             "pomo/rules": MetadataValue.md(f"```\n{rules}\n```"),
         },
         partitions_def=shared.partitions_def,
+        freshness_policy=shared.freshness,
         kinds={"python"},
     )
 

@@ -21,6 +21,7 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     DataVersion,
+    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
     TimeWindowPartitionsDefinition,
@@ -47,11 +48,14 @@ def build_assets(
     translator: PomoTranslator | None = None,
     handlers: Mapping[str, Handler] | None = None,
     warehouse: str | None = None,
+    freshness: FreshnessPolicy | None = None,
 ) -> list:
     """The input multi-asset, one multi-asset per unit of strata and one asset per action
     handler in ``handlers``; ``warehouse``, where the relations are stored (for each
-    asset's ``dagster/uri``)."""
-    shared = CorpusAssets(program, partitions_def, translator or PomoTranslator(), warehouse)
+    asset's ``dagster/uri``); ``freshness``, every asset's freshness policy."""
+    shared = CorpusAssets(
+        program, partitions_def, translator or PomoTranslator(), warehouse, freshness
+    )
     assets = [_inputs_asset(shared)] if program.catalog.inputs else []
     assets += [_unit_asset(shared, unit) for unit in units(program)]
     if handlers:
@@ -200,17 +204,20 @@ def pomo_definitions(
     translator: PomoTranslator | None = None,
     ledger: str | None = None,
     times: str = str(DEFAULT_TIMES),
+    freshness: str | int | None = "15m",
 ):  # noqa: ANN201 - Definitions
     """Everything Dagster needs for one corpus file: assets (with one per action handler;
-    ``handlers`` maps every handler name the corpus uses to a callable), the landing
-    sensor, the epoch schedule (each epoch ``skew`` after it ends; a duration such as
-    ``"5m"``, or ms) and the resources. ``ledger`` is the folder of the action ledger
-    (default: the warehouse, when local); ``times`` the times input events may have
-    (``FROM..UNTIL`` or ``any``; events outside are quarantined)."""
+    ``handlers`` maps every handler name the corpus uses to a callable), the corpus's job,
+    the landing sensor, the epoch schedule (each epoch ``skew`` after it ends; a duration
+    such as ``"5m"``, or ms) and the resources. Every asset's freshness policy expects a
+    materialization within ``freshness`` after the schedule's tick for each epoch (None:
+    no policy). ``ledger`` is the folder of the action ledger (default: the warehouse,
+    when local); ``times`` the times input events may have (``FROM..UNTIL`` or ``any``;
+    events outside are quarantined)."""
     from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
     from dagster_pomo.lang import load_program
-    from dagster_pomo.orchestration.schedules import epoch_schedule
+    from dagster_pomo.orchestration.schedules import epoch_freshness, epoch_schedule
     from dagster_pomo.orchestration.sensors import landing_sensor
     from dagster_pomo.timeline import parse_duration
 
@@ -221,7 +228,11 @@ def pomo_definitions(
         raise UsageError("\n".join(problems))
     translator = translator or PomoTranslator()
     skew_ms = skew if isinstance(skew, int) else parse_duration(skew)
-    assets = build_assets(program, partitions_def, translator, handlers, warehouse)
+    policy = None
+    if freshness is not None:
+        due = skew_ms + (freshness if isinstance(freshness, int) else parse_duration(freshness))
+        policy = epoch_freshness(partitions_def, due)
+    assets = build_assets(program, partitions_def, translator, handlers, warehouse, policy)
     selection = AssetSelection.assets(*[key for a in assets for key in a.keys])
     # The whole corpus as one job: a backfill launched from its Partitions page is one run
     # over the range (every asset's backfill policy is single-run), in time order, where a

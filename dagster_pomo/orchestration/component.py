@@ -93,6 +93,11 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
         default=str(DEFAULT_TIMES),
         description="the times input events may have, FROM..UNTIL or `any`; others are quarantined",
     )
+    freshness: str | None = Field(
+        default="15m",
+        description="how long after the schedule's tick for an epoch its assets are due "
+        "(each asset's freshness policy); null: no policy",
+    )
     spark: SparkSettingsModel = Field(default_factory=SparkSettingsModel)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
@@ -119,4 +124,5 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
             ),
             ledger=None if self.ledger is None else local(self.ledger),
             times=self.times,
+            freshness=self.freshness,
         )

@@ -17,6 +17,7 @@ from dagster import (
     BackfillPolicy,
     BetaWarning,
     CodeReferencesMetadataValue,
+    FreshnessPolicy,
     LocalFileCodeReference,
     TableColumnDep,
     TableColumnLineage,
@@ -95,8 +96,10 @@ class CorpusAssets:
         partitions_def: TimeWindowPartitionsDefinition,
         translator: PomoTranslator,
         warehouse: str | None = None,
+        freshness: FreshnessPolicy | None = None,
     ) -> None:
         self.program = program
+        self.freshness = freshness
         self.partitions_def = partitions_def
         self.translator = translator
         self.warehouse = warehouse
@@ -125,6 +128,7 @@ class CorpusAssets:
             kinds={"spark", "parquet"},
             tags=self.translator.get_tags(program, relation),
             owners=self.translator.get_owners(program, relation),
+            freshness_policy=self.freshness,
         )
 
     def table_metadata(self, relation: str) -> dict[str, Any]:

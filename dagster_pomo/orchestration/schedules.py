@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dagster import (
+    FreshnessPolicy,
     RunRequest,
     ScheduleEvaluationContext,
     SkipReason,
@@ -52,6 +53,32 @@ def shifted_cron(epoch_minutes: int, skew_minutes: int) -> str:
     return f"{minute} {hour} * * *"
 
 
+def epoch_cron(partitions_def: TimeWindowPartitionsDefinition, after_ms: int) -> str:
+    """A cron firing ``after_ms`` (rounded up to minutes: cron has minutes) after the end of
+    every partition."""
+    minutes = -(-after_ms // 60_000)
+    first = partitions_def.get_first_partition_window()
+    size = int(first.end.timestamp() * 1000) - int(first.start.timestamp() * 1000)
+    if 60_000 <= size <= DAY and DAY % size == 0 and size % 60_000 == 0:
+        return shifted_cron(size // 60_000, minutes)
+    if getattr(partitions_def.schedule_type, "name", None) == "HOURLY":
+        return partitions_def.get_cron_schedule(minute_of_hour=minutes % 60)
+    return partitions_def.get_cron_schedule(
+        minute_of_hour=minutes % 60, hour_of_day=(minutes // 60) % 24
+    )
+
+
+def epoch_freshness(partitions_def: TimeWindowPartitionsDefinition, due_ms: int) -> FreshnessPolicy:
+    """Each epoch's assets materialized between the epoch's end and ``due_ms`` after it
+    (Dagster looks at the latest materialization of any partition: a backfill of old
+    epochs counts too)."""
+    return FreshnessPolicy.cron(
+        deadline_cron=epoch_cron(partitions_def, due_ms),
+        lower_bound_delta=timedelta(milliseconds=-(-due_ms // 60_000) * 60_000),
+        timezone="UTC",
+    )
+
+
 def epoch_schedule(
     program: Program,
     partitions_def: TimeWindowPartitionsDefinition,
@@ -60,19 +87,9 @@ def epoch_schedule(
 ):
     """Fires ``skew`` after each epoch ends and launches ``job`` (the corpus's) for that
     epoch (once: the run key is the partition key)."""
-    minutes = -(-skew_ms // 60_000)  # cron has minutes: round the skew up
     # The cron only sets when ticks happen; `complete_epoch` decides what is complete.
-    size = int(partitions_def.get_first_partition_window().end.timestamp() * 1000) - int(
-        partitions_def.get_first_partition_window().start.timestamp() * 1000
-    )
-    if 60_000 <= size <= DAY and DAY % size == 0 and size % 60_000 == 0:
-        cron = shifted_cron(size // 60_000, minutes)
-    elif getattr(partitions_def.schedule_type, "name", None) == "HOURLY":
-        cron = partitions_def.get_cron_schedule(minute_of_hour=minutes % 60)
-    else:
-        cron = partitions_def.get_cron_schedule(
-            minute_of_hour=minutes % 60, hour_of_day=(minutes // 60) % 24
-        )
+    cron = epoch_cron(partitions_def, skew_ms)
+    minutes = -(-skew_ms // 60_000)
 
     @schedule(
         name=f"{program.name}__epochs",
