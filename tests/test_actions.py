@@ -248,7 +248,13 @@ def _rising_tanks(path: Path) -> None:
 
 
 def test_handlers_as_assets_fail_loudly_retry_and_never_repeat(tmp_path: Path) -> None:
-    from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
+    from dagster import (
+        AssetCheckKey,
+        AssetKey,
+        DagsterInstance,
+        build_sensor_context,
+        materialize,
+    )
 
     from dagster_pomo.engine.run import run
     from dagster_pomo.examples import HOUR
@@ -313,8 +319,21 @@ def test_handlers_as_assets_fail_loudly_retry_and_never_repeat(tmp_path: Path) -
     assert "injected:" in message
     injected = alerts.injected
     assert injected > 0
+    check = AssetCheckKey(action, "every_event_handed_over")
+
+    def handed_over() -> tuple[str, int]:
+        """The latest evaluation of the handler's check: its status and failed count."""
+        (latest,) = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [check]
+        ).values()
+        evaluation = latest.event.dagster_event.event_specific_data  # type: ignore[union-attr]
+        return latest.status.value, evaluation.metadata["pomo/actions_failed"].value
+
+    status, failed_events = handed_over()
+    assert status == "FAILED" and failed_events == injected
 
     assert materialize_range(KEYS[0], KEYS[-1]).success, "a second run retries the failures"
+    assert handed_over() == ("SUCCEEDED", 0)
     want = expected()
     assert len(want) > 10
     got = effects()

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from itertools import groupby
 
 from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     AssetKey,
@@ -76,10 +78,17 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
         kinds={"python"},
     )
 
-    @shared.multi_asset(f"action__{name}", [spec])
+    handed_over = AssetCheckSpec(
+        "every_event_handed_over",
+        asset=key,
+        description=f"Every event `{name}` listens to in the run's epochs was handed over "
+        "and its call returned; failed ones are retried by the next run of the epoch.",
+    )
+
+    @shared.multi_asset(f"action__{name}", [spec], [handed_over])
     def act(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
-    ) -> Iterator[MaterializeResult]:
+    ) -> Iterator[MaterializeResult | AssetCheckResult]:
         settings = spark.settings(len(context.partition_keys))
         results = open_results(program, shared.schemas, storage.warehouse, settings)
         ledger = Ledger(storage.ledger_path(program.name))
@@ -116,6 +125,17 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
             states = ledger.counts(name)
         finally:
             ledger.close()
+        yield AssetCheckResult(
+            check_name=handed_over.name,
+            asset_key=key,
+            passed=not total.failed and not total.held,
+            metadata={
+                "pomo/actions_ran": total.ran,
+                "pomo/actions_failed": len(total.failed),
+                "pomo/actions_held": total.held,
+                "pomo/ledger_done": states.get("done", 0),
+            },
+        )
         if total.failed:
             shown = "\n".join(f"- {e.describe()}: {err}" for e, err in total.failed[:10])
             more = len(total.failed) - 10
