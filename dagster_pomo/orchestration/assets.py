@@ -164,6 +164,11 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
             stratum = shared.program.strata[-1].index
         specs.append(shared.spec(name, [*deps, *_self_deps(shared, name)], stratum))
 
+    lineages = {
+        name: {k: v for k, v in spec.metadata.items() if k == "dagster/column_lineage"}
+        for name, spec in zip(unit.relations, specs, strict=True)
+    }
+
     @shared.multi_asset(unit.name, specs)
     def evaluate(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
@@ -179,8 +184,10 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
         for name in unit.relations:
             yield MaterializeResult(
                 asset_key=shared.key(name),
-                # How the run went, the same for every partition it ran.
+                # How the run went, the same for every partition it ran; the column
+                # lineage again, where Dagster+ looks for it to draw.
                 metadata={
+                    **lineages[name],
                     "pomo/run_partitions": len(epochs),
                     "pomo/run_passes": made.passes,
                     "pomo/run_fixpoint_rounds_max": made.rounds,
