@@ -69,13 +69,17 @@ def epoch_cron(partitions_def: TimeWindowPartitionsDefinition, after_ms: int) ->
 
 
 def epoch_freshness(partitions_def: TimeWindowPartitionsDefinition, due_ms: int) -> FreshnessPolicy:
-    """Each epoch's assets materialized between the epoch's end and ``due_ms`` after it
-    (Dagster looks at the latest materialization of any partition: a backfill of old
-    epochs counts too)."""
+    """Each epoch's assets materialized by ``due_ms`` after the epoch's end, and not more
+    than an epoch (Dagster's bound: the deadline's interval) before that deadline.
+    Dagster looks at the latest materialization of any partition: a backfill of old
+    epochs counts too."""
+    cron = epoch_cron(partitions_def, due_ms)
+    first = partitions_def.get_first_partition_window()
+    size_ms = int((first.end - first.start).total_seconds() * 1000)
+    due = -(-due_ms // 60_000) * 60_000
+    window = 60_000 if cron == "* * * * *" else min(due, size_ms)
     return FreshnessPolicy.cron(
-        deadline_cron=epoch_cron(partitions_def, due_ms),
-        lower_bound_delta=timedelta(milliseconds=-(-due_ms // 60_000) * 60_000),
-        timezone="UTC",
+        deadline_cron=cron, lower_bound_delta=timedelta(milliseconds=window), timezone="UTC"
     )
 
 
