@@ -98,7 +98,53 @@ def dependency_programs(draw: st.DrawFn) -> str:
             head = f"a{len(lines)}"
             lines.append(f"{head}(x) @count := {' ^ '.join(body)};")
             rels.append(head)
+        elif next_:  # it carries its head over, so it is a safe `@next` rule
+            lines.append(f"{head}(x) @next := {' ^ '.join([f'{head}(x)', *body])};")
         else:
-            suffix = " @next" if next_ else ""
-            lines.append(f"{head}(x){suffix} := {' ^ '.join(body)};")
+            lines.append(f"{head}(x) := {' ^ '.join(body)};")
     return "\n".join(lines) + "\n"
+
+
+# PomoLogic: the same trees, with uppercase variables and atoms that name their attributes
+# or not (an atom with no arguments names none: `p()` omits every attribute).
+upper_names = st.from_regex(r"[A-Z][A-Za-z0-9_]{0,6}", fullmatch=True)
+
+
+def pomologic_exprs() -> st.SearchStrategy[ast.Expr]:
+    leaves = st.one_of(consts(), upper_names.map(ast.Var))
+    return st.recursive(leaves, _compound, max_leaves=8)
+
+
+@st.composite
+def pomologic_atoms(draw: st.DrawFn) -> ast.Atom:
+    args = tuple(draw(st.lists(st.one_of(pomologic_exprs(), st.just(ast.Wildcard())), max_size=4)))
+    named = not args or draw(st.booleans())
+    given = st.lists(names, min_size=len(args), max_size=len(args))
+    attributes = tuple(draw(given)) if named else None
+    anns = st.builds(ast.Annotation, names, st.lists(pomologic_exprs(), max_size=2).map(tuple))
+    return ast.Atom(
+        draw(names),
+        args,
+        tuple(draw(st.lists(anns, max_size=2))),
+        tuple(draw(st.lists(handlers, max_size=1))),
+        names=attributes,
+    )
+
+
+@st.composite
+def pomologic_rules(draw: st.DrawFn) -> ast.Rule:
+    body = tuple(
+        draw(st.lists(st.builds(ast.BodyLiteral, pomologic_atoms(), st.booleans()), max_size=3))
+    )
+    comparisons = st.builds(
+        ast.BinOp, st.sampled_from(sorted(ast.COMPARISONS)), pomologic_exprs(), pomologic_exprs()
+    )
+    guards = tuple(draw(st.lists(comparisons, max_size=2))) if body else ()
+    definitions_ = st.builds(ast.Definition, upper_names.map(ast.Var), pomologic_exprs())
+    defs = tuple(draw(st.lists(definitions_, max_size=2))) if body else ()
+    return ast.Rule(draw(pomologic_atoms()), body, guards, defs)
+
+
+pomologic_corpora = st.lists(st.one_of(pomologic_rules(), decls), max_size=6).map(
+    lambda statements: ast.Corpus(tuple(statements))
+)

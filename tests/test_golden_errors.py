@@ -10,7 +10,7 @@ import pytest
 from dagster_pomo.cli.main import main
 from tests.conftest import GOLDEN
 
-CASES = sorted((GOLDEN / "errors").glob("*.pomo"))
+CASES = sorted([*(GOLDEN / "errors").glob("*.pomo"), *(GOLDEN / "errors").glob("*.pomologic")])
 
 
 WARNED = sorted((GOLDEN / "warnings").glob("*.pomo"))

@@ -8,8 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_pomo.lang import CorpusError, PomoSyntaxError, Program, compile_corpus, parse, render
+from dagster_pomo.lang.parser import POMOLOGIC
+from dagster_pomo.lang.pomologic import render_pomologic
 from dagster_pomo.lang.stratify import precedence_edges
-from tests.strategies import corpora, dependency_programs
+from tests.strategies import corpora, dependency_programs, pomologic_corpora
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -19,6 +21,13 @@ PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 def test_render_then_parse_gives_the_same_tree(corpus) -> None:
     text = render(corpus)
     assert parse(text) == corpus, text
+
+
+@PROPERTY
+@given(pomologic_corpora)
+def test_pomologic_render_then_parse_gives_the_same_tree(corpus) -> None:
+    text = render_pomologic(corpus)
+    assert parse(text, notation=POMOLOGIC) == corpus, text
 
 
 @PROPERTY

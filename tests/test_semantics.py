@@ -25,8 +25,9 @@ def evaluate(
     epoch: int,
     engine: str,
     until: int | None = None,
+    name: str = "case.pomo",
 ) -> dict[str, list[dict]]:
-    program = compile_corpus(corpus, "case.pomo")
+    program = compile_corpus(corpus, name)
     path = tmp_path / "events.jsonl"
     path.write_text(
         "".join(json.dumps({"relation": r, "t": t, "args": a}) + "\n" for r, t, a in events)

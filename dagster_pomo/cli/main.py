@@ -35,9 +35,9 @@ def _corpus_files(paths: Sequence[str]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(path.glob("*.pomo"))
+            found = sorted([*path.glob("*.pomo"), *path.glob("*.pomologic")])
             if not found:
-                raise _Usage(f"{raw}: no *.pomo files in this folder")
+                raise _Usage(f"{raw}: no *.pomo or *.pomologic files in this folder")
             files += found
         elif path.is_file():
             files.append(path)
@@ -102,6 +102,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if program is None:
         return EXIT_CORPUS
     sys.stdout.write(render_plan(compile_plan(program, infer_schemas(program, {}))))
+    return EXIT_OK
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from dagster_pomo.lang.pomologic import to_pomologic
+
+    (path,) = _corpus_files([args.file])
+    program = _load(path)
+    if program is None:
+        return EXIT_CORPUS
+    sys.stdout.write(to_pomologic(program))
     return EXIT_OK
 
 
@@ -291,7 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check rule corpora; errors and warnings go to stderr as "
         "FILE:LINE:COL: message. Exit 1 on errors; warnings alone do not fail the check.",
     )
-    check.add_argument("files", nargs="+", metavar="FILE", help="a *.pomo file or a folder of them")
+    check.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="a *.pomo or *.pomologic file, or a folder of them",
+    )
     check.set_defaults(func=cmd_check)
 
     strata = sub.add_parser(
@@ -312,6 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("file", metavar="FILE")
     plan.set_defaults(func=cmd_plan)
+
+    convert = sub.add_parser(
+        "convert",
+        help="print a corpus in PomoLogic notation",
+        description="Print a checked corpus in PomoLogic notation (`head :- body.`, "
+        "uppercase variables, named attributes), its comments kept; save it as a "
+        "*.pomologic file to use it instead.",
+    )
+    convert.add_argument("file", metavar="FILE")
+    convert.set_defaults(func=cmd_convert)
 
     from dagster_pomo.engine.run import ENGINES
 

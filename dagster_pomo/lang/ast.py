@@ -114,12 +114,19 @@ class Handler:
 
 @dataclass(frozen=True)
 class Atom:
+    """``relation(args) @annotations ~ handlers``. Written with named attributes
+    (``point(x: X)``), ``names`` holds the attribute of each argument until
+    :func:`dagster_pomo.lang.attributes.resolve_attributes` puts the arguments in
+    column order (an omitted attribute becomes ``_``) and sets it back to None."""
+
     relation: str
     args: tuple[Expr, ...]
     annotations: tuple[Annotation, ...] = ()
     handlers: tuple[Handler, ...] = ()
     span: Span = _span()
     name_span: Span = _span()
+    names: tuple[str, ...] | None = None
+    name_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False)
 
     def annotation(self, name: str) -> Annotation | None:
         """The first annotation called ``name``, if any."""
@@ -219,10 +226,13 @@ Statement = Decl | Rule
 
 @dataclass(frozen=True)
 class Corpus:
-    """A parsed corpus file: its statements in source order."""
+    """A parsed corpus file: its statements in source order. ``attributes`` names the
+    columns of relations that have no ``.decl`` but are written with named attributes
+    (in order of first use); the others are ``c0``, ``c1``..."""
 
     statements: tuple[Statement, ...]
     source: Source = field(compare=False, repr=False, default=Source("<corpus>", ""))
+    attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def decls(self) -> tuple[Decl, ...]:

@@ -118,11 +118,18 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
             if h.name not in names:
                 names.append(h.name)
     relations: dict[str, Relation] = {}
+    attributes = dict(corpus.attributes)
     for name, (n, _) in arity.items():
         if name == CLOCK and not any(a.relation == CLOCK for r in corpus.rules for a in _atoms(r)):
             continue
         decl = decls.get(name)
-        columns = tuple(c.name for c in decl.columns) if decl else tuple(f"c{i}" for i in range(n))
+        named = attributes.get(name)
+        if decl:
+            columns = tuple(c.name for c in decl.columns)
+        elif named is not None and len(named) == n:
+            columns = named
+        else:
+            columns = tuple(f"c{i}" for i in range(n))
         types = tuple(c.type for c in decl.columns) if decl else (None,) * n
         if name == CLOCK:
             columns, types = ("offset", "period"), ("int", "int")

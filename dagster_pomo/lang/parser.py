@@ -1,9 +1,11 @@
 """Text to AST. The only module that knows lark exists.
 
-The file is cut into statements at each top-level ``;`` (outside strings and
-comments) and each statement is parsed on its own, so one typo yields one
-error and the rest of the file is still checked. Every lark exception is
-turned into a :class:`PomoSyntaxError` with file, line, column and a hint.
+Two notations, one AST: the corpus notation of ``.pomo`` files (``grammar.lark``) and
+PomoLogic (``pomologic.lark``, files ending in ``.pomologic``). The file is cut into
+statements at each top-level ``;`` (PomoLogic: ``.``), outside strings and comments,
+and each statement is parsed on its own, so one typo yields one error and the rest of
+the file is still checked. Every lark exception is turned into a
+:class:`PomoSyntaxError` with file, line, column and a hint.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib.resources import files
 from typing import Any
@@ -43,9 +46,46 @@ FRIENDLY = {
 }
 
 
+@dataclass(frozen=True)
+class Notation:
+    """How a corpus is written: its grammar, what ends a statement, how to split."""
+
+    name: str
+    grammar: str
+    end: str  # the statement terminator, as written
+    end_terminal: str  # lark's name for it
+    lexeme: re.Pattern[str]  # one lexeme at a time: strings, comments, the end, other text
+
+
+POMO = Notation(
+    "pomo",
+    "grammar.lark",
+    ";",
+    "SEMICOLON",
+    re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|//[^\n]*|;|[^"#/;]+|/'),
+)
+# A `.` ends a statement unless a letter, digit or `_` follows it (`.decl`, `1.5`).
+POMOLOGIC = Notation(
+    "pomologic",
+    "pomologic.lark",
+    ".",
+    "DOT",
+    re.compile(
+        r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|//[^\n]*|[0-9]+\.[0-9]+|\.(?![A-Za-z0-9_])'
+        r'|[^"#/.0-9]+|[0-9]+|/|\.'
+    ),
+)
+NOTATIONS = {POMO.name: POMO, POMOLOGIC.name: POMOLOGIC}
+
+
+def notation_of(name: str) -> Notation:
+    """The notation a file's name says it is written in: ``.pomologic`` or the corpus's."""
+    return POMOLOGIC if name.endswith(".pomologic") else POMO
+
+
 @cache
-def _lark() -> Lark:
-    grammar = files("dagster_pomo.lang").joinpath("grammar.lark").read_text()
+def _lark(grammar_file: str = POMO.grammar) -> Lark:
+    grammar = files("dagster_pomo.lang").joinpath(grammar_file).read_text()
     return Lark(
         grammar,
         start="statement",
@@ -63,14 +103,18 @@ class _Failure(Exception):
         self.diagnostic = diagnostic
 
 
-def parse(text: str | bytes, name: str = "<corpus>") -> ast.Corpus:
-    """Parse a whole corpus, reporting every statement's syntax error at once."""
+def parse(
+    text: str | bytes, name: str = "<corpus>", notation: Notation | None = None
+) -> ast.Corpus:
+    """Parse a whole corpus, reporting every statement's syntax error at once. The
+    notation is the file name's (see :func:`notation_of`) unless given."""
     source = _decode(text, name)
+    notation = notation or notation_of(name)
     statements: list[ast.Statement] = []
     problems: list[Diagnostic] = []
-    for start, end in split_statements(source.text):
+    for start, end in split_statements(source.text, notation):
         try:
-            statements.append(_parse_statement(source, start, end))
+            statements.append(_parse_statement(source, start, end, notation))
         except _Failure as failure:
             problems.append(failure.diagnostic)
     if problems:
@@ -93,20 +137,19 @@ def _decode(text: str | bytes, name: str) -> Source:
         ) from None
 
 
-_LEXEME = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|//[^\n]*|;|[^"#/;]+|/')
+def split_statements(text: str, notation: Notation = POMO) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each statement: up to and including a top-level ``;`` (or
+    PomoLogic's ``.``).
 
-
-def split_statements(text: str) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of each statement: up to and including a top-level ``;``.
-
-    A trailing piece with no ``;`` is yielded only if it holds more than blanks
+    A trailing piece with no terminator is yielded only if it holds more than blanks
     and comments, so that the parser can say the statement is unfinished.
     """
     start = 0
     pending_code = False
-    for match in _LEXEME.finditer(text):
+    end = notation.end
+    for match in notation.lexeme.finditer(text):
         lexeme = match.group()
-        if lexeme == ";":
+        if lexeme == end and (end != "." or _ends(text, match.end())):
             yield start, match.end()
             start, pending_code = match.end(), False
         elif not lexeme.startswith(("#", "//")) and lexeme.strip():
@@ -115,17 +158,26 @@ def split_statements(text: str) -> Iterator[tuple[int, int]]:
         yield start, len(text)
 
 
-def _parse_statement(source: Source, start: int, end: int) -> ast.Statement:
+def _ends(text: str, after: int) -> bool:
+    """Whether a lone ``.`` (at ``after - 1``) ends a PomoLogic statement: the ``.``
+    matched by the lexeme pattern is one no letter, digit or ``_`` follows."""
+    return after >= len(text) or not (text[after].isalnum() or text[after] == "_")
+
+
+def _parse_statement(
+    source: Source, start: int, end: int, notation: Notation = POMO
+) -> ast.Statement:
     chunk = source.text[start:end]
     try:
-        tree = _lark().parse(chunk)
+        tree = _lark(notation.grammar).parse(chunk)
     except UnexpectedInput as exc:
-        raise _Failure(_syntax_diagnostic(source, start, chunk, exc)) from None
+        raise _Failure(_syntax_diagnostic(source, start, chunk, exc, notation)) from None
     too_large = _too_large(source, start, tree)
     if too_large is not None:
         raise _Failure(too_large)
+    builder = _ToAst if notation is POMO else _PomoLogicToAst
     try:
-        return _ToAst(source, start).transform(tree)
+        return builder(source, start).transform(tree)
     except VisitError as exc:
         if isinstance(exc.orig_exc, _Failure):
             raise exc.orig_exc from None
@@ -147,8 +199,12 @@ def _too_large(source: Source, base: int, tree: Tree[Token]) -> Diagnostic | Non
                 where,
                 "split it into steps with `where` definitions (`where a = ..., b = a + ...`)",
             )
-        if node.data == "formula":
-            atoms = sum(1 for c in node.children if isinstance(c, Tree) and c.data != "guard")
+        if node.data in ("formula", "body"):
+            atoms = sum(
+                1
+                for c in node.children
+                if isinstance(c, Tree) and c.data in ("literal", "negated", "positive")
+            )
             if atoms > MAX_BODY and where is not None:
                 return Diagnostic(
                     f"a body of {atoms} atoms; at most {MAX_BODY} are joined in one rule",
@@ -162,10 +218,12 @@ def _too_large(source: Source, base: int, tree: Tree[Token]) -> Diagnostic | Non
 # --------------------------------------------------------------------------- errors
 
 
-def _describe(terminal: str) -> str:
+def _describe(terminal: str, notation: Notation = POMO) -> str:
     if terminal in FRIENDLY:
         return FRIENDLY[terminal]
-    for term in _lark().terminals:
+    if terminal == "IMPLIES":
+        return "`:-`"
+    for term in _lark(notation.grammar).terminals:
         if term.name == terminal and term.pattern.type == "str":
             return f"`{term.pattern.value}`"
     return terminal.lower()
@@ -177,17 +235,17 @@ _OPERATORS = {"COMPARE", "PLUS", "MUL"}
 _GROUPS = {"AT": "`@annotation`", "TILDE": "`~ handler`"}
 
 
-def _expected(names: set[str]) -> str:
+def _expected(names: set[str], notation: Notation = POMO) -> str:
     """A short, readable list of what the parser would have accepted."""
     names = set(names)
     described: list[str] = []
     if len(names & _EXPR_START) >= 3:
         described.append("an expression")
-        names = {n for n in names - _EXPR_START if _describe(n) not in _EXPR_WORDS}
+        names = {n for n in names - _EXPR_START if _describe(n, notation) not in _EXPR_WORDS}
     if names & _OPERATORS:
         described.append("an operator")
         names -= _OPERATORS | {"MINUS"}
-    described += sorted({_GROUPS.get(n) or _describe(n) for n in names})
+    described += sorted({_GROUPS.get(n) or _describe(n, notation) for n in names})
     if len(described) == 1:
         return described[0]
     return ", ".join(described[:-1]) + " or " + described[-1]
@@ -210,7 +268,11 @@ def _end_of_code_before(text: str, pos: int) -> int:
         line_start = text.rfind("\n", 0, pos) + 1
 
 
-def _syntax_diagnostic(source: Source, base: int, chunk: str, exc: UnexpectedInput) -> Diagnostic:
+def _syntax_diagnostic(
+    source: Source, base: int, chunk: str, exc: UnexpectedInput, notation: Notation = POMO
+) -> Diagnostic:
+    end = notation.end
+    finish = f"end every declaration and rule with `{end}`"
     if isinstance(exc, UnexpectedCharacters):
         pos = base + exc.pos_in_stream
         char = chunk[exc.pos_in_stream]
@@ -223,41 +285,48 @@ def _syntax_diagnostic(source: Source, base: int, chunk: str, exc: UnexpectedInp
             return Diagnostic(
                 "unexpected `.`", span, "statements end with `;`; declarations start with `.decl`"
             )
-        return Diagnostic(f"unexpected character `{char}`", span, _char_hint(char))
+        return Diagnostic(f"unexpected character `{char}`", span, _char_hint(char, notation))
     assert isinstance(exc, UnexpectedToken)
     token = exc.token
     expected = set(exc.expected) | set(getattr(exc, "accepts", None) or ())
     if token.type == "$END":
         pos = _end_of_code_before(chunk, len(chunk)) + base
         return Diagnostic(
-            f"the statement is not finished: expected {_expected(expected)}",
+            f"the statement is not finished: expected {_expected(expected, notation)}",
             source.span(pos, pos),
-            "end every declaration and rule with `;`" if "SEMICOLON" in expected else None,
+            finish if notation.end_terminal in expected else None,
         )
     pos = base + token.start_pos
     span = source.span(pos, base + token.end_pos)
     value = str(token)
+    if value == "=" and token.start_pos > 0 and chunk[token.start_pos - 1] == ":":
+        # `p(x := ...`: read as the attribute `x:` of a named atom, then `=`.
+        hint = "close the atom with `)` first" if notation is POMO else None
+        return Diagnostic(
+            "unexpected `:=` inside an atom's parentheses", source.span(pos - 1, pos + 1), hint
+        )
     if (
-        "SEMICOLON" in expected
+        notation.end_terminal in expected
         and source.span(pos, pos).line
         > source.span(base + _end_of_code_before(chunk, token.start_pos), pos).line
     ):
-        end = base + _end_of_code_before(chunk, token.start_pos)
-        return Diagnostic(
-            f"missing `;` before `{value}`",
-            source.span(end, end),
-            "end every declaration and rule with `;`",
-        )
-    return Diagnostic(
-        f"unexpected `{value}`: expected {_expected(expected)}",
-        span,
-        _token_hint(value, expected),
-    )
+        stop = base + _end_of_code_before(chunk, token.start_pos)
+        return Diagnostic(f"missing `{end}` before `{value}`", source.span(stop, stop), finish)
+    hint = _token_hint(value, expected, notation)
+    if notation is POMO and value == ":" and chunk[token.end_pos : token.end_pos + 1] in "-\u2212":
+        hint = "a rule body starts with `:=` here; `:-` is PomoLogic's, for *.pomologic files"
+    return Diagnostic(f"unexpected `{value}`: expected {_expected(expected, notation)}", span, hint)
 
 
-def _char_hint(char: str) -> str | None:
+def _char_hint(char: str, notation: Notation = POMO) -> str | None:
     if char == "&":
+        if notation is POMOLOGIC:
+            return "separate body predicates with `,`"
         return "join body atoms and guard conditions with `^`"
+    if char == ";" and notation is POMOLOGIC:
+        return "PomoLogic statements end with `.`"
+    if char == "^" and notation is POMOLOGIC:
+        return "separate body predicates with `,`"
     if char == "|":
         return "write one rule per alternative; there is no `|` in rules"
     if char == "'":
@@ -265,8 +334,19 @@ def _char_hint(char: str) -> str | None:
     return None
 
 
-def _token_hint(value: str, expected: set[str]) -> str | None:
-    literals = {_describe(n) for n in expected}
+def _token_hint(value: str, expected: set[str], notation: Notation = POMO) -> str | None:
+    literals = {_describe(n, notation) for n in expected}
+    if notation is POMOLOGIC:
+        if value == ";":
+            return "PomoLogic statements end with `.`"
+        if value == "^":
+            return "separate body predicates with `,`"
+        if value == ":=" and "IMPLIES" in expected:
+            return "a rule's body starts with `:-` (`:=` binds a content ID or an aggregate)"
+        if value in {"if", "where"}:
+            return "write conditions and definitions as body predicates: `X < 3`, `Y = X + 1`"
+        if value == ":" and "IMPLIES" in expected:
+            return "a rule's body starts with `:-`"
     if value == "=" and "COMPARE" in expected:
         return "compare with `==`; `=` only defines a variable in a `where` clause"
     if value == ":" and "`:=`" in literals:
@@ -279,6 +359,15 @@ def _token_hint(value: str, expected: set[str]) -> str | None:
 
 
 # --------------------------------------------------------------------------- tree -> AST
+
+
+@dataclass(frozen=True)
+class _Args:
+    """An atom's arguments as written: positional (``names`` None) or named."""
+
+    args: tuple[ast.Expr, ...]
+    names: tuple[str, ...] | None
+    name_spans: tuple[Span, ...]
 
 
 @v_args(meta=True)
@@ -359,12 +448,31 @@ class _ToAst(Transformer[Token, Any]):
 
     def atom(self, meta: Any, children: list[Any]) -> ast.Atom:
         name, rest = children[0], children[1:]
-        args = tuple(c for c in rest if not isinstance(c, ast.Annotation | ast.Handler))
+        given = next((c for c in rest if isinstance(c, _Args)), _Args((), None, ()))
         anns = tuple(c for c in rest if isinstance(c, ast.Annotation))
         handlers = tuple(c for c in rest if isinstance(c, ast.Handler))
         return ast.Atom(
-            self._name(name), args, anns, handlers, self._span(meta), self._tok_span(name)
+            self._name(name),
+            given.args,
+            anns,
+            handlers,
+            self._span(meta),
+            self._tok_span(name),
+            given.names,
+            given.name_spans,
         )
+
+    def positional(self, meta: Any, children: list[Any]) -> _Args:
+        return _Args(tuple(children), None, ())
+
+    def named(self, meta: Any, children: list[Any]) -> _Args:
+        names = tuple(name for name, _, _ in children)
+        spans = tuple(span for _, _, span in children)
+        return _Args(tuple(expr for _, expr, _ in children), names, spans)
+
+    def attribute(self, meta: Any, children: list[Any]) -> tuple[str, ast.Expr, Span]:
+        name, expr = children
+        return (self._name(name), expr, self._tok_span(name))
 
     def annotation(self, meta: Any, children: list[Any]) -> ast.Annotation:
         return ast.Annotation(str(children[0]), tuple(children[1:]), self._span(meta))
@@ -459,3 +567,121 @@ class _ToAst(Transformer[Token, Any]):
         if value > INT64_MAX:
             self._fail("duration does not fit in 64 bits of milliseconds", self._tok_span(tok))
         return value
+
+
+@dataclass(frozen=True)
+class _Callish:
+    """``name(args) suffixes``: an atom where a predicate or a head stands, a function
+    call inside an expression (PomoLogic writes both alike)."""
+
+    atom: ast.Atom
+
+
+@v_args(meta=True)
+class _PomoLogicToAst(_ToAst):
+    """PomoLogic to the same AST: variables start with an uppercase letter, a body is
+    predicates (atoms, negated atoms, constraints, definitions) separated by `,`."""
+
+    def rule(self, meta: Any, children: list[Any]) -> ast.Rule:
+        head = self._atom(children[0])
+        body = next((c for c in children[1:] if isinstance(c, list)), [])
+        lits = tuple(p for p in body if isinstance(p, ast.BodyLiteral))
+        guards = tuple(p for p in body if isinstance(p, ast.BinOp))
+        defs = tuple(p for p in body if isinstance(p, ast.Definition))
+        return ast.Rule(head, lits, guards, defs, self._span(meta))
+
+    def body(self, meta: Any, children: list[Any]) -> list[Any]:
+        return children
+
+    def positive(self, meta: Any, children: list[Any]) -> ast.BodyLiteral | ast.BinOp:
+        (item,) = children
+        if isinstance(item, _Callish):
+            return ast.BodyLiteral(self._atom(item), False, self._span(meta))
+        if isinstance(item, ast.BinOp) and item.op in ast.COMPARISONS:
+            return item
+        self._fail(
+            "a body predicate is an atom, `!atom`, a comparison or a definition `V = expr`",
+            self._span(meta),
+            "compare values with `==`, `!=`, `<`, `<=`, `>` or `>=`",
+        )
+        raise AssertionError  # unreachable: _fail raises
+
+    def negated(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
+        return ast.BodyLiteral(self._atom(children[0]), True, self._span(meta))
+
+    def definition(self, meta: Any, children: list[Any]) -> ast.Definition:
+        name, expr = children
+        var = self._variable(name, self._tok_span(name))
+        return ast.Definition(var, self._expr(expr), self._span(meta))
+
+    def content_id(self, meta: Any, children: list[Any]) -> None:
+        self._fail(
+            "content IDs (`C := atom`) are not supported yet",
+            self._span(meta),
+            "join on the attributes that identify the event instead",
+        )
+
+    def body_aggregate(self, meta: Any, children: list[Any]) -> None:
+        self._fail(
+            "body aggregates (`V := count : atom`) are not supported yet",
+            self._span(meta),
+            "aggregate in the head of a rule of its own (`total(category: C) @sum(Q) :- "
+            "product(category: C, quantity: Q).`) and join that relation",
+        )
+
+    def call(self, meta: Any, children: list[Any]) -> _Callish:
+        return _Callish(self.atom(meta, children))
+
+    def positional(self, meta: Any, children: list[Any]) -> _Args:
+        return super().positional(meta, [self._expr(c) for c in children])
+
+    def attribute(self, meta: Any, children: list[Any]) -> tuple[str, ast.Expr, Span]:
+        name, expr = children
+        return super().attribute(meta, [name, self._expr(expr)])
+
+    def annotation(self, meta: Any, children: list[Any]) -> ast.Annotation:
+        args = tuple(self._expr(c) for c in children[1:])
+        return ast.Annotation(str(children[0]), args, self._span(meta))
+
+    def compare(self, meta: Any, children: list[Any]) -> ast.BinOp:
+        left, op, right = children
+        return ast.BinOp(str(op), self._expr(left), self._expr(right), self._span(meta))
+
+    binop = compare
+
+    def neg(self, meta: Any, children: list[Any]) -> ast.Expr:
+        return super().neg(meta, [self._expr(children[-1])])
+
+    def var(self, meta: Any, children: list[Token]) -> ast.Var:
+        return self._variable(children[0], self._span(meta))
+
+    def _variable(self, tok: Token, span: Span) -> ast.Var:
+        name = str(tok)
+        if not (name[0].isupper() or name[0] == "_"):
+            self._fail(
+                f"`{name}` is not a variable: PomoLogic variables start with an uppercase "
+                "letter, and constants are literals",
+                span,
+                f'write `{name[0].upper()}{name[1:]}` for a variable or "{name}" for a string',
+            )
+        return ast.Var(self._name(tok), span)
+
+    def _atom(self, item: Any) -> ast.Atom:
+        assert isinstance(item, _Callish)
+        atom = item.atom
+        # `p()` omits every attribute (each is `_`), as `p(x: X)` omits the others.
+        return atom if atom.args else replace(atom, names=())
+
+    def _expr(self, item: Any) -> ast.Expr:
+        """An operand: a call must be a plain function call, not an atom."""
+        if not isinstance(item, _Callish):
+            return item
+        atom = item.atom
+        if atom.names is not None or atom.annotations or atom.handlers:
+            self._fail(
+                f"`{atom.relation}(...)` with attributes or annotations is an atom, which "
+                "cannot stand inside an expression",
+                atom.span,
+                "make it a body predicate of its own, separated by `,`",
+            )
+        return ast.Call(atom.relation, atom.args, atom.span)

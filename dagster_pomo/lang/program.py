@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import ast
+from dagster_pomo.lang.attributes import resolve_attributes
 from dagster_pomo.lang.catalog import Catalog, build_catalog
 from dagster_pomo.lang.check import check_names, check_rules
 from dagster_pomo.lang.errors import (
@@ -23,6 +24,7 @@ from dagster_pomo.lang.errors import (
     sort_diagnostics,
 )
 from dagster_pomo.lang.expiry import check_expiry
+from dagster_pomo.lang.inductive import check_inductive
 from dagster_pomo.lang.kinds import check_kinds
 from dagster_pomo.lang.parser import parse
 from dagster_pomo.lang.render import render_decl, render_rule
@@ -101,8 +103,8 @@ def compile_corpus(
     """Check ``text`` completely; raise :class:`CorpusError` listing every error."""
     stem = corpus_name or ("corpus" if name.startswith("<") else Path(name).stem)
     check_corpus_name(stem)
-    corpus = parse(text, name)
-    found = [*check_names(corpus), *check_rules(corpus)]
+    corpus, found = resolve_attributes(parse(text, name))
+    found += [*check_names(corpus), *check_rules(corpus), *check_inductive(corpus)]
     catalog, catalog_problems = build_catalog(corpus)
     found += catalog_problems
     found += [d for rule in corpus.rules for d in check_kinds(rule, catalog)]

@@ -1,0 +1,121 @@
+"""Named attributes to positions: ``point(y: Y)`` becomes ``point(_, Y)``.
+
+An atom may name its attributes (PomoLogic writes every atom so; the corpus notation
+allows it too). A declared relation's attributes are its ``.decl`` columns; an
+undeclared one's are the attribute names its atoms use, in order of first use. An
+omitted attribute matches anything (``_``), except in the head of a rule or a fact,
+which must give every attribute. After this pass every atom is positional, so no later
+pass knows names were used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.check import CLOCK, suggest
+from dagster_pomo.lang.errors import Diagnostic
+
+CLOCK_COLUMNS = ("offset", "period")
+
+
+def _atoms(rule: ast.Rule) -> Iterator[ast.Atom]:
+    yield rule.head
+    for lit in rule.body:
+        yield lit.atom
+
+
+def attribute_names(corpus: ast.Corpus) -> dict[str, tuple[str, ...]]:
+    """The attributes of every relation an atom names attributes of: declared columns,
+    else the names used, in order of first use."""
+    declared: dict[str, tuple[str, ...]] = {CLOCK: CLOCK_COLUMNS}
+    for decl in corpus.decls:
+        declared.setdefault(decl.relation, tuple(c.name for c in decl.columns))
+    inferred: dict[str, list[str]] = {}
+    for rule in corpus.rules:
+        for atom in _atoms(rule):
+            if atom.names is None or atom.relation in declared:
+                continue
+            names = inferred.setdefault(atom.relation, [])
+            names += [n for n in atom.names if n not in names]
+    return declared | {name: tuple(names) for name, names in inferred.items()}
+
+
+def resolve_attributes(corpus: ast.Corpus) -> tuple[ast.Corpus, list[Diagnostic]]:
+    """``corpus`` with every atom positional, and what is wrong with the names used."""
+    columns = attribute_names(corpus)
+    declared = {d.relation for d in corpus.decls} | {CLOCK}
+    found: list[Diagnostic] = []
+    statements: list[ast.Statement] = []
+    for statement in corpus.statements:
+        if isinstance(statement, ast.Rule):
+            before = len(found)
+            resolved = _resolve_rule(statement, columns, declared, found)
+            if any(d.span == statement.head.name_span for d in found[before:]):
+                continue  # a head without all its attributes: said once, checked no further
+            statement = resolved
+        statements.append(statement)
+    attributes = tuple((name, names) for name, names in columns.items() if name not in declared)
+    return ast.Corpus(tuple(statements), corpus.source, attributes), found
+
+
+def _resolve_rule(
+    rule: ast.Rule,
+    columns: dict[str, tuple[str, ...]],
+    declared: set[str],
+    found: list[Diagnostic],
+) -> ast.Rule:
+    whole = not rule.is_subscription  # a head that derives events gives every attribute
+    head = _resolve(rule.head, columns, declared, found, whole)
+    body = tuple(
+        replace(lit, atom=_resolve(lit.atom, columns, declared, found, False)) for lit in rule.body
+    )
+    return replace(rule, head=head, body=body)
+
+
+def _resolve(
+    atom: ast.Atom,
+    columns: dict[str, tuple[str, ...]],
+    declared: set[str],
+    found: list[Diagnostic],
+    whole: bool,
+) -> ast.Atom:
+    if atom.names is None:
+        return atom
+    known = columns[atom.relation]
+    given: dict[str, ast.Expr] = {}
+    spans = atom.name_spans or (atom.span,) * len(atom.names)
+    for name, expr, span in zip(atom.names, atom.args, spans, strict=True):
+        if name in given:
+            found.append(
+                Diagnostic(
+                    f"attribute `{name}` of `{atom.relation}` is given twice",
+                    span,
+                    "give each attribute once",
+                )
+            )
+        elif name not in known:
+            origin = "declared" if atom.relation in declared else "used"
+            found.append(
+                Diagnostic(
+                    f"`{atom.relation}` has no attribute `{name}`; its {origin} attributes "
+                    f"are {', '.join(f'`{k}`' for k in known) or 'none'}",
+                    span,
+                    suggest(name, known) or "name one of them",
+                )
+            )
+        given.setdefault(name, expr)
+    missing = [k for k in known if k not in given]
+    if whole and missing:
+        found.append(
+            Diagnostic(
+                f"`{atom.relation}` is derived here without "
+                + ", ".join(f"`{k}`" for k in missing)
+                + ": a head or a fact gives every attribute",
+                atom.name_span,
+                "give " + ", ".join(f"`{k}: ...`" for k in missing),
+            )
+        )
+    args = tuple(given.get(k, ast.Wildcard(atom.span)) for k in known)
+    return replace(atom, args=args, names=None, name_spans=())

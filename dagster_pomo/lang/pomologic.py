@@ -1,0 +1,157 @@
+"""AST to PomoLogic text, and a checked corpus rewritten in PomoLogic.
+
+``render_pomologic`` is the inverse of the PomoLogic parser (up to spans and layout),
+as ``render`` is of the corpus notation's: the property tests check both.
+``to_pomologic`` writes a checked program the way PomoLogic is written: variables
+with an uppercase first letter, attributes by name (a body atom leaves out those it
+does not constrain), constraints and definitions as body predicates, comments kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dagster_pomo.lang import ast
+from dagster_pomo.lang.render import render_const, render_expr
+
+_ARROW = " :-\n    "
+
+
+def render_atom(atom: ast.Atom) -> str:
+    if atom.names is None:
+        inside = ", ".join(render_expr(a) for a in atom.args)
+    else:
+        inside = ", ".join(
+            f"{n}: {render_expr(a)}" for n, a in zip(atom.names, atom.args, strict=True)
+        )
+    text = f"{atom.relation}({inside})"
+    for ann in atom.annotations:
+        text += f" @{ann.name}"
+        if ann.args:
+            text += f"({', '.join(render_expr(a) for a in ann.args)})"
+    for handler in atom.handlers:
+        text += f" ~ {handler.name}"
+    return text
+
+
+def render_rule(rule: ast.Rule) -> str:
+    body = [("!" if lit.negated else "") + render_atom(lit.atom) for lit in rule.body]
+    body += [render_expr(g) for g in rule.guards]
+    body += [f"{d.var.name} = {render_expr(d.expr)}" for d in rule.defs]
+    head = render_atom(rule.head)
+    return (head + _ARROW + ",\n    ".join(body) if body else head) + "."
+
+
+def render_decl(decl: ast.Decl) -> str:
+    cols = ", ".join(f"{c.name}: {c.type}" for c in decl.columns)
+    text = f".decl {decl.relation}({cols})"
+    if decl.lifetime is not None:
+        text += " lifetime " + render_const(ast.Const(decl.lifetime, "duration"))
+    return text + "."
+
+
+def render_statement(statement: ast.Statement) -> str:
+    if isinstance(statement, ast.Decl):
+        return render_decl(statement)
+    return render_rule(statement)
+
+
+def render_pomologic(corpus: ast.Corpus) -> str:
+    return "".join(render_statement(s) + "\n" for s in corpus.statements)
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+def to_pomologic(program) -> str:  # noqa: ANN001 - a Program (lang.program imports this)
+    """``program`` in PomoLogic notation, each statement after its comments."""
+    columns = {rel.name: rel.columns for rel in program.catalog}
+    named = {
+        rel.name
+        for rel in program.catalog
+        if rel.decl is not None or rel.name in dict(program.corpus.attributes) or not rel.arity
+    } | {"clock"}
+    out: list[str] = []
+    statements = program.corpus.statements
+    if statements:  # the file's opening comments, down to the first statement's own
+        lines = program.source.text.splitlines()[: statements[0].span.line - 1]
+        out += [line.rstrip() for line in lines if not line.strip() or line.lstrip()[0] in "#/"]
+        while out and not out[-1]:
+            out.pop()
+    for i, statement in enumerate(statements):
+        comment = program.doc_comment(statement) if i else ""
+        if comment:
+            if out:
+                out.append("")
+            out += [f"# {line}".rstrip() for line in comment.splitlines()]
+        if isinstance(statement, ast.Rule):
+            statement = _rule(statement, columns, named)
+        out.append(render_statement(statement))
+    return "\n".join(out) + "\n"
+
+
+def _rule(rule: ast.Rule, columns: dict[str, tuple[str, ...]], named: set[str]) -> ast.Rule:
+    rename = _variable_names(rule)
+
+    def expr(e: ast.Expr) -> ast.Expr:
+        if isinstance(e, ast.Var):
+            return replace(e, name=rename[e.name])
+        if isinstance(e, ast.BinOp):
+            return replace(e, left=expr(e.left), right=expr(e.right))
+        if isinstance(e, ast.Neg):
+            return replace(e, operand=expr(e.operand))
+        if isinstance(e, ast.Call):
+            return replace(e, args=tuple(expr(a) for a in e.args))
+        return e
+
+    def atom(a: ast.Atom, whole: bool) -> ast.Atom:
+        anns = tuple(replace(n, args=tuple(expr(x) for x in n.args)) for n in a.annotations)
+        args = tuple(expr(x) for x in a.args)
+        if a.relation not in named:
+            return replace(a, args=args, annotations=anns)
+        pairs = [
+            (name, arg)
+            for name, arg in zip(columns[a.relation], args, strict=True)
+            if whole or not isinstance(arg, ast.Wildcard)
+        ]
+        return replace(
+            a,
+            args=tuple(x for _, x in pairs),
+            names=tuple(n for n, _ in pairs),
+            annotations=anns,
+        )
+
+    return replace(
+        rule,
+        head=atom(rule.head, not rule.is_subscription),
+        body=tuple(replace(lit, atom=atom(lit.atom, False)) for lit in rule.body),
+        guards=tuple(expr(g) for g in rule.guards),
+        defs=tuple(
+            replace(d, var=replace(d.var, name=rename[d.var.name]), expr=expr(d.expr))
+            for d in rule.defs
+        ),
+    )
+
+
+def _variable_names(rule: ast.Rule) -> dict[str, str]:
+    """Each variable of ``rule`` and its PomoLogic name: the first letter uppercased
+    (``_``-prefixed ones stay), kept apart from the rule's other names."""
+    found: list[str] = []
+    for atom in (rule.head, *(lit.atom for lit in rule.body)):
+        exprs = [*atom.args, *(x for ann in atom.annotations for x in ann.args)]
+        found += [v.name for e in exprs for v in ast.expr_vars(e)]
+    found += [v.name for g in rule.guards for v in ast.expr_vars(g)]
+    for d in rule.defs:
+        found += [d.var.name, *(v.name for v in ast.expr_vars(d.expr))]
+    taken = {n for n in found if n[0].isupper() or n[0] == "_"}
+    rename: dict[str, str] = {}
+    for name in dict.fromkeys(found):
+        if name[0].isupper() or name[0] == "_":
+            rename[name] = name
+            continue
+        new = "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        rename[name] = new
+    return rename
