@@ -93,8 +93,9 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
         for record in preview.records:
             t = datetime.fromisoformat(record.data["t"])
             assert record.data["t"].endswith("Z") and timedelta(0) <= t - hour < timedelta(hours=1)
-    (check,) = result.get_asset_check_evaluations()
-    assert check.check_name == "landing_lines_are_valid" and check.passed
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert set(checks) == {"landing_lines_are_valid", "every_event_handed_over"}
+    assert all(c.passed for c in checks.values()), checks  # no bad line, every call returned
     for name in ("level_10m", "overflow_alert", "water_level"):
         key = AssetKey(["water_tanks", name])
         assert instance.get_materialized_partitions(key) == set(KEYS), name
