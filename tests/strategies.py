@@ -42,14 +42,25 @@ def args() -> st.SearchStrategy[tuple[ast.Expr, ...]]:
 
 annotations = st.builds(ast.Annotation, names, st.lists(exprs(), max_size=2).map(tuple))
 handlers = st.builds(ast.Handler, names)
-atoms = st.builds(
-    ast.Atom,
-    names,
-    args(),
-    st.lists(annotations, max_size=2).map(tuple),
-    st.lists(handlers, max_size=1).map(tuple),
-)
-literals = st.builds(ast.BodyLiteral, atoms, st.booleans())
+
+
+@st.composite
+def atoms(draw: st.DrawFn) -> ast.Atom:
+    """An atom, its arguments given by position or, when it has some, maybe by name."""
+    given = draw(args())
+    named = bool(given) and draw(st.booleans())
+    return ast.Atom(
+        draw(names),
+        given,
+        tuple(draw(st.lists(annotations, max_size=2))),
+        tuple(draw(st.lists(handlers, max_size=1))),
+        names=tuple(draw(st.lists(names, min_size=len(given), max_size=len(given))))
+        if named
+        else None,
+    )
+
+
+literals = st.builds(ast.BodyLiteral, atoms(), st.booleans())
 definitions = st.builds(ast.Definition, names.map(ast.Var), exprs())
 
 
@@ -58,7 +69,7 @@ def rules(draw: st.DrawFn) -> ast.Rule:
     body = tuple(draw(st.lists(literals, max_size=3)))
     guards = tuple(draw(st.lists(exprs(), max_size=2))) if body else ()
     defs = tuple(draw(st.lists(definitions, max_size=2)))
-    return ast.Rule(draw(atoms), body, guards, defs)
+    return ast.Rule(draw(atoms()), body, guards, defs)
 
 
 decls = st.builds(

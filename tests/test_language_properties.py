@@ -55,6 +55,20 @@ def test_arbitrary_text_raises_only_corpus_errors(text: str) -> None:
         assert "^" in rendered
 
 
+_pomologic_like = st.text(alphabet=list('pqXY_(),.:-=!@~"#/\n 01+*<>decl'), max_size=120)
+
+
+@PROPERTY
+@given(st.one_of(_pomologic_like, st.text(max_size=80)))
+def test_arbitrary_pomologic_text_raises_only_corpus_errors(text: str) -> None:
+    try:
+        compile_corpus(text, "fuzz.pomologic")
+    except CorpusError as exc:
+        rendered = exc.render()
+        assert rendered.startswith("fuzz.pomologic:")
+        assert "^" in rendered
+
+
 def _reaches(edges: set[tuple[str, str]], start: str, goal: str) -> bool:
     seen, todo = {start}, [start]
     while todo:

@@ -10,28 +10,15 @@ does not constrain), constraints and definitions as body predicates, comments ke
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.render import render_const, render_expr
+from dagster_pomo.lang.render import render_atom, render_decl, render_expr
+
+if TYPE_CHECKING:  # the program module imports the parser, which this module's users need
+    from dagster_pomo.lang.program import Program
 
 _ARROW = " :-\n    "
-
-
-def render_atom(atom: ast.Atom) -> str:
-    if atom.names is None:
-        inside = ", ".join(render_expr(a) for a in atom.args)
-    else:
-        inside = ", ".join(
-            f"{n}: {render_expr(a)}" for n, a in zip(atom.names, atom.args, strict=True)
-        )
-    text = f"{atom.relation}({inside})"
-    for ann in atom.annotations:
-        text += f" @{ann.name}"
-        if ann.args:
-            text += f"({', '.join(render_expr(a) for a in ann.args)})"
-    for handler in atom.handlers:
-        text += f" ~ {handler.name}"
-    return text
 
 
 def render_rule(rule: ast.Rule) -> str:
@@ -42,17 +29,9 @@ def render_rule(rule: ast.Rule) -> str:
     return (head + _ARROW + ",\n    ".join(body) if body else head) + "."
 
 
-def render_decl(decl: ast.Decl) -> str:
-    cols = ", ".join(f"{c.name}: {c.type}" for c in decl.columns)
-    text = f".decl {decl.relation}({cols})"
-    if decl.lifetime is not None:
-        text += " lifetime " + render_const(ast.Const(decl.lifetime, "duration"))
-    return text + "."
-
-
 def render_statement(statement: ast.Statement) -> str:
     if isinstance(statement, ast.Decl):
-        return render_decl(statement)
+        return render_decl(statement, ".")
     return render_rule(statement)
 
 
@@ -63,7 +42,7 @@ def render_pomologic(corpus: ast.Corpus) -> str:
 # --------------------------------------------------------------------------- conversion
 
 
-def to_pomologic(program) -> str:  # noqa: ANN001 - a Program (lang.program imports this)
+def to_pomologic(program: Program) -> str:
     """``program`` in PomoLogic notation, each statement after its comments."""
     columns = {rel.name: rel.columns for rel in program.catalog}
     named = {

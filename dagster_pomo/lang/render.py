@@ -64,7 +64,13 @@ def aggregate_key(ann: ast.Annotation) -> str:
 
 
 def render_atom(atom: ast.Atom) -> str:
-    text = f"{atom.relation}({', '.join(render_expr(a) for a in atom.args)})"
+    """``rel(args)`` (``rel(name: arg, ...)`` while attributes are named) and its suffixes."""
+    if atom.names is None:
+        inside = ", ".join(render_expr(a) for a in atom.args)
+    else:
+        pairs = zip(atom.names, atom.args, strict=True)
+        inside = ", ".join(f"{n}: {render_expr(a)}" for n, a in pairs)
+    text = f"{atom.relation}({inside})"
     for ann in atom.annotations:
         text += f" @{ann.name}"
         if ann.args:
@@ -86,12 +92,13 @@ def render_rule(rule: ast.Rule) -> str:
     return text + ";"
 
 
-def render_decl(decl: ast.Decl) -> str:
+def render_decl(decl: ast.Decl, end: str = ";") -> str:
+    """A declaration, ended by ``end`` (PomoLogic's is ``.``)."""
     cols = ", ".join(f"{c.name}: {c.type}" for c in decl.columns)
     text = f".decl {decl.relation}({cols})"
     if decl.lifetime is not None:
         text += " lifetime " + render_const(ast.Const(decl.lifetime, "duration"))
-    return text + ";"
+    return text + end
 
 
 def render(corpus: ast.Corpus) -> str:
