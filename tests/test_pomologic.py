@@ -14,7 +14,7 @@ from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.run import ENGINES, run
 from dagster_pomo.examples import DEFAULT_START as START
 from dagster_pomo.examples import HOUR
-from dagster_pomo.lang import compile_corpus, load_program, parse
+from dagster_pomo.lang import PomoSyntaxError, compile_corpus, load_program, parse
 from dagster_pomo.lang.pomologic import to_pomologic
 from tests.conftest import RULES
 from tests.test_semantics import evaluate
@@ -149,6 +149,15 @@ def test_statements_end_at_a_dot_that_no_letter_or_digit_follows() -> None:
         "case.pomologic",
     )
     assert len(corpus.statements) == 4
+    # A `.` inside parentheses is the parser's to report where it stands; one that ends
+    # its line ends the statement even so, and the statements after it are still read.
+    with pytest.raises(PomoSyntaxError) as raised:
+        parse("p(x: 2.).\nq(x: (3).\nr(x: 4) :- ; .\ns(x: 5).\n", "case.pomologic")
+    assert [(d.span.line, d.span.column) for d in raised.value.diagnostics] == [
+        (1, 7),
+        (2, 9),
+        (3, 12),
+    ]
 
 
 @pytest.mark.parametrize("twin", sorted(TWINS.glob("*.pomologic")), ids=lambda p: p.stem)

@@ -142,20 +142,34 @@ def split_statements(text: str, notation: Notation = POMO) -> Iterator[tuple[int
     PomoLogic's ``.``).
 
     A trailing piece with no terminator is yielded only if it holds more than blanks
-    and comments, so that the parser can say the statement is unfinished.
+    and comments, so that the parser can say the statement is unfinished. A PomoLogic
+    ``.`` inside parentheses (``p(x: 2.)``) ends nothing, unless it ends its line: the
+    parser reports it where it is.
     """
     start = 0
     pending_code = False
     end = notation.end
+    depth = 0  # PomoLogic only: parentheses open outside strings and comments
     for match in notation.lexeme.finditer(text):
         lexeme = match.group()
-        if lexeme == end and (end != "." or _ends(text, match.end())):
+        at_top = depth <= 0 or _line_ends(text, match.end())
+        if lexeme == end and (end != "." or (at_top and _ends(text, match.end()))):
             yield start, match.end()
-            start, pending_code = match.end(), False
+            start, pending_code, depth = match.end(), False, 0
         elif not lexeme.startswith(("#", "//")) and lexeme.strip():
             pending_code = True
+            if end == "." and not lexeme.startswith('"'):
+                depth += lexeme.count("(") - lexeme.count(")")
     if pending_code:
         yield start, len(text)
+
+
+def _line_ends(text: str, after: int) -> bool:
+    """Whether only blanks or a comment follow ``after`` on its line: a ``.`` there ends
+    its statement even inside unbalanced parentheses, so one missing ``)`` hides no
+    later statement."""
+    rest = text[after : (text.find("\n", after) + 1 or len(text) + 1) - 1].strip()
+    return not rest or rest.startswith(("#", "//"))
 
 
 def _ends(text: str, after: int) -> bool:
