@@ -117,7 +117,7 @@ def test_many_warnings_are_counted_not_all_printed(tmp_path: Path) -> None:
     )
     assert done.returncode == 0
     assert f"... and {5000 - SHOWN:,} more warnings not shown" in done.stderr
-    assert "(1 rules, 2 relations, 1 strata; 5000 warnings)" in done.stdout
+    assert "(1 rule, 2 relations, 1 stratum; 5000 warnings)" in done.stdout
 
 
 def test_a_file_whose_name_cannot_name_a_corpus_is_refused(tmp_path: Path) -> None:

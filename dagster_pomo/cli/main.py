@@ -63,6 +63,10 @@ def _load(path: Path) -> Program | None:
     return program
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     status = EXIT_OK
     for path in _corpus_files(args.files):
@@ -75,8 +79,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         n = len(program.warnings)
         warned = f"; {n} warning{'s' if n != 1 else ''}" if n else ""
         print(
-            f"{path}: ok ({rules} rules, {relations} relations, {len(program.strata)} strata"
-            f"{warned})"
+            f"{path}: ok ({_count(rules, 'rule')}, {_count(relations, 'relation')}, "
+            f"{_count(len(program.strata), 'stratum', 'strata')}{warned})"
         )
     return status
 
