@@ -250,7 +250,7 @@ def test_pipelines_need_declared_inputs() -> None:
         "    p(x) := q(x) ^ r(x, _s, _);\n"
         "                   ^\n"
         "  hint: add `.decl r(x: TYPE, c1: TYPE, c2: TYPE);` with each TYPE one of int, "
-        "float, str, bool, time"
+        "float, str, bool, time, cid"
     )
 
 

@@ -156,6 +156,7 @@ def coerce(value: Any, typ: str) -> Value:
         if not INT_MIN <= t <= INT_MAX:
             raise ValueError(f"time {t} does not fit a 64-bit integer of milliseconds")
         return t
+    typ = ast.stored_type(typ)  # a content ID is a string
     if typ == "float" and kind in ("int", "float"):
         return float(value)
     if typ == "int" and kind == "int" and not INT_MIN <= value <= INT_MAX:
@@ -327,7 +328,10 @@ def ingest_files(
         rel.name: _column_types(program, rel, by_rel.get(rel.name, []))
         for rel in program.catalog.inputs
     }
-    out.types = {name: tuple("int" if t == "time" else t for t in ts) for name, ts in types.items()}
+    out.types = {
+        name: tuple(None if t is None else ast.stored_type(t) for t in ts)
+        for name, ts in types.items()
+    }
     for file, number, text, rel, args, t in pending:
         try:
             values = _coerce_args(rel, args, types[rel.name])

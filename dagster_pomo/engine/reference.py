@@ -14,6 +14,7 @@ import bisect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.ingest import expiry
 from dagster_pomo.engine.versions import Version
 from dagster_pomo.errors import PomoError
@@ -212,6 +213,8 @@ class ReferenceEvaluator:
         for ann in atom.annotations:
             if ann.name == "time":
                 pairs.append((ann.args[0], row.t))
+            elif ann.name == "cid":
+                pairs.append((ann.args[0], cid(atom.relation, row.args, row.t)))
             else:
                 pairs.append((ann.args[0], row.aggs[rel.aggregate_names.index(ann.name)]))
         for expr, value in pairs:
@@ -352,7 +355,8 @@ def _fit(value: Value, typ: str, rule: ast.Rule) -> Value:
     """A head value as its column's type (integers widen to floats)."""
     if typ == "float" and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    ok = {"int": int, "time": int, "float": float, "str": str, "bool": bool}[typ]
+    typ = ast.stored_type(typ)
+    ok = {"int": int, "float": float, "str": str, "bool": bool}[typ]
     if isinstance(value, ok) and (typ == "bool" or not isinstance(value, bool)):
         return value
     raise EvaluationError(

@@ -200,7 +200,14 @@ class Rule:
         return tuple(lit.atom for lit in self.body if lit.negated)
 
 
-COLUMN_TYPES = ("int", "float", "str", "bool", "time")
+COLUMN_TYPES = ("int", "float", "str", "bool", "time", "cid")
+# Column types stored as another: a time is integer milliseconds, a content ID a string.
+STORED_AS = {"time": "int", "cid": "str"}
+
+
+def stored_type(typ: str) -> str:
+    """The type a declared column type is stored and computed as."""
+    return STORED_AS.get(typ, typ)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ ACCEPTS: dict[str, frozenset[str]] = {
     "str": frozenset({"str"}),
     "bool": frozenset({"bool"}),
     "time": frozenset({"int", "duration"}),
+    "cid": frozenset({"str"}),
 }
 KIND_NAMES = {
     "int": "an integer",
@@ -250,7 +251,9 @@ def _check_decl(decl: ast.Decl, earlier: ast.Decl | None) -> Iterator[Diagnostic
             yield Diagnostic(
                 f"unknown type `{col.type}` for column `{col.name}`",
                 col.span,
-                f"did you mean `{close[0]}`?" if close else "types are int, float, str, bool, time",
+                f"did you mean `{close[0]}`?"
+                if close
+                else "types are int, float, str, bool, time, cid",
             )
 
 

@@ -16,7 +16,16 @@ from dagster_pomo.lang.errors import Diagnostic, Severity
 from dagster_pomo.lang.functions import FUNCTIONS, arity_text
 
 CLOCK = "clock"
-ANNOTATION_ARITY = {"time": 1, "next": 0, "count": 0, "sum": 1, "min": 1, "max": 1, "average": 1}
+ANNOTATION_ARITY = {
+    "time": 1,
+    "cid": 1,
+    "next": 0,
+    "count": 0,
+    "sum": 1,
+    "min": 1,
+    "max": 1,
+    "average": 1,
+}
 # In a body every annotation but @next takes one argument: the value it binds or matches
 # (the event's time, or the aggregate the event carries).
 BODY_ARITY = {name: 1 for name in ANNOTATION_ARITY if name != "next"}
@@ -86,6 +95,13 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
     head = rule.head
     for lit in rule.body:
         yield from _check_annotation_names(lit.atom, BODY_ARITY)
+        cid = lit.atom.annotation("cid")
+        if lit.negated and cid is not None:
+            yield Diagnostic(
+                "a negated atom matches no event, so it has no content ID to bind",
+                cid.span,
+                "bind the content ID on a positive atom",
+            )
         for handler in lit.atom.handlers:
             yield Diagnostic(
                 f"`~ {handler.name}` can only follow a rule head or a subscription pattern",
@@ -93,6 +109,12 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
                 f"write `{lit.atom.relation}(...) ~ {handler.name};` as its own statement",
             )
     yield from _check_annotation_names(head, ANNOTATION_ARITY)
+    if (cid := head.annotation("cid")) is not None:
+        yield Diagnostic(
+            "`@cid` binds the content ID of a matched event: it belongs in a body",
+            cid.span,
+            "give the head a column of type `cid` and bind it in the body (`C := atom`)",
+        )
     if head.relation == CLOCK and not rule.is_subscription:
         yield Diagnostic(
             "`clock` is built in: rules cannot derive it",

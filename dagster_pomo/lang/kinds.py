@@ -88,7 +88,7 @@ def variable_types(
         carried = aggregates(atom.relation)
         for ann in atom.annotations:
             if ann.args and isinstance(ann.args[0], ast.Var):
-                typ = "int" if ann.name == "time" else carried.get(ann.name)
+                typ = {"time": "int", "cid": "str"}.get(ann.name) or carried.get(ann.name)
                 if typ is not None:
                     env.setdefault(ann.args[0].name, typ)
     for d in binding_of(rule).def_order:
@@ -100,7 +100,9 @@ def variable_types(
 
 def _declared(catalog: Catalog) -> Callable[[str], tuple[str | None, ...]]:
     """A relation's declared column types (``time`` is an integer), None where undeclared."""
-    return lambda name: tuple("int" if t == "time" else t for t in catalog[name].types)
+    return lambda name: tuple(
+        None if t is None else ast.stored_type(t) for t in catalog[name].types
+    )
 
 
 def _family(kind: str) -> str:

@@ -628,12 +628,15 @@ class _PomoLogicToAst(_ToAst):
         var = self._variable(name, self._tok_span(name))
         return ast.Definition(var, self._expr(expr), self._span(meta))
 
-    def content_id(self, meta: Any, children: list[Any]) -> None:
-        self._fail(
-            "content IDs (`C := atom`) are not supported yet",
-            self._span(meta),
-            "join on the attributes that identify the event instead",
-        )
+    def content_id(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
+        """``C := atom``: the atom with ``@cid(C)``, which binds (or, bound, matches) the
+        content ID of the event it matches."""
+        name, item = children
+        var = self._variable(name, self._tok_span(name))
+        atom = self._atom(item)
+        cid = ast.Annotation("cid", (var,), self._span(meta))
+        atom = replace(atom, annotations=(*atom.annotations, cid))
+        return ast.BodyLiteral(atom, False, self._span(meta))
 
     def body_aggregate(self, meta: Any, children: list[Any]) -> None:
         self._fail(

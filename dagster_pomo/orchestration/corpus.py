@@ -63,7 +63,7 @@ def undeclared_input(program: Program, relation: str) -> Diagnostic | None:
         f"`{relation}` is an input of this pipeline but has no `.decl`: every epoch is "
         "stored with the same column types, so they must be declared",
         first.name_span,
-        f"add `{decl}` with each TYPE one of int, float, str, bool, time",
+        f"add `{decl}` with each TYPE one of int, float, str, bool, time, cid",
     )
 
 

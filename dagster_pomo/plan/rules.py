@@ -20,7 +20,7 @@ from dagster_pomo.lang.check import binding_of
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.band_joins import Band, bands
 from dagster_pomo.plan.constant_defs import constant_values
-from dagster_pomo.plan.scans import atom_columns, atom_reads
+from dagster_pomo.plan.scans import CID, atom_columns, atom_reads
 from dagster_pomo.plan.schema import Schema, rule_env
 
 Typed = tuple[str, str]  # (stored column, type)
@@ -49,10 +49,17 @@ class Scan:
     checks: tuple[tuple[int, ast.Expr, str, str], ...]  # (position, expr, column, type)
     key: tuple[str, ...]  # the columns that tell the atom's events apart
     join: Join
+    identity: tuple[str, ...] = ()  # the argument columns an event's content ID digests
 
     @property
     def relation(self) -> str:
         return self.atom.relation
+
+    @property
+    def reads_cid(self) -> bool:
+        """Whether the atom binds or matches its event's content ID (``@cid``)."""
+        read = [c for _, c, _ in self.binds] + [c for *_, c, _ in self.constants]
+        return CID in read + [c for _, _, c, _ in self.checks] + [c for p in self.same for c in p]
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,7 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
                 tuple(reads.checks),
                 (*schema.columns, *schema.aggregate_columns, "t"),
                 join,
+                schema.columns,
             )
         )
         for v, _, typ in binds:

@@ -10,16 +10,18 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.plan.schema import Schema
 
+CID = "_cid"  # the column a scan computes when its atom binds the content ID
+
 
 def atom_columns(atom: ast.Atom, schema: Schema) -> list[tuple[ast.Expr, str, str]]:
     """Each argument and annotation of ``atom`` with the stored column it reads and its type:
-    arguments in column order, ``@time`` reads ``t``, an aggregate its ``_agg_`` column."""
+    arguments in column order, ``@time`` reads ``t``, ``@cid`` the content ID (computed as
+    the scan reads the relation: see ``engine/cid.py``), an aggregate its ``_agg_`` column."""
     pairs = list(zip(atom.args, schema.columns, schema.types, strict=True))
-    aggs = {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
+    reads = {"time": ("t", "int"), "cid": (CID, "str")}
+    reads |= {fn: (f"_agg_{fn}", typ) for fn, _, typ in schema.aggregates}
     for ann in atom.annotations:
-        pairs.append(
-            (ann.args[0], "t", "int") if ann.name == "time" else (ann.args[0], *aggs[ann.name])
-        )
+        pairs.append((ann.args[0], *reads[ann.name]))
     return pairs
 
 

@@ -73,7 +73,7 @@ def infer_schemas(
     types: dict[str, list[str | None]] = {}
     aggs: dict[str, list[str | None]] = {}
     for rel in cat:
-        declared = [None if t is None else ("int" if t == "time" else t) for t in rel.types]
+        declared = [None if t is None else ast.stored_type(t) for t in rel.types]
         if rel.is_input and rel.name in input_types:
             declared = [d or i for d, i in zip(declared, input_types[rel.name], strict=True)]
         types[rel.name] = declared

@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dagster_pomo.engine import sliding_aggregates
+from dagster_pomo.engine.cid import cids
 from dagster_pomo.engine.inprocess.exprs import (
     NUMPY,
     Col,
@@ -35,7 +36,7 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.kinds import expr_type
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
-from dagster_pomo.plan.scans import comparable
+from dagster_pomo.plan.scans import CID, comparable
 from dagster_pomo.plan.schema import META, Schema, row_columns
 from dagster_pomo.plan.time import head_times
 from dagster_pomo.timeline import NEVER
@@ -110,6 +111,10 @@ def _atom_frame(
     scan: Scan, df: pd.DataFrame, want_key: bool
 ) -> tuple[pd.DataFrame, dict[str, Col], list[tuple[ast.Expr, str, str]], list[str]]:
     i = scan.index
+    if scan.reads_cid:
+        columns = [df[c].tolist() for c in scan.identity]
+        ids = cids(scan.relation, columns, df["t"].tolist())
+        df = df.assign(**{CID: pd.Series(ids, index=df.index, dtype=object)})
     env = {name: Col(col, typ) for name, col, typ in scan.binds}
     keep = np.ones(len(df), dtype=bool)
     for a, b in scan.same:

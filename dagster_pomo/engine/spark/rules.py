@@ -13,23 +13,26 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import pandas as pd
 from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
+from dagster_pomo.engine import cid as content_ids
 from dagster_pomo.engine import sliding_aggregates
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
 from dagster_pomo.lang import ast
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
-from dagster_pomo.plan.scans import comparable
+from dagster_pomo.plan.scans import CID, comparable
 from dagster_pomo.plan.schema import row_columns
 from dagster_pomo.plan.time import Ops, head_times, next_stamp
 from dagster_pomo.timeline import NEVER, Epoch
 
 # Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
 cloudpickle.register_pickle_by_value(sliding_aggregates)
+cloudpickle.register_pickle_by_value(content_ids)
 
 
 def _var(name: str) -> str:
@@ -53,11 +56,32 @@ SPARK_OPS = Ops(
 )
 
 
+def cid_column(relation: str, columns: Sequence[str]) -> Column:
+    """Each row's content ID (``engine/cid.py``), worked out in Spark's Python workers by
+    the function every engine uses."""
+    if not columns:
+
+        @F.pandas_udf("string")  # type: ignore[call-overload]
+        def of_time(t: pd.Series) -> pd.Series:
+            return pd.Series(content_ids.cids(relation, [], t.tolist()))
+
+        return of_time(F.col("t"))
+
+    @F.pandas_udf("string")  # type: ignore[call-overload]
+    def digest(args: pd.DataFrame, t: pd.Series) -> pd.Series:
+        values = [args[c].tolist() for c in args.columns]
+        return pd.Series(content_ids.cids(relation, values, t.tolist()))
+
+    return digest(F.struct(*[F.col(c).alias(f"a{i}") for i, c in enumerate(columns)]), F.col("t"))
+
+
 def _atom_frame(
     scan: Scan, df: DataFrame, want_key: bool
 ) -> tuple[DataFrame, dict[str, tuple[str, str]], list]:
     """Select and rename one positive atom's columns; return deferred expression checks."""
     i = scan.index
+    if scan.reads_cid:
+        df = df.withColumn(CID, cid_column(scan.relation, scan.identity))
     filters = [F.col(a) == F.col(b) for a, b in scan.same]
     for const, col, typ in scan.constants:
         value, vtype = compile_expr(const, {})
