@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from dagster_pomo.lang import parse
+from dagster_pomo.lang.inductive import state_relations
+
 INPUTS = ("a", "b", "c")  # a(x, y), b(x, y), c(x)
 LIFETIMES = (None, 3, 10, 30)
 KINDS = (
@@ -32,6 +35,7 @@ KINDS = (
     "clock",
     "timed_agg",
     "next",
+    "cid",
 )
 AGGREGATES = ("@count", "@sum(y)", "@min(y)", "@max(y)", "@average(y)")
 # Head expressions over two integers: signs, truncating division and remainder, functions.
@@ -123,13 +127,25 @@ def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
         elif kind == "union":
             lines.append(f"{d}(x, y) := {p}(x, y);")
             lines.append(f"{d}(y, x) := {q}(x, y) if x != y;")
+        elif kind == "cid":
+            # Content IDs stored, then matched again (a bound one filters to its event),
+            # or compared between two events of a match.
+            if draw(st.booleans()):
+                j = draw(st.integers(-1, 2))
+                lines.append(f"{d}_ids(k, x) := {p}(x, y) @cid(k) if y > {j};")
+                lines.append(f"{d}(x, y) := {d}_ids(k, x) ^ {p}(x, y) @cid(k);")
+            else:
+                lines.append(f"{d}(x, z) := {p}(x, y) @cid(k) ^ {q}(y, z) @cid(m) if k < m;")
         elif kind == "expr":
             lines.append(f"{d}(x, {draw(st.sampled_from(EXPRESSIONS))}) := {p}(x, y);")
         elif kind == "where":
             lines.append(f"{d}(x, z) := {p}(x, y) if z > 0 where z = y * 2 - x;")
         elif kind == "next":
-            # A sequence (Dedalus): carried from epoch to epoch until `c` stops it.
+            # A sequence (Dedalus): carried from epoch to epoch until `c` stops it. What
+            # starts it must happen (an input, or derived from one): `@next` safety.
             u = draw(st.sampled_from(unary))
+            if p in state_relations(parse("\n".join(lines))):
+                p = "a"
             lines.append(f"{d}(x, y) @next := {p}(x, y);")
             lines.append(f"{d}(x, y) @next := {d}(x, y) ^ !{u}(x);")
         else:

@@ -113,6 +113,27 @@ def test_spark_gives_what_the_reference_gives(tmp_path_factory, case: Case) -> N
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
+@given(st.builds(Case, corpora(("cid", "join", "const", "cid")), event_streams()))
+def test_content_ids_are_the_same_on_every_engine_and_epoch_size(
+    tmp_path_factory, case: Case
+) -> None:
+    """Corpora that store content IDs, match them again and compare them: Spark's plans
+    (a range at once and epoch by epoch) and this process's give what the reference
+    gives in one batch."""
+    tmp = tmp_path_factory.mktemp("cids")
+    batch = outcome(case, tmp, HORIZON_END, "reference")
+    for size in (12, 16):
+        how = policy(in_process=False, one_pass=size != 16)
+        assert outcome(case, tmp, size, "spark", how) == batch, size
+    assert outcome(case, tmp, 16, "spark", policy(in_process=True, one_pass=False)) == batch
+
+
+@settings(
+    max_examples=max(1, SPARK_EXAMPLES // 2),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
 @given(timeless_cases)
 def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     tmp_path_factory, case: Case
