@@ -32,6 +32,7 @@ from dagster_pomo.engine.actions import (
     run_actions,
     subscriptions,
 )
+from dagster_pomo.engine.cid import cid
 from dagster_pomo.examples import SqliteOutbox
 from dagster_pomo.lang import compile_corpus
 
@@ -167,6 +168,40 @@ def test_idempotency_keys_name_the_handler_and_the_event() -> None:
         idempotency_key("notify", "alarm", ("north", 1.5), 60_000),
     }
     assert key not in others and len(others) == 4
+    # The event's content ID, as a rule binds it with `C := alert(...)`.
+    assert key == "notify:" + cid("alert", ["north", 1.5], 60_000)
+
+
+def test_a_ledger_keyed_before_content_ids_is_rekeyed_and_hands_nothing_over_again(
+    tmp_path: Path,
+) -> None:
+    """Rows whose keys were a SHA-256 of handler and event get `handler:content ID` when
+    the ledger is opened, states kept: what was done is not handed over again."""
+    path = tmp_path / "ledger.sqlite"
+    events = [
+        ActionEvent(
+            idempotency_key("h", "r", (i, 0.5), 1000 + i),
+            "h",
+            "r",
+            {"x": i, "y": 0.5},
+            1000 + i,
+            "0",
+        )
+        for i in range(3)
+    ]
+    ledger = Ledger(path)
+    assert run_actions(lambda e: None, events, ledger).ran == 3
+    ledger.close()
+    db = sqlite3.connect(path)
+    for old, e in enumerate(events):  # as an older version wrote them
+        db.execute("UPDATE actions SET key = ? WHERE key = ?", (f"{old:064x}", e.key))
+    db.commit()
+    db.close()
+    ledger = Ledger(path)
+    again = run_actions(lambda e: pytest.fail(f"handed over again: {e.key}"), events, ledger)
+    assert (again.ran, again.skipped) == (0, 3)
+    assert ledger.counts("h") == {"done": 3}
+    ledger.close()
 
 
 def test_subscription_patterns_filter_by_constants_and_repeated_variables() -> None:
@@ -221,8 +256,9 @@ class Flaky(SqliteOutbox):
         self.calls += 1
         first = event.key not in self.seen
         self.seen.add(event.key)
-        poisoned = first and int(event.key[:8], 16) % 3 == 0
-        if poisoned and int(event.key[8:16], 16) % 2 == 0:
+        digest = event.key.rsplit(":", 1)[-1]  # `handler:content ID`, hex
+        poisoned = first and int(digest[:8], 16) % 3 == 0
+        if poisoned and int(digest[8:16], 16) % 2 == 0:
             self.injected += 1
             raise RuntimeError("injected: the operator's pager is down")
         super().__call__(event)

@@ -22,7 +22,6 @@ exactly-once effects. The ledger (SQLite, beside the warehouse) makes it so:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -34,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dagster_pomo.engine.cid import cid
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.constant_defs import constant_values
@@ -96,9 +96,9 @@ def subscriptions(program: Program) -> dict[str, list[Subscription]]:
 
 
 def idempotency_key(handler: str, relation: str, args: Sequence[Value], t: int) -> str:
-    """Stable across runs, machines and Python versions: a hash of the event's identity."""
-    text = json.dumps([handler, relation, list(args), t], separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    """``handler:content ID``: stable across runs, engines and machines, the event named
+    as rules name it (`engine/cid.py`), once for each handler it is handed to."""
+    return f"{handler}:{cid(relation, args, t)}"
 
 
 _SCHEMA = """
@@ -160,6 +160,25 @@ class Ledger:
         for column, typ in (("owner", "TEXT"), ("lease_until", "REAL")):
             if column not in columns:  # a ledger written before claims had owners
                 self.db.execute(f"ALTER TABLE actions ADD COLUMN {column} {typ}")
+        self._rekey()
+
+    def _rekey(self) -> None:
+        """Keys written before they were ``handler:content ID`` (a SHA-256 of the handler
+        and the event) are rewritten from the event each row records, states kept: no
+        event is handed over again for the change."""
+        old = self.db.execute(
+            "SELECT key, handler, relation, args, t FROM actions WHERE instr(key, ':') = 0"
+        ).fetchall()
+        if not old:
+            return
+        with self._transaction():
+            self.db.executemany(
+                "UPDATE actions SET key = ? WHERE key = ?",
+                [
+                    (idempotency_key(h, rel, list(json.loads(args).values()), t), key)
+                    for key, h, rel, args, t in old
+                ],
+            )
 
     def close(self) -> None:
         self.db.close()
