@@ -21,8 +21,20 @@ if TYPE_CHECKING:  # the program module imports the parser, which this module's 
 _ARROW = " :-\n    "
 
 
+def _render_body_atom(lit: ast.BodyLiteral) -> str:
+    """``!atom``, ``atom``, or ``C := atom`` for an atom whose last annotation binds its
+    content ID (the parser puts ``C :=`` there)."""
+    atom = lit.atom
+    last = atom.annotations[-1] if atom.annotations else None
+    if not lit.negated and last is not None and last.name == "cid":
+        if len(last.args) == 1 and isinstance(last.args[0], ast.Var):
+            rest = replace(atom, annotations=atom.annotations[:-1])
+            return f"{last.args[0].name} := {render_atom(rest)}"
+    return ("!" if lit.negated else "") + render_atom(atom)
+
+
 def render_rule(rule: ast.Rule) -> str:
-    body = [("!" if lit.negated else "") + render_atom(lit.atom) for lit in rule.body]
+    body = [_render_body_atom(lit) for lit in rule.body]
     body += [render_expr(g) for g in rule.guards]
     body += [f"{d.var.name} = {render_expr(d.expr)}" for d in rule.defs]
     head = render_atom(rule.head)
