@@ -199,6 +199,11 @@ class Rule:
     def negative(self) -> tuple[Atom, ...]:
         return tuple(lit.atom for lit in self.body if lit.negated)
 
+    @property
+    def atoms(self) -> tuple[Atom, ...]:
+        """The head, then every body atom (positive or negated), in order."""
+        return (self.head, *(lit.atom for lit in self.body))
+
 
 COLUMN_TYPES = ("int", "float", "str", "bool", "time", "cid")
 # Column types stored as another: a time is integer milliseconds, a content ID a string.

@@ -10,7 +10,7 @@ pass knows names were used.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container
 from dataclasses import replace
 
 from dagster_pomo.lang import ast
@@ -20,56 +20,67 @@ from dagster_pomo.lang.errors import Diagnostic
 CLOCK_COLUMNS = ("offset", "period")
 
 
-def _atoms(rule: ast.Rule) -> Iterator[ast.Atom]:
-    yield rule.head
-    for lit in rule.body:
-        yield lit.atom
-
-
-def attribute_names(corpus: ast.Corpus) -> dict[str, tuple[str, ...]]:
-    """The attributes of every relation an atom names attributes of: declared columns,
-    else the names used, in order of first use."""
+def declared_attributes(corpus: ast.Corpus) -> dict[str, tuple[str, ...]]:
+    """The attributes of every declared relation (its first ``.decl``), and the clock's."""
     declared: dict[str, tuple[str, ...]] = {CLOCK: CLOCK_COLUMNS}
     for decl in corpus.decls:
         declared.setdefault(decl.relation, tuple(c.name for c in decl.columns))
+    return declared
+
+
+def used_attributes(corpus: ast.Corpus, declared: Container[str]) -> dict[str, tuple[str, ...]]:
+    """The attributes of every undeclared relation an atom names attributes of: the names
+    used, in order of first use."""
     inferred: dict[str, list[str]] = {}
     for rule in corpus.rules:
-        for atom in _atoms(rule):
+        for atom in rule.atoms:
             if atom.names is None or atom.relation in declared:
                 continue
             names = inferred.setdefault(atom.relation, [])
             names += [n for n in atom.names if n not in names]
-    return declared | {name: tuple(names) for name, names in inferred.items()}
+    return {name: tuple(names) for name, names in inferred.items()}
 
 
 def resolve_attributes(corpus: ast.Corpus) -> tuple[ast.Corpus, list[Diagnostic]]:
-    """``corpus`` with every atom positional, and what is wrong with the names used."""
-    columns = attribute_names(corpus)
-    declared = {d.relation for d in corpus.decls} | {CLOCK}
+    """``corpus`` with every atom positional, and what is wrong with the names used. A
+    rule whose head lacks attributes is said once and left out of the later checks."""
+    declared = declared_attributes(corpus)
+    used = used_attributes(corpus, declared)
+    columns = declared | used
     found: list[Diagnostic] = []
     statements: list[ast.Statement] = []
     for statement in corpus.statements:
         if isinstance(statement, ast.Rule):
-            before = len(found)
             resolved = _resolve_rule(statement, columns, declared, found)
-            if any(d.span == statement.head.name_span for d in found[before:]):
-                continue  # a head without all its attributes: said once, checked no further
+            if resolved is None:
+                continue
             statement = resolved
         statements.append(statement)
-    attributes = tuple((name, names) for name, names in columns.items() if name not in declared)
-    return ast.Corpus(tuple(statements), corpus.source, attributes), found
+    return ast.Corpus(tuple(statements), corpus.source, tuple(used.items())), found
 
 
 def _resolve_rule(
     rule: ast.Rule,
     columns: dict[str, tuple[str, ...]],
-    declared: set[str],
+    declared: Container[str],
     found: list[Diagnostic],
-) -> ast.Rule:
-    whole = not rule.is_subscription  # a head that derives events gives every attribute
-    head = _resolve(rule.head, columns, declared, found, whole)
+) -> ast.Rule | None:
+    """``rule`` with positional atoms, or None when its head lacks attributes (a head
+    that derives events gives every one; a subscription's pattern need not)."""
+    head, missing = _resolve(rule.head, columns, declared, found)
+    if missing and not rule.is_subscription:
+        found.append(
+            Diagnostic(
+                f"`{rule.head.relation}` is derived here without "
+                + ", ".join(f"`{k}`" for k in missing)
+                + ": a head or a fact gives every attribute",
+                rule.head.name_span,
+                "give " + ", ".join(f"`{k}: ...`" for k in missing),
+            )
+        )
+        return None
     body = tuple(
-        replace(lit, atom=_resolve(lit.atom, columns, declared, found, False)) for lit in rule.body
+        replace(lit, atom=_resolve(lit.atom, columns, declared, found)[0]) for lit in rule.body
     )
     return replace(rule, head=head, body=body)
 
@@ -77,12 +88,13 @@ def _resolve_rule(
 def _resolve(
     atom: ast.Atom,
     columns: dict[str, tuple[str, ...]],
-    declared: set[str],
+    declared: Container[str],
     found: list[Diagnostic],
-    whole: bool,
-) -> ast.Atom:
+) -> tuple[ast.Atom, list[str]]:
+    """``atom`` with its arguments in column order (an omitted attribute is ``_``), and
+    the attributes it omits."""
     if atom.names is None:
-        return atom
+        return atom, []
     known = columns[atom.relation]
     given: dict[str, ast.Expr] = {}
     spans = atom.name_spans or (atom.span,) * len(atom.names)
@@ -106,16 +118,6 @@ def _resolve(
                 )
             )
         given.setdefault(name, expr)
-    missing = [k for k in known if k not in given]
-    if whole and missing:
-        found.append(
-            Diagnostic(
-                f"`{atom.relation}` is derived here without "
-                + ", ".join(f"`{k}`" for k in missing)
-                + ": a head or a fact gives every attribute",
-                atom.name_span,
-                "give " + ", ".join(f"`{k}: ...`" for k in missing),
-            )
-        )
     args = tuple(given.get(k, ast.Wildcard(atom.span)) for k in known)
-    return replace(atom, args=args, names=None, name_spans=())
+    missing = [k for k in known if k not in given]
+    return replace(atom, args=args, names=None, name_spans=()), missing

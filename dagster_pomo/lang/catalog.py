@@ -77,15 +77,9 @@ class Catalog:
         return [r for r in self if r.is_input]
 
 
-def _atoms(rule: ast.Rule) -> Iterator[ast.Atom]:
-    yield rule.head
-    for lit in rule.body:
-        yield lit.atom
-
-
 def first_use(corpus: ast.Corpus, relation: str) -> ast.Atom:
     """The first atom naming ``relation``, in source order (where to point about it)."""
-    return next(a for r in corpus.rules for a in _atoms(r) if a.relation == relation)
+    return next(a for r in corpus.rules for a in r.atoms if a.relation == relation)
 
 
 def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
@@ -101,7 +95,7 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
     }
     arity[CLOCK] = (2, ast.Decl(CLOCK, ()))
     for rule in corpus.rules:
-        for atom in _atoms(rule):
+        for atom in rule.atoms:
             known = arity.setdefault(atom.relation, (len(atom.args), atom))
             if known[0] != len(atom.args):
                 found.append(_arity_error(atom, *known))
@@ -121,7 +115,7 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
     relations: dict[str, Relation] = {}
     attributes = dict(corpus.attributes)
     for name, (n, _) in arity.items():
-        if name == CLOCK and not any(a.relation == CLOCK for r in corpus.rules for a in _atoms(r)):
+        if name == CLOCK and not any(a.relation == CLOCK for r in corpus.rules for a in r.atoms):
             continue
         decl = decls.get(name)
         named = attributes.get(name)
