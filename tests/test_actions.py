@@ -195,6 +195,7 @@ def test_a_ledger_keyed_before_content_ids_is_rekeyed_and_hands_nothing_over_aga
     db = sqlite3.connect(path)
     for old, e in enumerate(events):  # as an older version wrote them
         db.execute("UPDATE actions SET key = ? WHERE key = ?", (f"{old:064x}", e.key))
+    db.execute("PRAGMA user_version = 0")  # which it never set
     db.commit()
     db.close()
     ledger = Ledger(path)

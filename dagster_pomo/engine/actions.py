@@ -119,6 +119,7 @@ CREATE TABLE IF NOT EXISTS actions (
 );
 CREATE INDEX IF NOT EXISTS actions_by_state ON actions (handler, state);
 """
+KEYS_ARE_CIDS = 1  # the ledger's user_version once its keys are `handler:content ID`
 LEASE = 600.0  # seconds a claim holds without renewal (renewed while its batch runs)
 HOST = socket.gethostname()
 
@@ -165,13 +166,14 @@ class Ledger:
     def _rekey(self) -> None:
         """Keys written before they were ``handler:content ID`` (a SHA-256 of the handler
         and the event) are rewritten from the event each row records, states kept: no
-        event is handed over again for the change."""
-        old = self.db.execute(
-            "SELECT key, handler, relation, args, t FROM actions WHERE instr(key, ':') = 0"
-        ).fetchall()
-        if not old:
+        event is handed over again for the change. Once per ledger (SQLite's
+        ``user_version`` says it is done), not a scan of every key at every open."""
+        if self.db.execute("PRAGMA user_version").fetchone()[0] >= KEYS_ARE_CIDS:
             return
         with self._transaction():
+            old = self.db.execute(
+                "SELECT key, handler, relation, args, t FROM actions WHERE instr(key, ':') = 0"
+            ).fetchall()
             self.db.executemany(
                 "UPDATE actions SET key = ? WHERE key = ?",
                 [
@@ -179,6 +181,7 @@ class Ledger:
                     for key, h, rel, args, t in old
                 ],
             )
+            self.db.execute(f"PRAGMA user_version = {KEYS_ARE_CIDS}")
 
     def close(self) -> None:
         self.db.close()
