@@ -241,8 +241,11 @@ def test_content_ids_bind_join_and_filter_the_same_on_every_engine(tmp_path, eng
     again(customer: X, amount: A) :- big(order: C, customer: X), C := order(amount: A).
     pairs(first: C, second: D) :-
         C := order(customer: X), D := order(customer: X), C != D, C < D.
+    .decl ping().
+    pings(id: C) :- C := ping().
     """
     events = [("order", 5, ["ana", 150.0]), ("order", 7, ["bo", 50]), ("order", 9, ["bo", 120.5])]
+    events.append(("ping", 7, []))  # a relation with no argument: its time alone
     out = evaluate(tmp_path, corpus, events, epoch, engine, name="case.pomologic")
     ana = _digest('["order",["ana",150.0],5]')
     bo_small = _digest('["order",["bo",50.0],7]')
@@ -251,3 +254,4 @@ def test_content_ids_bind_join_and_filter_the_same_on_every_engine(tmp_path, eng
     # A bound content ID filters to that one event: each big order's own amount.
     assert tuples(out, "again") == {("ana", 150.0, 5), ("bo", 120.5, 9)}
     assert tuples(out, "pairs") == {(*sorted([bo_small, bo_big]), 9)}
+    assert tuples(out, "pings") == {(_digest('["ping",[],7]'), 7)}

@@ -88,7 +88,9 @@ def variable_types(
         carried = aggregates(atom.relation)
         for ann in atom.annotations:
             if ann.args and isinstance(ann.args[0], ast.Var):
-                typ = {"time": "int", "cid": "str"}.get(ann.name) or carried.get(ann.name)
+                # `@time` and `@cid` bind values of the column types of their names.
+                typ = ast.stored_type(ann.name) if ann.name in ast.STORED_AS else None
+                typ = typ or carried.get(ann.name)
                 if typ is not None:
                     env.setdefault(ann.args[0].name, typ)
     for d in binding_of(rule).def_order:

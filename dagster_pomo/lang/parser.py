@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import Any, NoReturn
 
 from lark import Lark, Token, Transformer, Tree, UnexpectedInput, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
@@ -401,7 +401,7 @@ class _ToAst(Transformer[Token, Any]):
     def _tok_span(self, tok: Token) -> Span:
         return self._source.span(self._base + tok.start_pos, self._base + tok.end_pos)
 
-    def _fail(self, message: str, span: Span, hint: str | None = None) -> None:
+    def _fail(self, message: str, span: Span, hint: str | None = None) -> NoReturn:
         raise _Failure(Diagnostic(message, span, hint))
 
     # statements
@@ -618,7 +618,6 @@ class _PomoLogicToAst(_ToAst):
             self._span(meta),
             "compare values with `==`, `!=`, `<`, `<=`, `>` or `>=`",
         )
-        raise AssertionError  # unreachable: _fail raises
 
     def negated(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
         return ast.BodyLiteral(self._atom(children[0]), True, self._span(meta))
@@ -638,7 +637,7 @@ class _PomoLogicToAst(_ToAst):
         atom = replace(atom, annotations=(*atom.annotations, cid))
         return ast.BodyLiteral(atom, False, self._span(meta))
 
-    def body_aggregate(self, meta: Any, children: list[Any]) -> None:
+    def body_aggregate(self, meta: Any, children: list[Any]) -> NoReturn:
         self._fail(
             "body aggregates (`V := count : atom`) are not supported yet",
             self._span(meta),

@@ -59,20 +59,14 @@ SPARK_OPS = Ops(
 def cid_column(relation: str, columns: Sequence[str]) -> Column:
     """Each row's content ID (``engine/cid.py``), worked out in Spark's Python workers by
     the function every engine uses."""
-    if not columns:
-
-        @F.pandas_udf("string")  # type: ignore[call-overload]
-        def of_time(t: pd.Series) -> pd.Series:
-            return pd.Series(content_ids.cids(relation, [], t.tolist()))
-
-        return of_time(F.col("t"))
 
     @F.pandas_udf("string")  # type: ignore[call-overload]
-    def digest(args: pd.DataFrame, t: pd.Series) -> pd.Series:
-        values = [args[c].tolist() for c in args.columns]
-        return pd.Series(content_ids.cids(relation, values, t.tolist()))
+    def digest(rows: pd.DataFrame) -> pd.Series:
+        *args, times = [rows[c].tolist() for c in rows.columns]  # the arguments, then `t`
+        return pd.Series(content_ids.cids(relation, args, times))
 
-    return digest(F.struct(*[F.col(c).alias(f"a{i}") for i, c in enumerate(columns)]), F.col("t"))
+    identity = [F.col(c).alias(f"a{i}") for i, c in enumerate(columns)]
+    return digest(F.struct(*identity, F.col("t").alias("t")))
 
 
 def _atom_frame(
