@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,15 +85,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     return status
 
 
-def cmd_strata(args: argparse.Namespace) -> int:
-    from dagster_pomo.cli.strata_report import dot_report, text_report
-
+def _print_for(args: argparse.Namespace, report: Callable[[Program], str]) -> int:
+    """What ``report`` makes of the checked corpus ``args.file``, on stdout."""
     (path,) = _corpus_files([args.file])
     program = _load(path)
     if program is None:
         return EXIT_CORPUS
-    sys.stdout.write(dot_report(program) if args.dot else text_report(program))
+    sys.stdout.write(report(program))
     return EXIT_OK
+
+
+def cmd_strata(args: argparse.Namespace) -> int:
+    from dagster_pomo.cli.strata_report import dot_report, text_report
+
+    return _print_for(args, dot_report if args.dot else text_report)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -101,23 +106,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from dagster_pomo.plan.schema import infer_schemas
     from dagster_pomo.plan.text import render_plan
 
-    (path,) = _corpus_files([args.file])
-    program = _load(path)
-    if program is None:
-        return EXIT_CORPUS
-    sys.stdout.write(render_plan(compile_plan(program, infer_schemas(program, {}))))
-    return EXIT_OK
+    return _print_for(args, lambda p: render_plan(compile_plan(p, infer_schemas(p, {}))))
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from dagster_pomo.lang.pomologic import to_pomologic
 
-    (path,) = _corpus_files([args.file])
-    program = _load(path)
-    if program is None:
-        return EXIT_CORPUS
-    sys.stdout.write(to_pomologic(program))
-    return EXIT_OK
+    return _print_for(args, to_pomologic)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -314,34 +309,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(func=cmd_check)
 
-    strata = sub.add_parser(
+    def one_file(name: str, func: Callable[[argparse.Namespace], int], **text: str):  # noqa: ANN202
+        command = sub.add_parser(name, **text)
+        command.add_argument("file", metavar="FILE")
+        command.set_defaults(func=func)
+        return command
+
+    strata = one_file(
         "strata",
+        cmd_strata,
         help="show the strata in evaluation order and the dependency graph",
         description="Show strata, their rules, and the dependency graph of a corpus.",
     )
-    strata.add_argument("file", metavar="FILE")
     strata.add_argument("--dot", action="store_true", help="print Graphviz DOT instead of text")
-    strata.set_defaults(func=cmd_strata)
-
-    plan = sub.add_parser(
+    one_file(
         "plan",
+        cmd_plan,
         help="show how each rule is evaluated: scans, joins, guards, negations, heads",
         description="Show the plan every engine executes: per stratum, each rule's scans and "
         "how they join, definitions, guards, anti-joins, aggregates and head. Input columns "
         "without a declared type are shown as str (data types them in a run).",
     )
-    plan.add_argument("file", metavar="FILE")
-    plan.set_defaults(func=cmd_plan)
-
-    convert = sub.add_parser(
+    one_file(
         "convert",
+        cmd_convert,
         help="print a corpus in PomoLogic notation",
         description="Print a checked corpus in PomoLogic notation (`head :- body.`, "
         "uppercase variables, named attributes), its comments kept; save it as a "
         "*.pomologic file to use it instead.",
     )
-    convert.add_argument("file", metavar="FILE")
-    convert.set_defaults(func=cmd_convert)
 
     from dagster_pomo.engine.run import ENGINES
 
