@@ -16,6 +16,7 @@ from dagster_pomo.errors import UsageError
 
 NEVER = 2**63 - 1
 EARLIEST = -(2**63) + 1
+PAST = -(2**63)  # before every time: the match time of a rule without positive atoms
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 

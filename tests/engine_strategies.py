@@ -6,7 +6,7 @@ itself positively when it is recursive. Between them they use every construct of
 the language: joins, constants, guards, negation, every aggregate (read back in
 later bodies), head expressions and functions, ``where`` definitions, unions of
 rules, explicit ``@time`` (past and future), clocks, recursion, declared
-lifetimes of derived relations, and ``@next`` sequences.
+lifetimes of derived relations, ``@next`` sequences, content IDs and body aggregates.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ KINDS = (
     "timed_agg",
     "next",
     "cid",
+    "body_agg",
 )
 AGGREGATES = ("@count", "@sum(y)", "@min(y)", "@max(y)", "@average(y)")
 # Head expressions over two integers: signs, truncating division and remainder, functions.
@@ -65,6 +66,25 @@ class Case:
     def __repr__(self) -> str:
         lines = "\n".join(f"  {e}" for e in self.events)
         return f"Case(corpus=\n{self.corpus}\nevents=\n{lines})"
+
+
+def body_aggregate(draw: st.DrawFn, d: str, p: str, q: str) -> str:
+    """A rule with body aggregates: grouped by a positive atom's variable, with no positive
+    atom at all, two over different groups compared, or an average in a guard."""
+    fn = draw(st.sampled_from(["count", "sum", "min", "max"]))
+    summary = fn if fn == "count" else f"{fn} w"
+    own = "_" if fn == "count" else "w"  # the summarised variable's place
+    form = draw(st.integers(0, 3))
+    if form == 0:
+        return f"{d}(x, v) := {p}(x, _) ^ v = {summary} : {q}(x, {own});"
+    if form == 1:
+        return f"{d}(v, n) := v = {summary} : {p}(_, {own}) ^ n = count : {q}(_, _);"
+    if form == 2:
+        return (
+            f"{d}(x, y) := {p}(x, y) ^ n = count : {q}(x, _) ^ m = {summary} : {q}({own}, y)"
+            " if n > m;"
+        )
+    return f"{d}(x, y) := {p}(x, y) ^ v = average w : {q}(w, x) if v > y;"
 
 
 @st.composite
@@ -136,6 +156,8 @@ def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
                 lines.append(f"{d}(x, y) := {d}_ids(k, x) ^ {p}(x, y) @cid(k);")
             else:
                 lines.append(f"{d}(x, z) := {p}(x, y) @cid(k) ^ {q}(y, z) @cid(m) if k < m;")
+        elif kind == "body_agg":
+            lines.append(body_aggregate(draw, d, p, q))
         elif kind == "expr":
             lines.append(f"{d}(x, {draw(st.sampled_from(EXPRESSIONS))}) := {p}(x, y);")
         elif kind == "where":

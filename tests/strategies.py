@@ -60,7 +60,31 @@ def atoms(draw: st.DrawFn) -> ast.Atom:
     )
 
 
-literals = st.builds(ast.BodyLiteral, atoms(), st.booleans())
+def aggregations(
+    variables: st.SearchStrategy[str], arguments: st.SearchStrategy[ast.Expr]
+) -> st.SearchStrategy[ast.Aggregation]:
+    """A body aggregate's result, function and argument (none for ``count``)."""
+    counts = st.builds(ast.Aggregation, variables.map(ast.Var), st.just("count"))
+    others = st.builds(
+        ast.Aggregation,
+        variables.map(ast.Var),
+        st.sampled_from([f for f in ast.AGGREGATES if f != "count"]),
+        arguments,
+    )
+    return st.one_of(counts, others)
+
+
+def body_literals(
+    atom: st.SearchStrategy[ast.Atom], summary: st.SearchStrategy[ast.Aggregation]
+) -> st.SearchStrategy[ast.BodyLiteral]:
+    """Positive and negated atoms, and body aggregates over an atom."""
+    return st.one_of(
+        st.builds(ast.BodyLiteral, atom, st.booleans()),
+        st.builds(ast.BodyLiteral, atom, st.just(False), aggregation=summary),
+    )
+
+
+literals = body_literals(atoms(), aggregations(names, exprs()))
 definitions = st.builds(ast.Definition, names.map(ast.Var), exprs())
 
 
@@ -144,9 +168,8 @@ def pomologic_atoms(draw: st.DrawFn) -> ast.Atom:
 
 @st.composite
 def pomologic_rules(draw: st.DrawFn) -> ast.Rule:
-    body = tuple(
-        draw(st.lists(st.builds(ast.BodyLiteral, pomologic_atoms(), st.booleans()), max_size=3))
-    )
+    summaries = aggregations(upper_names, pomologic_exprs())
+    body = tuple(draw(st.lists(body_literals(pomologic_atoms(), summaries), max_size=3)))
     comparisons = st.builds(
         ast.BinOp, st.sampled_from(sorted(ast.COMPARISONS)), pomologic_exprs(), pomologic_exprs()
     )

@@ -134,6 +134,27 @@ def test_content_ids_are_the_same_on_every_engine_and_epoch_size(
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
+@given(st.builds(Case, corpora(("body_agg", "join", "negate", "body_agg")), event_streams()))
+def test_body_aggregates_are_the_same_on_every_engine_and_epoch_size(
+    tmp_path_factory, case: Case
+) -> None:
+    """Body aggregates grouped or not, several in a rule, compared in guards, over what other
+    rules derive: Spark's plans (a range at once and epoch by epoch) and this process's
+    give what the reference gives in one batch."""
+    tmp = tmp_path_factory.mktemp("summaries")
+    batch = outcome(case, tmp, HORIZON_END, "reference")
+    for size in (12, 16):
+        how = policy(in_process=False, one_pass=size != 16)
+        assert outcome(case, tmp, size, "spark", how) == batch, size
+    assert outcome(case, tmp, 16, "spark", policy(in_process=True, one_pass=False)) == batch
+
+
+@settings(
+    max_examples=max(1, SPARK_EXAMPLES // 2),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
 @given(timeless_cases)
 def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     tmp_path_factory, case: Case

@@ -258,3 +258,100 @@ def test_content_ids_bind_join_and_filter_the_same_on_every_engine(tmp_path, eng
     assert tuples(out, "again") == {("ana", 150.0, 5), ("bo", 120.5, 9)}
     assert tuples(out, "pairs") == {(*sorted([bo_small, bo_big]), 9)}
     assert tuples(out, "pings") == {(_digest('["ping",[],7]'), 7)}
+
+
+@pytest.mark.parametrize("engine", [*ENGINES, "in-process"])
+def test_the_specification_s_body_aggregates_run_as_written(tmp_path, engine):
+    """`popularProfile`, the valid `totalStock`s and `categoryCount` of the PomoLogic
+    specification, word for word (with declarations for their relations)."""
+    corpus = """
+    .decl profile(id: str).
+    .decl follower(name: str, follows: str).
+    .decl product(name: str, category: str, quantity: int).
+    .decl category(name: str).
+    .decl listed(name: str, category: cid).
+
+    popularProfile(id: X) :−
+        profile(id: X),
+        c := count : follower(follows: X),
+        c >= 1000.
+
+    allStock(total: Total) :-
+      Total := sum Quantity : product(category: Category, quantity: Quantity).
+
+    totalStock(category: Category, total: Total) :-
+      product(category: Category),
+      Total := sum Quantity : product(category: Category, quantity: Quantity).
+
+    categoryCount(category: Category, count: Count) :-
+        Category := category(),
+        Count := count : listed(category: Category).
+    """
+    events = [("profile", 1, ["ann"]), ("profile", 1, ["bob"])]
+    events += [("follower", 10 + i, [f"f{i}", "ann"]) for i in range(1000)]
+    events += [("follower", 10 + i, [f"g{i}", "bob"]) for i in range(999)]
+    events += [
+        ("product", 2000, ["hammer", "tools", 3]),
+        ("product", 2001, ["bread", "food", 5]),
+        ("product", 2002, ["saw", "tools", 2]),
+        ("category", 3000, ["tools"]),
+        ("category", 3001, ["food"]),
+    ]
+    tools, food = _digest('["category",["tools"],3000]'), _digest('["category",["food"],3001]')
+    events += [("listed", 3010, ["hammer", tools]), ("listed", 3011, ["saw", tools])]
+    out = evaluate(tmp_path, corpus, events, 1000, engine, name="spec.pomologic")
+    # The 1000th follower of ann makes her popular; bob never has 1000.
+    assert tuples(out, "popularProfile") == {("ann", 1009)}
+    # A running total of every product, whatever its category.
+    assert tuples(out, "allStock") == {(3, 2000), (8, 2001), (10, 2002)}
+    # Per category, at each product's arrival: its category's total then.
+    assert tuples(out, "totalStock") == {
+        ("tools", 3, 2000),
+        ("food", 5, 2001),
+        ("tools", 5, 2002),
+    }
+    # A category counts the listings that name its content ID, from none (0) at its arrival.
+    assert tuples(out, "categoryCount") == {
+        (tools, 0, 3000),
+        (food, 0, 3001),
+        (tools, 1, 3010),
+        (tools, 2, 3011),
+    }
+
+
+@pytest.mark.parametrize("engine", [*ENGINES, "in-process"])
+def test_a_body_aggregate_follows_arrivals_and_expiries_while_its_match_lives(tmp_path, engine):
+    """Each time an event of the group arrives or expires, the value anew: a version that
+    lives until the match or the first event it covers expires. Over no event, a count or
+    a sum is 0 and a minimum has no value (no match)."""
+    corpus = """
+    .decl shop(name: str) lifetime 1000ms.
+    .decl sale(shop: str, amount: int) lifetime 100ms.
+    summary(shop: S, n: N, total: T) :-
+        shop(name: S), N := count : sale(shop: S), T := sum A : sale(shop: S, amount: A).
+    smallest(shop: S, least: M) :- shop(name: S), M := min A : sale(shop: S, amount: A).
+    """
+    events = [
+        ("shop", 5, ["north"]),
+        ("sale", 10, ["north", 3]),
+        ("sale", 40, ["north", 2]),
+        ("sale", 130, ["north", 7]),
+    ]
+    out = evaluate(tmp_path, corpus, events, 30, engine, until=2000, name="shops.pomologic")
+    lives = {(*e["args"], e["t"], e["exp"]) for e in out["summary"]}
+    assert lives == {
+        ("north", 0, 0, 5, 1005),  # no sale yet
+        ("north", 1, 3, 10, 110),  # until the first sale expires
+        ("north", 2, 5, 40, 110),
+        ("north", 1, 2, 110, 140),  # the first sale expired
+        ("north", 2, 9, 130, 140),
+        ("north", 1, 7, 140, 230),
+        ("north", 0, 0, 230, 1005),  # every sale expired: until the shop does
+    }
+    assert {(*e["args"], e["t"]) for e in out["smallest"]} == {
+        ("north", 3, 10),
+        ("north", 2, 40),
+        ("north", 2, 110),
+        ("north", 2, 130),
+        ("north", 7, 140),
+    }

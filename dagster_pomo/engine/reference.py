@@ -22,7 +22,7 @@ from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
 from dagster_pomo.lang.interpret import Undefined, Value, evaluate, holds
 from dagster_pomo.plan.schema import Schema
-from dagster_pomo.timeline import Epoch, iter_ticks
+from dagster_pomo.timeline import NEVER, Epoch, iter_ticks
 
 Env = dict[str, Value]
 Db = dict[str, dict[tuple[int, tuple[Value, ...], int], Version]]
@@ -132,6 +132,8 @@ class ReferenceEvaluator:
         rules = self.program.corpus.rules
         if any(r.is_inductive or (r.body and r.head.time is not None) for r in rules):
             return False
+        if any(r.body_aggregates for r in rules):
+            return False  # an event a body aggregate summarises expires: a new value
         return not clocks(self.program)
 
     def _base(
@@ -180,20 +182,8 @@ class ReferenceEvaluator:
 
         def walk(i: int, env: Env, rows: tuple[Version, ...]) -> Iterator[_Match]:
             if i == len(atoms):
-                full = dict(env)
-                try:
-                    for d in order:
-                        full[d.var.name] = evaluate(d.expr, full)
-                    for atom, row in zip(atoms, rows, strict=True):
-                        if not self._unify(atom, row, full, final=True):
-                            return
-                except Undefined:
-                    return
-                if all(holds(g, full) for g in rule.guards):
-                    keys = tuple(
-                        (a.relation, r.t, r.args, r.aggs) for a, r in zip(atoms, rows, strict=True)
-                    )
-                    yield _Match(full, rows, keys)
+                for summarised, pieces in self._summarise(rule.body_aggregates, env, rows, db):
+                    yield from complete(summarised, rows, pieces)
                 return
             atom = atoms[i]
             for row in db.get(atom.relation, {}).values():
@@ -203,7 +193,86 @@ class ReferenceEvaluator:
                 if self._unify(atom, row, env2, final=False):
                     yield from walk(i + 1, env2, (*rows, row))
 
+        def complete(
+            env: Env, rows: tuple[Version, ...], pieces: tuple[Version, ...]
+        ) -> Iterator[_Match]:
+            full = dict(env)
+            try:
+                for d in order:
+                    full[d.var.name] = evaluate(d.expr, full)
+                for atom, row in zip(atoms, rows, strict=True):
+                    if not self._unify(atom, row, full, final=True):
+                        return
+            except Undefined:
+                return
+            if all(holds(g, full) for g in rule.guards):
+                keys = tuple(
+                    (a.relation, r.t, r.args, r.aggs) for a, r in zip(atoms, rows, strict=True)
+                )
+                yield _Match(full, rows + pieces, keys)
+
         yield from walk(0, constant_values(rule), ())
+
+    def _summarise(
+        self, literals: tuple[ast.BodyLiteral, ...], env: Env, rows: tuple[Version, ...], db: Db
+    ) -> Iterator[tuple[Env, tuple[Version, ...]]]:
+        """The body aggregates of a match of the positive atoms (``rows``): at the match's
+        time and whenever an event one of them summarises arrives or expires while the match
+        lives, each bound to its value then, with that piece's life as one more row
+        (``t = kt`` = its start)."""
+        if not literals:
+            yield env, ()
+            return
+        tau = max((r.kt for r in rows), default=None)
+        exp = min((r.exp for r in rows), default=NEVER)
+        if tau is not None and exp <= tau:
+            return
+        summarised = [self._summarised(lit, env, db) for lit in literals]
+        times = {x for events in summarised for _, _, kt, e in events for x in (kt, e)}
+        times = {x for x in times if (tau is None or tau < x) and x < exp}
+        for at in sorted(times | ({tau} if tau is not None else set())):
+            bound, until = dict(env), exp
+            for lit, events in zip(literals, summarised, strict=True):
+                agg = lit.aggregation
+                assert agg is not None
+                covered: dict[tuple[object, ...], tuple[Value, int]] = {}
+                for key, value, kt, e in events:
+                    if kt <= at < e:
+                        covered[key] = (value, max(e, covered[key][1]) if key in covered else e)
+                if covered:
+                    try:
+                        result = _aggregate(agg.function, [v for v, _ in covered.values()])
+                    except Undefined:
+                        break
+                    until = min(until, *(e for _, e in covered.values()))
+                elif agg.function in ("count", "sum"):
+                    result = 0
+                else:
+                    break  # no event, no minimum: the search fails
+                bound[agg.var.name] = result
+            else:
+                yield bound, (Version(at, (), at, until),)
+
+    def _summarised(
+        self, lit: ast.BodyLiteral, env: Env, db: Db
+    ) -> list[tuple[tuple[object, ...], Value, int, int]]:
+        """The versions of a body aggregate's atom that agree with ``env``: (event, value,
+        kt, exp), those whose value is undefined left out."""
+        agg = lit.aggregation
+        assert agg is not None
+        events = []
+        for row in db.get(lit.atom.relation, {}).values():
+            local = dict(env)
+            try:
+                if not self._unify(lit.atom, row, local, final=False):
+                    continue
+                if not self._unify(lit.atom, row, local, final=True):
+                    continue
+                value = 1 if agg.arg is None else evaluate(agg.arg, local)
+            except Undefined:
+                continue
+            events.append(((row.t, row.args, row.aggs), value, row.kt, row.exp))
+        return events
 
     def _unify(self, atom: ast.Atom, row: Version, env: Env, final: bool) -> bool:
         """Bind or compare ``atom``'s arguments with ``row``. Expression arguments are only

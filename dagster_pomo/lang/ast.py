@@ -139,13 +139,30 @@ class Atom:
         return ann.args[0] if ann is not None and len(ann.args) == 1 else None
 
 
+AGGREGATES = ("count", "sum", "min", "max", "average")
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """``var := function [arg] : atom`` (PomoLogic) or ``var = function [arg] : atom``: the
+    summary, over the atom's events alive at the match's time, of ``arg`` (None for
+    ``count``). The atom's variables shared with the rest of the body group it; its others
+    belong to it alone."""
+
+    var: Var
+    function: str
+    arg: Expr | None = None
+    span: Span = _span()
+
+
 @dataclass(frozen=True)
 class BodyLiteral:
-    """A body atom, positive or negated with ``!``."""
+    """A body atom: positive, negated with ``!``, or the atom a body aggregate summarises."""
 
     atom: Atom
     negated: bool = False
     span: Span = _span()
+    aggregation: Aggregation | None = None
 
 
 @dataclass(frozen=True)
@@ -155,9 +172,6 @@ class Definition:
     var: Var
     expr: Expr
     span: Span = _span()
-
-
-AGGREGATES = ("count", "sum", "min", "max", "average")
 
 
 @dataclass(frozen=True)
@@ -193,7 +207,13 @@ class Rule:
 
     @property
     def positive(self) -> tuple[Atom, ...]:
-        return tuple(lit.atom for lit in self.body if not lit.negated)
+        """The atoms a match joins (neither negated nor summarised by a body aggregate)."""
+        return tuple(lit.atom for lit in self.body if not lit.negated and lit.aggregation is None)
+
+    @property
+    def body_aggregates(self) -> tuple[BodyLiteral, ...]:
+        """The body's aggregates (``V := count : atom``), in order."""
+        return tuple(lit for lit in self.body if lit.aggregation is not None)
 
     @property
     def negative(self) -> tuple[Atom, ...]:

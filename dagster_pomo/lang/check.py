@@ -211,6 +211,9 @@ def _all_exprs(rule: ast.Rule) -> Iterator[tuple[ast.Expr, bool]]:
         yield guard, False
     for d in rule.defs:
         yield d.expr, False
+    for lit in rule.body_aggregates:
+        if lit.aggregation is not None and lit.aggregation.arg is not None:
+            yield lit.aggregation.arg, False
 
 
 def check_wildcards(rule: ast.Rule) -> Iterator[Diagnostic]:
@@ -257,10 +260,22 @@ class Bindings:
     by_defs: frozenset[str]  # `where` definitions whose right-hand sides are bound
     constant_defs: frozenset[str]  # `where` definitions that do not depend on the body
     def_order: tuple[ast.Definition, ...] = ()  # resolvable definitions, each after its inputs
+    by_aggregates: frozenset[str] = frozenset()  # the results of body aggregates
 
     @property
     def all(self) -> frozenset[str]:
-        return self.by_atoms | self.by_defs
+        return self.by_atoms | self.by_aggregates | self.by_defs
+
+    def group_of(self, atom: ast.Atom) -> tuple[str, ...]:
+        """The variables a body aggregate's ``atom`` shares with the positive atoms: its
+        groups. Its other variables are its own."""
+        return tuple(v for v in atom_variables(atom) if v in self.by_atoms)
+
+
+def atom_variables(atom: ast.Atom) -> tuple[str, ...]:
+    """The bare variables of ``atom``'s arguments and annotations, each once, in order."""
+    exprs = (*atom.args, *(a for ann in atom.annotations for a in ann.args))
+    return tuple(dict.fromkeys(e.name for e in exprs if isinstance(e, ast.Var)))
 
 
 def binding_of(rule: ast.Rule) -> Bindings:
@@ -272,23 +287,31 @@ def binding_of(rule: ast.Rule) -> Bindings:
         for arg in (*args, *(a for ann in atom.annotations for a in ann.args)):
             if isinstance(arg, ast.Var):
                 by_atoms.add(arg.name)
+    by_aggregates = {lit.aggregation.var.name for lit in rule.body_aggregates if lit.aggregation}
+    by_aggregates -= by_atoms
     by_defs: set[str] = set()
     constant: set[str] = set()
     order: list[ast.Definition] = []
-    pending = [d for d in rule.defs if d.var.name not in by_atoms]
+    pending = [d for d in rule.defs if d.var.name not in by_atoms | by_aggregates]
     progress = True
     while pending and progress:
         progress = False
         for d in list(pending):
             used = {v.name for v in ast.expr_vars(d.expr)}
-            if used <= by_atoms | by_defs:
+            if used <= by_atoms | by_aggregates | by_defs:
                 by_defs.add(d.var.name)
                 order.append(d)
                 if used <= constant:
                     constant.add(d.var.name)
                 pending.remove(d)
                 progress = True
-    return Bindings(frozenset(by_atoms), frozenset(by_defs), frozenset(constant), tuple(order))
+    return Bindings(
+        frozenset(by_atoms),
+        frozenset(by_defs),
+        frozenset(constant),
+        tuple(order),
+        frozenset(by_aggregates),
+    )
 
 
 def _unbound(expr: ast.Expr, bound: frozenset[str]) -> Iterator[ast.Var]:
@@ -317,12 +340,22 @@ def check_bindings(rule: ast.Rule) -> Iterator[Diagnostic]:
             )
         return
     body_what = "a positive atom of the body, a body `@time(...)` or a `where` definition"
+    owned = {
+        v: lit.atom.relation
+        for lit in rule.body_aggregates
+        for v in atom_variables(lit.atom)
+        if v not in b.by_atoms
+    }
     for arg in rule.head.args:
         for var in _unbound(arg, bound):
+            hint = f"bind `{var.name}` in {body_what}"
+            if var.name in owned:
+                hint = (
+                    f"`{var.name}` belongs to the body aggregate over `{owned[var.name]}` "
+                    "alone; to group by it, bind it in a positive atom of the body too"
+                )
             yield Diagnostic(
-                f"variable `{var.name}` in the head is not bound by the body",
-                var.span,
-                f"bind `{var.name}` in {body_what}",
+                f"variable `{var.name}` in the head is not bound by the body", var.span, hint
             )
     for ann in rule.head.annotations:
         for arg in ann.args:
@@ -362,6 +395,7 @@ def check_bindings(rule: ast.Rule) -> Iterator[Diagnostic]:
             )
     yield from _check_clocks(rule, b)
     yield from _check_aggregates(rule)
+    yield from _check_body_aggregates(rule, b)
     yield from _singletons(rule)
 
 
@@ -382,7 +416,7 @@ def _check_defs(rule: ast.Rule, b: Bindings) -> Iterator[Diagnostic]:
             )
             continue
         seen[name] = d
-        if name in b.by_atoms:
+        if name in b.by_atoms | b.by_aggregates:
             yield Diagnostic(
                 f"`{name}` is already bound by the body; `where` must introduce a new variable",
                 d.var.span,
@@ -449,6 +483,104 @@ def _check_aggregates(rule: ast.Rule) -> Iterator[Diagnostic]:
                     )
 
 
+def _check_body_aggregates(rule: ast.Rule, b: Bindings) -> Iterator[Diagnostic]:
+    """A body aggregate's result is a new variable; what it summarises belongs to it alone
+    (seed 001 §2.5.3); its atom's other variables are its groups, bound elsewhere."""
+    claimed: dict[str, ast.BodyLiteral] = {}  # a local variable -> the aggregate it is in
+    results: set[str] = set()
+    for lit in rule.body_aggregates:
+        agg, atom = lit.aggregation, lit.atom
+        assert agg is not None
+        shown = f"`{agg.var.name} := {agg.function}{'' if agg.arg is None else ' ...'} : ...`"
+        if rule.is_inductive:
+            yield Diagnostic(
+                "an `@next` rule cannot aggregate in its body",
+                agg.span,
+                "aggregate in a deductive rule, then carry the result forward with `@next`",
+            )
+        for ann in rule.aggregates:
+            yield Diagnostic(
+                f"a rule with a body aggregate cannot also aggregate in its head (`@{ann.name}`)",
+                ann.span,
+                "derive the body aggregate's result in a rule of its own, then aggregate that",
+            )
+        name = agg.var.name
+        if name in b.by_atoms or name in results:
+            yield Diagnostic(
+                f"`{name}` is already bound, so the aggregate cannot bind it",
+                agg.var.span,
+                f"name the result anew and compare: `N := ..., N == {name}`",
+            )
+        results.add(name)
+        group = set(b.group_of(atom))
+        local = [v for v in atom_variables(atom) if v not in group]
+        defined = {d.var.name for d in rule.defs} | b.by_aggregates
+        for v in local:
+            if v in defined:
+                yield Diagnostic(
+                    f"`{v}` is defined by `where` or by an aggregate, which the atom of a "
+                    "body aggregate cannot read",
+                    _first_var(atom, v).span,
+                    "a body aggregate is grouped by the variables of positive atoms: bind "
+                    f"`{v}` in one, or write the constant in the atom",
+                )
+                continue
+            other = claimed.setdefault(v, lit)
+            if other is not lit:
+                yield Diagnostic(
+                    f"`{v}` appears in two body aggregates but in no positive atom",
+                    _first_var(atom, v).span,
+                    f"bind `{v}` in a positive atom to group both by it, or rename one",
+                )
+        for arg in atom.args:
+            if not isinstance(arg, ast.Var | ast.Wildcard | ast.Const):
+                for var in ast.expr_vars(arg):
+                    if var.name not in group and var.name not in local:
+                        yield Diagnostic(
+                            f"variable `{var.name}` in {shown} is not bound by its atom "
+                            "or a positive atom",
+                            var.span,
+                            f"bind `{var.name}` by a bare variable argument of the atom",
+                        )
+        if agg.arg is None:
+            continue
+        for var in ast.expr_vars(agg.arg):
+            if var.name in group:
+                yield Diagnostic(
+                    f"`{var.name}` is summarised by {shown}, so it must be otherwise unbound",
+                    var.span,
+                    f"`{var.name}` is also bound by a positive atom, which makes it a group: "
+                    "use another name in the aggregated atom",
+                )
+            elif var.name not in local:
+                yield Diagnostic(
+                    f"`{var.name}` is summarised by {shown} but does not appear in its atom",
+                    var.span,
+                    f"name the attribute it stands for: `{atom.relation}(...: {var.name})`",
+                )
+            elif sum(isinstance(a, ast.Var) and a.name == var.name for a in atom.args) > 1:
+                yield Diagnostic(
+                    f"`{var.name}` is summarised by {shown} and appears twice in its atom",
+                    var.span,
+                    "a summarised variable stands for one attribute: use `_` or another "
+                    "variable for the other",
+                )
+
+
+def _aggregate_exprs(rule: ast.Rule) -> Iterator[ast.Expr]:
+    """The result variable and the argument of each body aggregate."""
+    for lit in rule.body_aggregates:
+        if lit.aggregation is not None:
+            yield lit.aggregation.var
+            if lit.aggregation.arg is not None:
+                yield lit.aggregation.arg
+
+
+def _first_var(atom: ast.Atom, name: str) -> ast.Var:
+    exprs = (*atom.args, *(a for ann in atom.annotations for a in ann.args))
+    return next(e for e in exprs if isinstance(e, ast.Var) and e.name == name)
+
+
 def _singletons(rule: ast.Rule) -> Iterator[Diagnostic]:
     counts: dict[str, int] = {}
     first: dict[str, ast.Var] = {}
@@ -459,6 +591,7 @@ def _singletons(rule: ast.Rule) -> Iterator[Diagnostic]:
         *(a for lit in rule.body for ann in lit.atom.annotations for a in ann.args),
         *rule.guards,
         *(d.expr for d in rule.defs),
+        *_aggregate_exprs(rule),
     ]
     for expr in every:
         for var in ast.expr_vars(expr):

@@ -17,6 +17,7 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.catalog import KIND_NAMES, Catalog
 from dagster_pomo.lang.check import CLOCK, binding_of
 from dagster_pomo.lang.errors import Diagnostic, Severity
+from dagster_pomo.lang.render import render_expr
 
 _NUMERIC = frozenset({"int", "float"})
 
@@ -78,26 +79,56 @@ def variable_types(
     arguments configure it and bind nothing."""
     env: dict[str, str] = {}
     for atom in rule.positive:
-        types = columns(atom.relation)
-        if types is None:
-            continue
-        if atom.relation != CLOCK:
-            for arg, typ in zip(atom.args, types, strict=False):
-                if isinstance(arg, ast.Var) and typ is not None:
-                    env.setdefault(arg.name, typ)
-        carried = aggregates(atom.relation)
-        for ann in atom.annotations:
-            if ann.args and isinstance(ann.args[0], ast.Var):
-                # `@time` and `@cid` bind values of the column types of their names.
-                typ = ast.stored_type(ann.name) if ann.name in ast.STORED_AS else None
-                typ = typ or carried.get(ann.name)
-                if typ is not None:
-                    env.setdefault(ann.args[0].name, typ)
+        _bind(atom, env, columns, aggregates)
+    for lit in rule.body_aggregates:
+        assert lit.aggregation is not None
+        local = dict(env)  # the atom's own variables are its alone
+        _bind(lit.atom, local, columns, aggregates)
+        arg = lit.aggregation.arg
+        typ = aggregate_type(
+            lit.aggregation.function, None if arg is None else expr_type(arg, local)
+        )
+        if typ is not None:
+            env.setdefault(lit.aggregation.var.name, typ)
     for d in binding_of(rule).def_order:
         typ = expr_type(d.expr, env)
         if typ is not None:
             env[d.var.name] = typ
     return env
+
+
+def _bind(
+    atom: ast.Atom,
+    env: dict[str, str],
+    columns: Callable[[str], Sequence[str | None] | None],
+    aggregates: Callable[[str], Mapping[str, str]],
+) -> None:
+    """Add the types of the variables ``atom`` binds to ``env`` (those not there yet)."""
+    types = columns(atom.relation)
+    if types is None:
+        return
+    if atom.relation != CLOCK:
+        for arg, typ in zip(atom.args, types, strict=False):
+            if isinstance(arg, ast.Var) and typ is not None:
+                env.setdefault(arg.name, typ)
+    carried = aggregates(atom.relation)
+    for ann in atom.annotations:
+        if ann.args and isinstance(ann.args[0], ast.Var):
+            # `@time` and `@cid` bind values of the column types of their names.
+            typ = ast.stored_type(ann.name) if ann.name in ast.STORED_AS else None
+            typ = typ or carried.get(ann.name)
+            if typ is not None:
+                env.setdefault(ann.args[0].name, typ)
+
+
+def aggregate_type(function: str, arg: str | None) -> str | None:
+    """The type of an aggregate of values of type ``arg``: a count is an integer, an average
+    a float, the others the values' type."""
+    if function == "count":
+        return "int"
+    if function == "average":
+        return "float"
+    return arg
 
 
 def _declared(catalog: Catalog) -> Callable[[str], tuple[str | None, ...]]:
@@ -159,3 +190,27 @@ def check_kinds(rule: ast.Rule, catalog: Catalog) -> Iterator[Diagnostic]:
                     "arithmetic takes numbers; concat(a, b) joins text",
                     Severity.WARNING,
                 )
+    yield from _check_summaries(rule, env, catalog)
+
+
+def _check_summaries(
+    rule: ast.Rule, env: Mapping[str, str], catalog: Catalog
+) -> Iterator[Diagnostic]:
+    """A body aggregate's values must be ones its function takes: numbers for a sum or an
+    average; numbers or text for a least or greatest."""
+    for lit in rule.body_aggregates:
+        agg = lit.aggregation
+        if agg is None or agg.arg is None:
+            continue
+        local = dict(env)
+        _bind(lit.atom, local, _declared(catalog), lambda _: {})
+        found = expr_type(agg.arg, local)
+        allowed = _NUMERIC if agg.function in ("sum", "average") else {*_NUMERIC, "str"}
+        if found is not None and found not in allowed:
+            what = "numbers" if agg.function in ("sum", "average") else "numbers or text"
+            yield Diagnostic(
+                f"`{agg.function}` takes {what}, but `{render_expr(agg.arg)}` is "
+                f"{KIND_NAMES.get(found, found)}",
+                agg.arg.span,
+                "summarise a numeric attribute, or count the events with `count`",
+            )

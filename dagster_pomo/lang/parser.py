@@ -460,6 +460,38 @@ class _ToAst(Transformer[Token, Any]):
     def negated(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
         return ast.BodyLiteral(children[0], True, self._span(meta))
 
+    def aggregated(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
+        name, function, *arg, atom = children
+        var = ast.Var(self._name(name), self._tok_span(name))
+        summarised = arg[0] if arg else None
+        if isinstance(summarised, Token):  # a variable, or an expression in parentheses
+            summarised = ast.Var(self._name(summarised), self._tok_span(summarised))
+        return self._aggregation(meta, var, function, summarised, atom)
+
+    def _aggregation(
+        self, meta: Any, var: ast.Var, function: Token, arg: ast.Expr | None, atom: ast.Atom
+    ) -> ast.BodyLiteral:
+        """A body aggregate: a known function, with an argument unless it counts."""
+        fn = str(function)
+        span = self._tok_span(function)
+        if fn not in ast.AGGREGATES:
+            known = ", ".join(ast.AGGREGATES)
+            self._fail(f"unknown aggregate `{fn}`", span, f"aggregates: {known}")
+        if fn == "count" and arg is not None:
+            self._fail(
+                "`count` counts the atom's events and takes no argument",
+                span,
+                f"write `{var.name} := count : {atom.relation}(...)`",
+            )
+        if fn != "count" and arg is None:
+            self._fail(
+                f"`{fn}` needs the value it summarises",
+                span,
+                f"name it after `{fn}`, e.g. `{fn} X : {atom.relation}(...X...)`",
+            )
+        aggregation = ast.Aggregation(var, fn, arg, self._span(meta))
+        return ast.BodyLiteral(atom, False, self._span(meta), aggregation)
+
     def atom(self, meta: Any, children: list[Any]) -> ast.Atom:
         name, rest = children[0], children[1:]
         given = next((c for c in rest if isinstance(c, _Args)), _Args((), None, ()))
@@ -596,9 +628,31 @@ class _PomoLogicToAst(_ToAst):
     """PomoLogic to the same AST: variables start with an uppercase letter, a body is
     predicates (atoms, negated atoms, constraints, definitions) separated by `,`."""
 
+    def __init__(self, source: Source, base: int) -> None:
+        super().__init__(source, base)
+        self._lowercase: list[ast.Var] = []  # lowercase names used as variables
+
     def rule(self, meta: Any, children: list[Any]) -> ast.Rule:
         head = self._atom(children[0])
         body = next((c for c in children[1:] if isinstance(c, list)), [])
+        # A lowercase name is a variable where `:=` binds it (`c := count : ...`, as the
+        # specification writes one), and only in that rule.
+        named = {
+            p.aggregation.var.name
+            for p in body
+            if isinstance(p, ast.BodyLiteral)
+            if p.aggregation is not None
+        }
+        named |= {
+            a.args[0].name
+            for p in body
+            if isinstance(p, ast.BodyLiteral)
+            for a in p.atom.annotations
+            if a.name == "cid" and a.args and isinstance(a.args[0], ast.Var)
+        }
+        for var in self._lowercase:
+            if var.name not in named:
+                self._not_a_variable(var.name, var.span)
         lits = tuple(p for p in body if isinstance(p, ast.BodyLiteral))
         guards = tuple(p for p in body if isinstance(p, ast.BinOp))
         defs = tuple(p for p in body if isinstance(p, ast.Definition))
@@ -637,13 +691,12 @@ class _PomoLogicToAst(_ToAst):
         atom = replace(atom, annotations=(*atom.annotations, cid))
         return ast.BodyLiteral(atom, False, self._span(meta))
 
-    def body_aggregate(self, meta: Any, children: list[Any]) -> NoReturn:
-        self._fail(
-            "body aggregates (`V := count : atom`) are not supported yet",
-            self._span(meta),
-            "aggregate in the head of a rule of its own (`total(category: C) @sum(Q) :- "
-            "product(category: C, quantity: Q).`) and join that relation",
-        )
+    def body_aggregate(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
+        """``V := f [X] : atom``."""
+        name, function, *arg, item = children
+        var = self._variable(name, self._tok_span(name))
+        expr = self._expr(arg[0]) if arg else None
+        return self._aggregation(meta, var, function, expr, self._atom(item))
 
     def call(self, meta: Any, children: list[Any]) -> _Callish:
         return _Callish(self.atom(meta, children))
@@ -672,15 +725,18 @@ class _PomoLogicToAst(_ToAst):
         return self._variable(children[0], self._span(meta))
 
     def _variable(self, tok: Token, span: Span) -> ast.Var:
-        name = str(tok)
-        if not (name[0].isupper() or name[0] == "_"):
-            self._fail(
-                f"`{name}` is not a variable: PomoLogic variables start with an uppercase "
-                "letter, and constants are literals",
-                span,
-                f'write `{name[0].upper()}{name[1:]}` for a variable or "{name}" for a string',
-            )
-        return ast.Var(self._name(tok), span)
+        var = ast.Var(self._name(tok), span)
+        if not (var.name[0].isupper() or var.name[0] == "_"):
+            self._lowercase.append(var)  # a variable only if the rule binds it with `:=`
+        return var
+
+    def _not_a_variable(self, name: str, span: Span) -> NoReturn:
+        self._fail(
+            f"`{name}` is not a variable: PomoLogic variables start with an uppercase "
+            "letter, and constants are literals",
+            span,
+            f'write `{name[0].upper()}{name[1:]}` for a variable or "{name}" for a string',
+        )
 
     def _atom(self, item: Any) -> ast.Atom:
         assert isinstance(item, _Callish)

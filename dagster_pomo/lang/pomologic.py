@@ -9,11 +9,12 @@ does not constrain), constraints and definitions as body predicates, comments ke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.render import render_atom, render_decl, render_expr
+from dagster_pomo.lang.render import render_aggregation, render_atom, render_decl, render_expr
 
 if TYPE_CHECKING:  # the program module imports the parser, which this module's users need
     from dagster_pomo.lang.program import Program
@@ -25,6 +26,9 @@ def _render_body_atom(lit: ast.BodyLiteral) -> str:
     """``!atom``, ``atom``, or ``C := atom`` for an atom whose last annotation binds its
     content ID (the parser puts ``C :=`` there)."""
     atom = lit.atom
+    if lit.aggregation is not None:
+        agg = lit.aggregation
+        return f"{agg.var.name} := {render_aggregation(agg)} : {render_atom(atom)}"
     last = atom.annotations[-1] if atom.annotations else None
     if not lit.negated and last is not None and last.name == "cid":
         if len(last.args) == 1 and isinstance(last.args[0], ast.Var):
@@ -115,7 +119,7 @@ def _rule(rule: ast.Rule, columns: dict[str, tuple[str, ...]], named: set[str]) 
     return replace(
         rule,
         head=atom(rule.head, not rule.is_subscription),
-        body=tuple(replace(lit, atom=atom(lit.atom, False)) for lit in rule.body),
+        body=tuple(_literal(lit, atom(lit.atom, False), expr) for lit in rule.body),
         guards=tuple(expr(g) for g in rule.guards),
         defs=tuple(
             replace(d, var=replace(d.var, name=rename[d.var.name]), expr=expr(d.expr))
@@ -124,10 +128,28 @@ def _rule(rule: ast.Rule, columns: dict[str, tuple[str, ...]], named: set[str]) 
     )
 
 
+def _literal(
+    lit: ast.BodyLiteral, atom: ast.Atom, expr: Callable[[ast.Expr], ast.Expr]
+) -> ast.BodyLiteral:
+    """``lit`` over ``atom``, its aggregate's variable and argument renamed by ``expr``."""
+    agg = lit.aggregation
+    if agg is None:
+        return replace(lit, atom=atom)
+    var = expr(agg.var)
+    assert isinstance(var, ast.Var)
+    arg = None if agg.arg is None else expr(agg.arg)
+    return replace(lit, atom=atom, aggregation=replace(agg, var=var, arg=arg))
+
+
 def _variable_names(rule: ast.Rule) -> dict[str, str]:
     """Each variable of ``rule`` and its PomoLogic name: the first letter uppercased
     (``_``-prefixed ones stay), kept apart from the rule's other names."""
     found: list[str] = []
+    for lit in rule.body:
+        if lit.aggregation is not None:
+            found.append(lit.aggregation.var.name)
+            if lit.aggregation.arg is not None:
+                found += [v.name for v in ast.expr_vars(lit.aggregation.arg)]
     for atom in (rule.head, *(lit.atom for lit in rule.body)):
         exprs = [*atom.args, *(x for ann in atom.annotations for x in ann.args)]
         found += [v.name for e in exprs for v in ast.expr_vars(e)]

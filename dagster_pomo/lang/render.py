@@ -80,10 +80,27 @@ def render_atom(atom: ast.Atom) -> str:
     return text
 
 
+def render_aggregation(aggregation: ast.Aggregation) -> str:
+    """``count``, ``sum x`` or ``sum (x * y)``: a body aggregate's function and argument
+    (anything but a variable in parentheses, as both notations read it)."""
+    arg = aggregation.arg
+    if arg is None:
+        return aggregation.function
+    text = render_expr(arg)
+    return f"{aggregation.function} {text if isinstance(arg, ast.Var) else f'({text})'}"
+
+
+def _render_literal(lit: ast.BodyLiteral) -> str:
+    if lit.aggregation is not None:
+        agg = lit.aggregation
+        return f"{agg.var.name} = {render_aggregation(agg)} : {render_atom(lit.atom)}"
+    return ("!" if lit.negated else "") + render_atom(lit.atom)
+
+
 def render_rule(rule: ast.Rule) -> str:
     text = render_atom(rule.head)
     if rule.body:
-        lits = " ^ ".join(("!" if lit.negated else "") + render_atom(lit.atom) for lit in rule.body)
+        lits = " ^ ".join(_render_literal(lit) for lit in rule.body)
         text += f" := {lits}"
         if rule.guards:
             text += " if " + " ^ ".join(render_expr(g) for g in rule.guards)

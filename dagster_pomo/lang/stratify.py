@@ -9,6 +9,7 @@ connected components, topological order, then one last stratum with every
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from dagster_pomo.lang import ast
@@ -44,9 +45,8 @@ def precedence_edges(corpus: ast.Corpus) -> list[Edge]:
             continue
         aggregating = bool(rule.aggregates)
         for lit in rule.body:
-            edges.append(
-                Edge(rule.head.relation, lit.atom.relation, lit.negated or aggregating, rule, lit)
-            )
+            negative = lit.negated or aggregating or lit.aggregation is not None
+            edges.append(Edge(rule.head.relation, lit.atom.relation, negative, rule, lit))
     return edges
 
 
@@ -140,6 +140,8 @@ def stratify(corpus: ast.Corpus) -> tuple[list[Stratum], list[Diagnostic]]:
             )
             recursive = len(members) > 1 or any(e.head == e.body == members[0] for e in edges)
             strata.append(Stratum(len(strata), tuple(members), tuple(rules), recursive))
+            if recursive:
+                problems += _recursive_body_aggregates(rules, set(members))
         freed = []
         for j in dependants[i]:
             remaining[j] -= 1
@@ -151,6 +153,23 @@ def stratify(corpus: ast.Corpus) -> tuple[list[Stratum], list[Diagnostic]]:
         heads = tuple(dict.fromkeys(r.head.relation for r in inductive))
         strata.append(Stratum(len(strata), heads, inductive, recursive=False, inductive=True))
     return strata, problems
+
+
+def _recursive_body_aggregates(
+    rules: Iterable[ast.Rule], members: set[str]
+) -> Iterator[Diagnostic]:
+    """Body aggregates in the rules of a recursive stratum: not supported yet (one over the
+    stratum's own relations is a cycle through aggregation, reported as such)."""
+    for rule in rules:
+        for lit in rule.body_aggregates:
+            if lit.atom.relation in members:
+                continue
+            yield Diagnostic(
+                "a body aggregate in a recursive rule is not supported yet",
+                lit.span,
+                f"derive `{rule.head.relation}`'s recursive part in a rule of its own, and "
+                "aggregate in a rule that reads it",
+            )
 
 
 def _negative_cycles(
@@ -165,12 +184,18 @@ def _negative_cycles(
             continue
         reported.add(id(e.rule))
         cycle = " -> ".join([e.head, *_path(e.body, e.head, succ, component_of)])
-        how = "negation" if e.literal.negated else f"aggregation (`@{e.rule.aggregates[0].name}`)"
+        if e.literal.negated:
+            how, span = "negation", e.literal.span
+        elif e.literal.aggregation is not None:
+            how, span = f"a body aggregate (`{e.literal.aggregation.function}`)", e.literal.span
+        else:
+            how = f"aggregation (`@{e.rule.aggregates[0].name}`)"
+            span = e.rule.aggregates[0].span
         problems.append(
             Diagnostic(
                 f"cannot stratify: `{e.head}` depends on `{e.body}` through {how} "
                 f"inside the recursive cycle {cycle}",
-                e.literal.span if e.literal.negated else e.rule.aggregates[0].span,
+                span,
                 "negation and aggregation cannot feed back into their own inputs; break the "
                 "cycle, or make the rule `@next` so it reads the previous epoch",
             )

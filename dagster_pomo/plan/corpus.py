@@ -49,7 +49,9 @@ class StratumPlan:
     @property
     def reads(self) -> set[str]:
         """Every relation its rules read, its own included."""
-        return {x.relation for r in self.rules for x in (*r.scans, *r.negations)}
+        return {
+            x.relation for r in self.rules for x in (*r.scans, *r.negations, *r.body_aggregates)
+        }
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,12 @@ def _rule_lineage(rule: RulePlan) -> dict[str, set[Source]]:
     def sources(expr: ast.Expr) -> set[Source]:
         return set().union(*(of.get(v.name, set()) for v in ast.expr_vars(expr)))
 
+    for agg in rule.body_aggregates:
+        # The summarised atom's own variables: its columns, seen only by the argument.
+        local = {var: {(agg.relation, column)} for var, column, _ in agg.scan.binds}
+        summarised = [] if agg.arg is None else list(ast.expr_vars(agg.arg))
+        of[agg.var] = set().union(*(local.get(v.name, set()) for v in summarised))
+
     for d in rule.defs:
         of[d.var] = of.get(d.var, set()) | sources(d.expr)
     out = {column: sources(expr) for expr, column, _ in rule.head.args}

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import binding_of
 from dagster_pomo.lang.interpret import Value
+from dagster_pomo.lang.kinds import expr_type
 from dagster_pomo.plan.band_joins import Band, bands
 from dagster_pomo.plan.constant_defs import constant_values
 from dagster_pomo.plan.scans import CID, atom_columns, atom_reads
-from dagster_pomo.plan.schema import Schema, rule_env
+from dagster_pomo.plan.schema import Schema, SchemaError, rule_env
 
 Typed = tuple[str, str]  # (stored column, type)
 
@@ -109,6 +110,37 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class BodyAggregate:
+    """``var := function arg : atom``. A rule's body aggregates are worked out together
+    after the joins, as one more atom of the match: per match (alive on ``[tau, mexp)``),
+    at ``tau`` and at every time in between that an event of one of their groups arrives
+    or expires, each ``function`` over its group's events alive then. Such a piece starts
+    then (its ``kt``) and lives until the match or the first of the events it covers
+    expires. ``index`` numbers its atom after the scans."""
+
+    index: int
+    var: str
+    function: str
+    arg: ast.Expr | None  # None for ``count``
+    type: str  # the result's
+    scan: Scan  # the summarised atom; its join is ``on`` the groups
+    group: tuple[str, ...]
+
+    @property
+    def relation(self) -> str:
+        return self.scan.relation
+
+    @property
+    def empty(self) -> Value | None:
+        """The result over no event: a count or a sum is 0; the others have none (no match)."""
+        if self.function == "count":
+            return 0
+        if self.function == "sum":
+            return 0.0 if self.type == "float" else 0
+        return None
+
+
+@dataclass(frozen=True)
 class RulePlan:
     rule: ast.Rule  # the source: its span for messages, its text for people
     scans: tuple[Scan, ...]
@@ -120,10 +152,16 @@ class RulePlan:
     inductive: bool  # an ``@next`` rule
     constants: Mapping[str, Value] = field(default_factory=dict, compare=False)
     types: Mapping[str, str] = field(default_factory=dict, compare=False)
+    body_aggregates: tuple[BodyAggregate, ...] = ()
 
     @property
     def relation(self) -> str:
         return self.head.relation
+
+    @property
+    def atoms(self) -> int:
+        """How many atoms a match has: the scans, then one for the body aggregates."""
+        return len(self.scans) + (1 if self.body_aggregates else 0)
 
 
 def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | None) -> RulePlan:
@@ -134,32 +172,22 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
     scans: list[Scan] = []
     bound: dict[str, str] = {}  # variable -> type, of the scans so far
     for i, atom in enumerate(rule.positive):
-        schema = schemas[atom.relation]
-        reads = atom_reads(atom, schema, constants)
-        binds = tuple((v, col, typ) for v, (col, typ) in reads.binds.items())
-        shared = tuple(v for v, _, _ in binds if v in bound)
+        scan = _scan(i, atom, schemas[atom.relation], constants)
+        shared = tuple(v for v, _, _ in scan.binds if v in bound)
         if not scans:
             join = Join("first")
         elif shared:
             join = Join("on", shared)
         else:
-            band = _band(guarded, bound, {v: typ for v, _, typ in binds})
+            band = _band(guarded, bound, {v: typ for v, _, typ in scan.binds})
             join = Join("band", band=band) if band is not None else Join("cross")
-        scans.append(
-            Scan(
-                i,
-                atom,
-                binds,
-                tuple(reads.same),
-                tuple(reads.constants),
-                tuple(reads.checks),
-                (*schema.columns, *schema.aggregate_columns, "t"),
-                join,
-                schema.columns,
-            )
-        )
-        for v, _, typ in binds:
+        scans.append(replace(scan, join=join))
+        for v, _, typ in scan.binds:
             bound.setdefault(v, typ)
+    summaries = tuple(
+        _body_aggregate(len(scans) + k, lit, schemas, bound, types, rule)
+        for k, lit in enumerate(rule.body_aggregates)
+    )
     defs = tuple(
         Definition(d.var.name, d.expr, types.get(d.var.name, "str"))
         for d in binding_of(rule).def_order
@@ -193,6 +221,53 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         rule.is_inductive,
         constants,
         types,
+        summaries,
+    )
+
+
+def _scan(index: int, atom: ast.Atom, schema: Schema, constants: Mapping[str, Value]) -> Scan:
+    """What ``atom`` reads of its relation (joined as the first atom: the caller decides)."""
+    reads = atom_reads(atom, schema, constants)
+    return Scan(
+        index,
+        atom,
+        tuple((v, col, typ) for v, (col, typ) in reads.binds.items()),
+        tuple(reads.same),
+        tuple(reads.constants),
+        tuple(reads.checks),
+        (*schema.columns, *schema.aggregate_columns, "t"),
+        Join("first"),
+        schema.columns,
+    )
+
+
+def _body_aggregate(
+    index: int,
+    lit: ast.BodyLiteral,
+    schemas: Mapping[str, Schema],
+    bound: Mapping[str, str],
+    types: Mapping[str, str],
+    rule: ast.Rule,
+) -> BodyAggregate:
+    agg = lit.aggregation
+    assert agg is not None
+    # The atom reads no `where` constant: its variables are groups or its own.
+    scan = _scan(index, lit.atom, schemas[lit.atom.relation], {})
+    group = tuple(v for v, _, _ in scan.binds if v in bound)
+    typ = types.get(agg.var.name)
+    local = {**types, **{v: t for v, _, t in scan.binds}}
+    summarised = None if agg.arg is None else expr_type(agg.arg, local)
+    numbers = ("int", "float")
+    allowed = {"sum": numbers, "average": numbers, "min": (*numbers, "str")}
+    allowed["max"] = allowed["min"]
+    if agg.function in allowed and summarised not in allowed[agg.function]:
+        what = "numbers or text" if "str" in allowed else "numbers"
+        raise SchemaError(
+            f"line {agg.span.line}: `{agg.var.name} := {agg.function} ...` needs {what}"
+        )
+    join = Join("on", group) if group else Join("cross")
+    return BodyAggregate(
+        index, agg.var.name, agg.function, agg.arg, typ or "int", replace(scan, join=join), group
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK
-from dagster_pomo.lang.kinds import expr_type, variable_types, widen
+from dagster_pomo.lang.kinds import aggregate_type, expr_type, variable_types, widen
 from dagster_pomo.lang.render import aggregate_key
 
 
@@ -55,14 +55,6 @@ def rule_env(rule: ast.Rule, schemas: Mapping[str, Schema]) -> dict[str, str]:
         return {fn: typ for fn, _, typ in schemas[name].aggregates} if name in schemas else {}
 
     return variable_types(rule, columns, aggregates)
-
-
-def _aggregate_type(fn: str, arg: str | None) -> str | None:
-    if fn == "count":
-        return "int"
-    if fn == "average":
-        return "float"
-    return arg
 
 
 def infer_schemas(
@@ -123,7 +115,7 @@ def infer_schemas(
                     types[name][i], changed = new, True
             for i, ann in enumerate(rule.aggregates):
                 arg = expr_type(ann.args[0], env) if ann.args else None
-                new = _aggregate_type(ann.name, arg)
+                new = aggregate_type(ann.name, arg)
                 if ann.name == "sum" and new not in (None, "int", "float"):
                     raise SchemaError(f"line {rule.span.line}: `@sum` needs numbers")
                 if new is not None and new != aggs[name][i]:

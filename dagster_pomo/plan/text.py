@@ -53,6 +53,15 @@ def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
         lines.append("  " + _scan(scan))
         for pos, expr, column, typ in scan.checks:
             lines.append(f"    check {column}:{typ} == {render_expr(expr)} (argument {pos})")
+    for agg in rule.body_aggregates:
+        arg = "" if agg.arg is None else f" {render_expr(agg.arg)}"
+        empty = "no match" if agg.empty is None else _value(agg.empty)
+        lines.append(
+            f"  summarise {agg.var}:{agg.type} = {agg.function}{arg} over {_scan(agg.scan)}"
+            f" alive at tau; over none: {empty}"
+        )
+        for pos, expr, column, typ in agg.scan.checks:
+            lines.append(f"    check {column}:{typ} == {render_expr(expr)} (argument {pos})")
     for d in rule.defs:
         lines.append(f"  define {d.var}:{d.type} = {render_expr(d.expr)}")
     for guard in rule.guards:

@@ -78,7 +78,9 @@ def reaches(plan: Any, epoch_size: int) -> dict[str, int]:
                 if rule.head.relation != rel.name:
                     continue
                 if rule.body and not rule.is_inductive:
-                    bound = max(bound, min(life[a.relation] for a in rule.positive))
+                    # A body aggregate's piece may live as long as its match: no bound.
+                    lives = (life[a.relation] for a in rule.positive)
+                    bound = max(bound, min(lives, default=NEVER))
                 else:
                     bound = NEVER
             if bound < life[rel.name]:

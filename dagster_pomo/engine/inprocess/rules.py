@@ -35,11 +35,18 @@ from dagster_pomo.engine.task_rounds import NUMPY_OPS
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.kinds import expr_type
 from dagster_pomo.plan.band_joins import Band
-from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
+from dagster_pomo.plan.rules import (
+    BodyAggregate,
+    Head,
+    Negation,
+    RulePlan,
+    Scan,
+    grouped_head_of,
+)
 from dagster_pomo.plan.scans import CID, comparable
 from dagster_pomo.plan.schema import META, Schema, row_columns
 from dagster_pomo.plan.time import head_times
-from dagster_pomo.timeline import NEVER
+from dagster_pomo.timeline import EARLIEST, NEVER, PAST
 
 
 class TooLarge(Exception):
@@ -83,6 +90,14 @@ def rule_supported(plan: RulePlan) -> bool:
         exprs += [a for a in atom.args if not isinstance(a, ast.Var | ast.Wildcard)]
         exprs += [x for ann in atom.annotations for x in ann.args]
     exprs += [*rule.head.args, *(x for ann in rule.head.annotations for x in ann.args)]
+    for agg in plan.body_aggregates:
+        local = {**types, **{v: t for v, _, t in agg.scan.binds}}
+        exprs += [x for _, x, _, _ in agg.scan.checks]
+        if agg.arg is not None:
+            if not supported(agg.arg, local):
+                return False
+            if agg.function not in ("min", "max") and expr_type(agg.arg, local) == "str":
+                return False
     if not all(supported(e, types) for e in exprs if not isinstance(e, ast.Wildcard)):
         return False
     for arg, _, typ in plan.head.args:
@@ -146,13 +161,19 @@ def _atom_frame(
 
 
 def matches(
-    rule: RulePlan, sources: Sequence[pd.DataFrame], limit: int, want_keys: bool = False
+    rule: RulePlan,
+    sources: Sequence[pd.DataFrame],
+    limit: int,
+    want_keys: bool = False,
+    window: tuple[int, int] = (EARLIEST, NEVER),
 ) -> Matches:
+    """As :func:`dagster_pomo.engine.spark.rules.matches`: ``sources`` one per scan, then one
+    per body aggregate."""
     joined: pd.DataFrame | None = None
     env: dict[str, Col] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
     keys: list[str] = []
-    for scan, df in zip(rule.scans, sources, strict=True):
+    for scan, df in zip(rule.scans, sources, strict=False):
         frame, frame_env, frame_checks, frame_keys = _atom_frame(scan, df, want_keys)
         checks += frame_checks
         keys += frame_keys
@@ -167,6 +188,11 @@ def matches(
             joined = _band_join(joined, env, frame, frame_env, join.band, limit)
         for name, col in frame_env.items():
             env.setdefault(name, col)
+    if rule.body_aggregates:
+        if joined is None:  # no positive atom: one match, alive always
+            joined = pd.DataFrame({"__unit": np.zeros(1, dtype=np.int64)})
+        joined = summarise(rule, joined, sources[len(rule.scans) :], window, limit)
+        env.update({agg.var: Col(f"v_{agg.var}", agg.type) for agg in rule.body_aggregates})
     assert joined is not None
     for d in rule.defs:
         vec = value(d.expr, joined, env)
@@ -188,7 +214,133 @@ def matches(
         keep &= truthy(value(guard, joined, env))
     if not keep.all():
         joined = joined[keep].reset_index(drop=True)
-    return Matches(joined, env, len(rule.scans), keys)
+    return Matches(joined, env, rule.atoms, keys)
+
+
+def summarise(
+    rule: RulePlan,
+    joined: pd.DataFrame,
+    sources: Sequence[pd.DataFrame],
+    window: tuple[int, int],
+    limit: int,
+) -> pd.DataFrame:
+    """As :func:`dagster_pomo.engine.spark.rules.summarise`: the body aggregates as one more
+    atom, a row per match and piece."""
+    a, b = window
+    n = len(rule.scans)
+    if n:
+        tau = np.column_stack([joined[f"__kt{k}"].to_numpy() for k in range(n)]).max(axis=1)
+        mexp = np.column_stack([joined[f"__exp{k}"].to_numpy() for k in range(n)]).min(axis=1)
+    else:
+        tau, mexp = np.full(len(joined), PAST), np.full(len(joined), NEVER)
+    groups = list(dict.fromkeys(f"v_{v}" for agg in rule.body_aggregates for v in agg.group))
+    joined = joined.assign(__mtau=tau.astype(np.int64), __mmexp=mexp.astype(np.int64))
+    key = [*groups, "__mtau", "__mmexp"]
+    lives = (mexp > tau) & (tau < b) & (mexp > a)
+    asked = joined.loc[lives, key].drop_duplicates(ignore_index=True)
+    at = asked["__mtau"].to_numpy()
+    parts = [asked[(at >= a) & (at < b)].assign(__at=lambda f: f["__mtau"])]
+    summarised = []
+    for agg, source in zip(rule.body_aggregates, sources, strict=True):
+        events, same = _summarised(agg, source, a, b)
+        summarised.append((agg, events, same))
+        own = list(same.values())
+        changes = pd.concat(
+            [
+                events[[*own, "__ekt"]].rename(columns={"__ekt": "__at"}),
+                events[[*own, "__eexp"]].rename(columns={"__eexp": "__at"}),
+            ],
+            ignore_index=True,
+        )
+        x = changes["__at"].to_numpy()
+        changes = changes[(x >= a) & (x < b)].drop_duplicates(ignore_index=True)
+        later = _pair(asked, changes, same, limit)
+        x = later["__at"].to_numpy()
+        parts.append(later[(later["__mtau"].to_numpy() < x) & (x < later["__mmexp"].to_numpy())])
+    times = pd.concat([p[[*key, "__at"]] for p in parts], ignore_index=True)
+    pieces = times.drop_duplicates(ignore_index=True)
+    until = pieces["__mmexp"].to_numpy()
+    for agg, events, same in summarised:
+        covered = _pair(pieces[[*key, "__at"]], events, same, limit)
+        x = covered["__at"].to_numpy()
+        covered = covered[(covered["__ekt"].to_numpy() <= x) & (x < covered["__eexp"].to_numpy())]
+        event = [c for c in covered.columns if c.startswith("__k")]
+        per_event = covered.groupby([*key, "__at", *event], sort=False, dropna=False).agg(
+            __e=("__eexp", "max"), __val=("__val", "max")
+        )
+        by = per_event.groupby(level=list(range(len(key) + 1)), sort=False)
+        how = {"count": "size", "sum": "sum", "min": "min", "max": "max", "average": "mean"}
+        values = pd.DataFrame(
+            {"__res": by["__val"].agg(how[agg.function]), "__least": by["__e"].min()}
+        ).reset_index()
+        # Nullable integers, so that the groups without events do not turn them into floats.
+        for c in ("__res", "__least"):
+            if values[c].dtype.kind == "i":
+                values[c] = values[c].astype("Int64")
+        pieces = pieces.merge(values, on=[*key, "__at"], how="left", sort=False)
+        res, least = pieces.pop("__res"), pieces.pop("__least")
+        has = least.notna().to_numpy()
+        if agg.empty is None:
+            pieces, res, least, until = (x[has] for x in (pieces, res, least, until))
+            pieces = pieces.reset_index(drop=True)
+            has = np.ones(len(pieces), dtype=bool)
+        covered_until = least.fillna(NEVER).to_numpy(dtype=np.int64)
+        until = np.minimum(until, covered_until)
+        result = res.where(has, agg.empty) if agg.empty is not None else res
+        pieces[f"v_{agg.var}"] = result.to_numpy().astype(NUMPY[agg.type])
+    i = rule.atoms - 1
+    pieces = pieces.assign(**{f"__kt{i}": pieces["__at"], f"__exp{i}": until}).drop(columns="__at")
+    check_size(_pairs(joined, pieces, key), limit)
+    out = joined.merge(pieces, on=key, how="inner", sort=False)
+    return out.drop(columns=["__mtau", "__mmexp"])
+
+
+def _pair(
+    left: pd.DataFrame, right: pd.DataFrame, same: Mapping[str, str], limit: int
+) -> pd.DataFrame:
+    """Every pair of a row of ``left`` and one of ``right`` in the same group (``same``: a
+    left column and the right one equal to it)."""
+    if not same:
+        check_size(len(left) * len(right), limit)
+        return left.merge(right, how="cross")
+    on, theirs = list(same), list(same.values())
+    renamed = right.rename(columns=dict(zip(theirs, on, strict=True)))
+    check_size(_pairs(left, renamed, on), limit)
+    return left.merge(renamed, on=on, how="inner", sort=False)
+
+
+def _summarised(
+    agg: BodyAggregate, source: pd.DataFrame, a: int, b: int
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """As :func:`dagster_pomo.engine.spark.rules._summarised`: the versions a body
+    aggregate summarises that may matter to ``[a, b)``, with their groups renamed apart."""
+    i = agg.scan.index
+    frame, env, checks, keys = _atom_frame(agg.scan, source, want_key=True)
+    keep = np.ones(len(frame), dtype=bool)
+    for expr, column, typ in checks:
+        vec = value(expr, frame, env)
+        if comparable(vec.typ, typ):
+            keep &= truthy(binop("==", vec, Vec(frame[column].to_numpy(), None, typ)))
+        else:
+            keep[:] = False
+    if agg.arg is None:
+        values = np.ones(len(frame), dtype=np.int64)
+    else:
+        vec = value(agg.arg, frame, env)
+        values, keep = vec.values, keep & present(vec)
+    renamed = {f"v_{g}": f"__e{i}_{j}" for j, g in enumerate(agg.group)}
+    events = pd.DataFrame(
+        {
+            **{e: frame[g].to_numpy() for g, e in renamed.items()},
+            "__val": values,
+            "__ekt": frame[f"__kt{i}"].to_numpy(),
+            "__eexp": frame[f"__exp{i}"].to_numpy(),
+            **{k: frame[k].to_numpy() for k in keys},
+        }
+    )
+    kt, exp = events["__ekt"].to_numpy(), events["__eexp"].to_numpy()
+    events = events[keep & (kt < b) & (exp >= a)].reset_index(drop=True)
+    return events, {g: e for g, e in renamed.items()}
 
 
 def _band_join(
@@ -337,7 +489,7 @@ def derive(
 ) -> pd.DataFrame:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``; `TooLarge`
     when a join would make more than ``limit`` matches."""
-    m = matches(rule, sources, limit)
+    m = matches(rule, sources, limit, window=(a, b))
     df = valid(m, rule, negated)
     tau = df["__tau"].to_numpy()
     df = df[(tau >= a) & (tau < b)].reset_index(drop=True)

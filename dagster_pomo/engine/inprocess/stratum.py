@@ -65,7 +65,7 @@ def empty(schema: Schema) -> pd.DataFrame:
 def evaluate(
     plan: CorpusPlan,
     stratum: StratumPlan,
-    state: Callable[[str], pd.DataFrame],
+    state: Callable[..., pd.DataFrame],
     seeds: Mapping[str, pd.DataFrame | None],
     life: Mapping[str, int],
     a: int,
@@ -89,6 +89,8 @@ def evaluate(
         made = []
         for rule in own:
             positives = [state(x.relation) for x in rule.scans]
+            # A body aggregate also reads what expires at the start: a change.
+            positives += [state(x.relation, 1) for x in rule.body_aggregates]
             negatives = [state(x.relation) for x in rule.negations]
             if rule.aggregate is not None:
                 reach = reach_of(life, rule.aggregate.reach_from)

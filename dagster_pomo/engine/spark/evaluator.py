@@ -223,15 +223,20 @@ class SparkEvaluator:
         return reduce(DataFrame.unionByName, parts)
 
     def state(
-        self, name: str, epoch: Epoch, held: Mapping[str, DataFrame] | None = None
+        self,
+        name: str,
+        epoch: Epoch,
+        held: Mapping[str, DataFrame] | None = None,
+        earlier: int = 0,
     ) -> DataFrame:
         """All versions of ``name`` that can take part in a match with ``tau`` in the epoch
-        (``held``: those a recursive stratum keeps in memory)."""
+        (``held``: those a recursive stratum keeps in memory), and those expiring up to
+        ``earlier`` before its start."""
         if held and name in held:
             return held[name]
         if name == CLOCK:
-            return self._ticks(epoch.start, epoch.end)
-        history = self._history(name, epoch, epoch.start)
+            return self._ticks(epoch.start - earlier, epoch.end)
+        history = self._history(name, epoch, epoch.start - earlier)
         current = self._epoch.current.get((_slot(epoch), name))
         if current is None:
             current = self.wh.read(name, self.structs[name], self._keys(epoch))
@@ -417,6 +422,8 @@ class SparkEvaluator:
             source[i] if i in source else self.state(x.relation, epoch, held)
             for i, x in enumerate(rule.scans)
         ]
+        # A body aggregate also reads the versions expiring at the epoch's start: a change.
+        positives += [self.state(x.relation, epoch, held, 1) for x in rule.body_aggregates]
         negatives = [self.state(x.relation, epoch, held) for x in rule.negations]
         args = (rule, positives, negatives, epoch.lower, epoch.end)
         if rule.aggregate is None:
@@ -469,23 +476,26 @@ class SparkEvaluator:
             self._epoch.tables[(name, key)] = self.wh.read_table(name, [key], schema).to_pandas()
         return self._epoch.tables[(name, key)]
 
-    def _local_state(self, name: str, epoch: Epoch) -> pd.DataFrame:
+    def _local_state(self, name: str, epoch: Epoch, earlier: int = 0) -> pd.DataFrame:
         """`state` in this process: the versions of ``name`` that can take part in a match
-        with ``tau`` in ``epoch``."""
+        with ``tau`` in ``epoch`` (and those expiring up to ``earlier`` before it)."""
         if name == CLOCK:
             schema = self.schemas[CLOCK]
-            return local.ticks(self.plan, schema, self.clock_start, epoch.start, epoch.end)
-        history = self._local_history(name, epoch)
+            start = epoch.start - earlier
+            return local.ticks(self.plan, schema, self.clock_start, start, epoch.end)
+        history = self._local_history(name, epoch, earlier)
         current = self._table(name, epoch_key(epoch))
         parts = [p for p in [history, current] if len(p)]
         return pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts or [current])[0]
 
-    def _local_history(self, name: str, epoch: Epoch) -> pd.DataFrame:
-        """The versions of ``name`` from epochs before ``epoch`` still alive in it."""
-        keys = self._history_keys(name, epoch, epoch.start)
+    def _local_history(self, name: str, epoch: Epoch, earlier: int = 0) -> pd.DataFrame:
+        """The versions of ``name`` from epochs before ``epoch`` still alive in it (or
+        ``earlier`` before it)."""
+        after = epoch.start - earlier
+        keys = self._history_keys(name, epoch, after)
         stored = self.wh.stored_keys(name)  # a relation's folder lists few of its epochs
         history = [self._table(name, k) for k in keys if k in stored]
-        parts = [h[h["exp"].to_numpy() > epoch.start] for h in history]
+        parts = [h[h["exp"].to_numpy() > after] for h in history]
         parts = [p for p in parts if len(p)]
         if not parts:
             return local.empty(self.schemas[name])
@@ -521,7 +531,7 @@ class SparkEvaluator:
         made, stats.rounds = local.evaluate(
             self.plan,
             stratum,
-            lambda name: self._local_state(name, epoch),
+            lambda name, earlier=0: self._local_state(name, epoch, earlier),
             seeds,
             self.life,
             epoch.lower,

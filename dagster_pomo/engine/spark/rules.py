@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 import pandas as pd
 from pyspark import cloudpickle
@@ -24,11 +25,18 @@ from dagster_pomo.engine import sliding_aggregates
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
 from dagster_pomo.lang import ast
 from dagster_pomo.plan.band_joins import Band
-from dagster_pomo.plan.rules import Head, Negation, RulePlan, Scan, grouped_head_of
+from dagster_pomo.plan.rules import (
+    BodyAggregate,
+    Head,
+    Negation,
+    RulePlan,
+    Scan,
+    grouped_head_of,
+)
 from dagster_pomo.plan.scans import CID, comparable
 from dagster_pomo.plan.schema import row_columns
 from dagster_pomo.plan.time import Ops, head_times, next_stamp
-from dagster_pomo.timeline import NEVER, Epoch
+from dagster_pomo.timeline import EARLIEST, NEVER, PAST, Epoch
 
 # Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
 cloudpickle.register_pickle_by_value(sliding_aggregates)
@@ -93,12 +101,19 @@ def _atom_frame(
     return out, {name: (_var(name), typ) for name, _, typ in scan.binds}, checks
 
 
-def matches(rule: RulePlan, sources: Sequence[DataFrame], want_keys: bool = False) -> Matches:
-    """Join the positive atoms, add ``where`` definitions, apply expression checks and guards."""
+def matches(
+    rule: RulePlan,
+    sources: Sequence[DataFrame],
+    want_keys: bool = False,
+    window: tuple[int, int] = (EARLIEST, NEVER),
+) -> Matches:
+    """Join the positive atoms, work out the body aggregates (over the matches alive in
+    ``window``), add ``where`` definitions, apply expression checks and guards. ``sources``:
+    one per scan, then one per body aggregate."""
     joined: DataFrame | None = None
     env: dict[str, tuple[str, str]] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
-    for scan, df in zip(rule.scans, sources, strict=True):
+    for scan, df in zip(rule.scans, sources, strict=False):
         frame, frame_env, frame_checks = _atom_frame(scan, df, want_keys)
         checks += frame_checks
         join = scan.join
@@ -112,6 +127,12 @@ def matches(rule: RulePlan, sources: Sequence[DataFrame], want_keys: bool = Fals
             joined = joined.crossJoin(frame)
         for name, value in frame_env.items():
             env.setdefault(name, value)
+    if rule.body_aggregates:
+        summarised = sources[len(rule.scans) :]
+        if joined is None:  # no positive atom: one match, alive always
+            joined = summarised[0].sparkSession.range(1).select(F.lit(0).alias("__unit"))
+        joined = summarise(rule, joined, summarised, window)
+        env.update({agg.var: (_var(agg.var), agg.type) for agg in rule.body_aggregates})
     assert joined is not None
     for d in rule.defs:
         col, typ = compile_expr(d.expr, env)
@@ -125,7 +146,109 @@ def matches(rule: RulePlan, sources: Sequence[DataFrame], want_keys: bool = Fals
     for guard in rule.guards:
         col, _ = compile_expr(guard, env)
         joined = joined.filter(truthy(col))
-    return Matches(joined, env, len(rule.scans))
+    return Matches(joined, env, rule.atoms)
+
+
+def _and(conditions: Sequence[Column]) -> Column:
+    return reduce(lambda x, y: x & y, conditions, F.lit(True))
+
+
+def summarise(
+    rule: RulePlan, joined: DataFrame, sources: Sequence[DataFrame], window: tuple[int, int]
+) -> DataFrame:
+    """``joined`` (matches of the scans) with the body aggregates as one more atom: a row
+    per match and piece (see `BodyAggregate`), the piece's start and end as the atom's
+    ``kt`` and ``exp``, for the pieces that start in ``window``.
+
+    What is summarised depends only on a match's groups and life, so those are asked about
+    once each; the times to answer are the match's ``tau`` and its groups' arrivals and
+    expiries in between; each time meets each group's versions alive then, counted once
+    per event, with its latest expiry."""
+    a, b = window
+    n = len(rule.scans)
+    kts = [F.col(f"__kt{k}") for k in range(n)]
+    exps = [F.col(f"__exp{k}") for k in range(n)]
+    tau = F.greatest(*kts) if n > 1 else kts[0] if kts else F.lit(PAST)
+    mexp = F.least(*exps) if n > 1 else exps[0] if exps else F.lit(NEVER)
+    groups = list(dict.fromkeys(_var(v) for agg in rule.body_aggregates for v in agg.group))
+    joined = joined.withColumns({"__mtau": tau.cast("long"), "__mmexp": mexp.cast("long")})
+    lives = (F.col("__mmexp") > F.col("__mtau")) & (F.col("__mtau") < b) & (F.col("__mmexp") > a)
+    asked = joined.filter(lives).select(*groups, "__mtau", "__mmexp").distinct()
+    key = [*groups, "__mtau", "__mmexp"]
+    first = asked.filter((F.col("__mtau") >= a) & (F.col("__mtau") < b))
+    times = first.withColumn("__at", F.col("__mtau"))
+    summarised = []
+    for agg, source in zip(rule.body_aggregates, sources, strict=True):
+        events, same_group = _summarised(agg, source, a, b)
+        summarised.append((agg, events, same_group))
+        own = list(same_group.values())
+        changes = events.select(*own, F.col("__ekt").alias("__at")).unionByName(
+            events.select(*own, F.col("__eexp").alias("__at"))
+        )
+        changes = changes.filter((F.col("__at") >= a) & (F.col("__at") < b)).distinct()
+        inside = (F.col("__mtau") < F.col("__at")) & (F.col("__at") < F.col("__mmexp"))
+        on = [F.col(g) == F.col(e) for g, e in same_group.items()]
+        later = asked.join(changes, on=_and([*on, inside])).select(*key, "__at")
+        times = times.unionByName(later)
+    times = times.distinct()
+    pieces = times
+    untils = []
+    for j, (agg, events, same_group) in enumerate(summarised):
+        alive = (F.col("__ekt") <= F.col("__at")) & (F.col("__at") < F.col("__eexp"))
+        on = [F.col(g) == F.col(e) for g, e in same_group.items()]
+        covered = times.join(events, on=_and([*on, alive]), how="left")
+        per_event = covered.groupBy(*key, "__at", "__ekey").agg(
+            F.max("__eexp").alias("__e"), F.max("__val").alias("__val")
+        )
+        summary = {
+            "count": F.count("__e"),
+            "sum": F.sum("__val"),
+            "min": F.min("__val"),
+            "max": F.max("__val"),
+            "average": F.avg("__val"),
+        }[agg.function]
+        result = summary if agg.empty is None else F.coalesce(summary, F.lit(agg.empty))
+        values = per_event.groupBy(*key, "__at").agg(
+            result.cast(SPARK_TYPES[agg.type]).alias(_var(agg.var)),
+            F.min("__e").alias(f"__least{j}"),
+        )
+        pieces = pieces.join(values.dropna(subset=[_var(agg.var)]), on=[*key, "__at"])
+        untils.append(F.coalesce(F.col(f"__least{j}"), F.col("__mmexp")))
+    i = rule.atoms - 1
+    pieces = pieces.select(
+        *key,
+        *[_var(agg.var) for agg in rule.body_aggregates],
+        F.col("__at").alias(f"__kt{i}"),
+        F.least(F.col("__mmexp"), *untils).alias(f"__exp{i}"),
+    )
+    out = joined.join(pieces, on=key, how="inner")
+    return out.drop("__mtau", "__mmexp")
+
+
+def _summarised(
+    agg: BodyAggregate, source: DataFrame, a: int, b: int
+) -> tuple[DataFrame, dict[str, str]]:
+    """The versions a body aggregate summarises that may matter to ``[a, b)`` (made before
+    ``b``, expiring at ``a`` or later): their groups (renamed apart from the matches'
+    columns; returned as match column -> own column), value, ``kt``, ``exp`` and event."""
+    i = agg.scan.index
+    frame, env, checks = _atom_frame(agg.scan, source, want_key=True)
+    for expr, column, typ in checks:
+        value, vtype = compile_expr(expr, env)
+        frame = frame.filter(
+            truthy(value == F.col(column)) if comparable(vtype, typ) else F.lit(False)
+        )
+    value = F.lit(1) if agg.arg is None else compile_expr(agg.arg, env)[0]
+    renamed = {_var(g): f"__e{i}_{j}" for j, g in enumerate(agg.group)}
+    events = frame.select(
+        *[F.col(g).alias(e) for g, e in renamed.items()],
+        value.alias("__val"),
+        F.col(f"__kt{i}").alias("__ekt"),
+        F.col(f"__exp{i}").alias("__eexp"),
+        F.col(f"__key{i}").alias("__ekey"),
+    )
+    made = F.col("__val").isNotNull() & (F.col("__ekt") < b) & (F.col("__eexp") >= a)
+    return events.filter(made), renamed
 
 
 def _band_join(
@@ -256,7 +379,7 @@ def derive(
     rule: RulePlan, sources: Sequence[DataFrame], negated: Sequence[DataFrame], a: int, b: int
 ) -> DataFrame:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``."""
-    m = matches(rule, sources)
+    m = matches(rule, sources, window=(a, b))
     df = valid(m, rule, negated)
     df = df.filter((F.col("__tau") >= a) & (F.col("__tau") < b))
     return head_rows(rule.head, df, m.env, F.col("__tau"), F.col("__mexp"))
