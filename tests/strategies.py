@@ -93,7 +93,7 @@ def rules(draw: st.DrawFn) -> ast.Rule:
     body = tuple(draw(st.lists(literals, max_size=3)))
     guards = tuple(draw(st.lists(exprs(), max_size=2))) if body else ()
     defs = tuple(draw(st.lists(definitions, max_size=2)))
-    return ast.Rule(draw(atoms()), body, guards, defs)
+    return ast.Rule(draw(atoms()), body, guards, defs, check=draw(st.booleans()))
 
 
 decls = st.builds(
@@ -176,7 +176,7 @@ def pomologic_rules(draw: st.DrawFn) -> ast.Rule:
     guards = tuple(draw(st.lists(comparisons, max_size=2))) if body else ()
     definitions_ = st.builds(ast.Definition, upper_names.map(ast.Var), pomologic_exprs())
     defs = tuple(draw(st.lists(definitions_, max_size=2))) if body else ()
-    return ast.Rule(draw(pomologic_atoms()), body, guards, defs)
+    return ast.Rule(draw(pomologic_atoms()), body, guards, defs, check=draw(st.booleans()))
 
 
 pomologic_corpora = st.lists(st.one_of(pomologic_rules(), decls), max_size=6).map(

@@ -232,3 +232,36 @@ first(k) @min(w) := r(k, w, _);
     assert {tuple(json.loads(line)["args"]) for line in found} == {
         (a, b) for a in range(4) for b in range(4)
     }
+
+
+TEN_MS = ("--epoch", "10ms")
+
+
+def test_a_violated_check_is_reported_and_fails_the_run_with_exit_code_4(tmp_path: Path) -> None:
+    corpus = tmp_path / "levels.pomo"
+    corpus.write_text(
+        ".decl level(tank: str, x: float);\n"
+        ".check negative(tank, x) := level(tank, x) if x < 0.0;\n"
+        ".check high(tank) @warn := level(tank, x) if x > 90.0;\n"
+        ".check empty(tank) := level(tank, x) if x == 0.0;\n"
+    )
+    events = tmp_path / "events.jsonl"
+    lines = [("north", 10.0, 5), ("north", -3.0, 7), ("south", 95.0, 9), ("north", -1.0, 12)]
+    events.write_text(
+        "".join(
+            json.dumps({"relation": "level", "t": t, "args": [k, x]}) + "\n" for k, x, t in lines
+        )
+    )
+    done = pomo("run", str(corpus), "--events", str(events), "--engine", "reference", *TEN_MS)
+    assert done.returncode == 4, done.stderr
+    assert 'check negative: failed, 2 violations (first: negative("north", -3.0) at ' in done.stderr
+    assert "check high: warning, 1 violation" in done.stderr
+    assert "check empty: ok" in done.stderr
+    # Warnings alone do not fail a run.
+    corpus.write_text(
+        ".decl level(tank: str, x: float);\n"
+        ".check high(tank) @warn := level(tank, x) if x > 90.0;\n"
+    )
+    done = pomo("run", str(corpus), "--events", str(events), "--engine", "reference", *TEN_MS)
+    assert done.returncode == 0, done.stderr
+    assert "check high: warning, 1 violation" in done.stderr

@@ -659,3 +659,60 @@ def test_every_relation_asset_says_where_it_lives_what_defines_it_and_its_lineag
         assert [(d.asset_key.path[-1], d.column_name) for d in average] == [
             ("level_10m", "average(level)")
         ]
+
+
+def test_a_check_violated_in_a_partition_fails_its_asset_check_there(tmp_path: Path) -> None:
+    """`.check` relations become asset checks: run partition by partition (as the sensor and
+    the schedule run them), the partition holding a violation records a failed check, the
+    others a passed one; a `@warn` check fails with a warning's severity."""
+    from dagster import AssetCheckKey, AssetCheckSeverity
+
+    corpus = tmp_path / "tanks.pomo"
+    corpus.write_text(
+        ".decl water_level(tank: str, level: float);\n"
+        ".check negative_level(tank, level) := water_level(tank, level) if level < 0.0;\n"
+        ".check high_level(tank) @warn := water_level(tank, level) if level > 90.0;\n"
+    )
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    readings = [(0, "north", 10.0), (1, "north", -3.0), (1, "south", 95.0), (2, "north", 5.0)]
+    (landing / "levels.jsonl").write_text(
+        "".join(
+            json.dumps({"relation": "water_level", "t": START + h * HOUR + 60_000, "args": [k, v]})
+            + "\n"
+            for h, k, v in readings
+        )
+    )
+    defs = _defs(corpus, PARTITIONS, tmp_path / "warehouse", landing)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    instance = DagsterInstance.local_temp(str(home))
+    assets = defs.resolve_all_asset_specs()
+    everything = [a for a in defs.assets]  # noqa: C416 - every multi-asset of the corpus
+    for key in KEYS:
+        result = materialize(
+            everything,
+            instance=instance,
+            resources=defs.resources,
+            partition_key=key,
+            raise_on_error=False,
+        )
+        assert result.success == (key != KEYS[1])  # the failed error-level check fails the run
+    storage = instance.event_log_storage
+    verdicts = {}
+    for name in ("negative_level", "high_level"):
+        check = AssetCheckKey(AssetKey(["tanks", name]), "no_violation")
+        records = storage.get_asset_check_execution_history(check, limit=10)
+        evaluations = {r.partition: r.event.dagster_event.event_specific_data for r in records}
+        verdicts[name] = {k: (e.passed, e.severity) for k, e in evaluations.items()}
+    assert len(assets) >= 3
+    assert verdicts["negative_level"] == {
+        KEYS[0]: (True, AssetCheckSeverity.ERROR),
+        KEYS[1]: (False, AssetCheckSeverity.ERROR),
+        KEYS[2]: (True, AssetCheckSeverity.ERROR),
+    }
+    assert verdicts["high_level"] == {
+        KEYS[0]: (True, AssetCheckSeverity.WARN),
+        KEYS[1]: (False, AssetCheckSeverity.WARN),
+        KEYS[2]: (True, AssetCheckSeverity.WARN),
+    }

@@ -337,7 +337,7 @@ def test_a_body_aggregate_follows_arrivals_and_expiries_while_its_match_lives(tm
         ("sale", 40, ["north", 2]),
         ("sale", 130, ["north", 7]),
     ]
-    out = evaluate(tmp_path, corpus, events, 30, engine, until=2000, name="shops.pomologic")
+    out = evaluate(tmp_path, corpus, events, 100, engine, until=1200, name="shops.pomologic")
     lives = {(*e["args"], e["t"], e["exp"]) for e in out["summary"]}
     assert lives == {
         ("north", 0, 0, 5, 1005),  # no sale yet

@@ -8,6 +8,7 @@ one line on stderr, the traceback in a file it names).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -22,8 +23,9 @@ from dagster_pomo.lang.errors import render_all
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.inputs import EpochRange
+    from dagster_pomo.engine.run import RunResult
 
-EXIT_OK, EXIT_CORPUS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_CORPUS, EXIT_USAGE, EXIT_INTERNAL, EXIT_VIOLATED = 0, 1, 2, 3, 4
 
 
 class _Usage(Exception):
@@ -180,7 +182,31 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{Path(args.out) / (name + '.jsonl')}: {n:,} event{'s' if n != 1 else ''}")
     else:
         sys.stdout.write(format_tables(result, limit=50))
-    return EXIT_OK
+    return _report_checks(result)
+
+
+def _report_checks(result: RunResult) -> int:
+    """One line per `.check` of the corpus: how many violations, and the first; exit code 4
+    when an error-level check has one (a `@warn` check only reports)."""
+    from dagster_pomo.timeline import show_time
+
+    status = EXIT_OK
+    for found in result.violations():
+        n = len(found.events)
+        if not n:
+            print(f"check {found.relation}: ok", file=sys.stderr)
+            continue
+        first = found.events[0]
+        args = ", ".join(json.dumps(v) for v in first.args)
+        level = "failed" if found.severity == "error" else "warning"
+        print(
+            f"check {found.relation}: {level}, {n:,} violation{'s' if n != 1 else ''} "
+            f"(first: {found.relation}({args}) at {show_time(first.t)})",
+            file=sys.stderr,
+        )
+        if found.fails:
+            status = EXIT_VIOLATED
+    return status
 
 
 def _note_facts_before(program: Program, plan: EpochRange) -> None:

@@ -43,6 +43,28 @@ class RunResult:
         """Relations with at least one rule with a body, in catalogue order."""
         return [r.name for r in self.program.catalog if r.derived or r.inductive]
 
+    def violations(self) -> list[Violated]:
+        """Each `.check` relation with its events (the violations), in catalogue order."""
+        return [
+            Violated(r.name, r.check, self.events(r.name))
+            for r in self.program.catalog
+            if r.check is not None
+        ]
+
+
+@dataclass(frozen=True)
+class Violated:
+    """A `.check` relation after a run: its severity (``"error"`` or ``"warn"``) and events."""
+
+    relation: str
+    severity: str
+    events: list[Version]
+
+    @property
+    def fails(self) -> bool:
+        """Whether the run fails for it: an error-level check with a violation."""
+        return self.severity == "error" and bool(self.events)
+
 
 def _sort_key(v: Value) -> tuple[int, Any]:
     if isinstance(v, bool):

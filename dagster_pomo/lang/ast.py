@@ -176,7 +176,7 @@ class Definition:
 
 @dataclass(frozen=True)
 class Rule:
-    """``head [:= body [if guards]] [where defs];``
+    """``[.check] head [:= body [if guards]] [where defs];``
 
     Without a body it is a fact (ground head) or, when the head names handlers,
     a subscription of those handlers to events matching the head pattern.
@@ -187,6 +187,15 @@ class Rule:
     guards: tuple[Expr, ...] = ()
     defs: tuple[Definition, ...] = ()
     span: Span = _span()
+    check: bool = False  # a `.check` rule: each event it derives is a violation
+
+    @property
+    def check_severity(self) -> str | None:
+        """A `.check` rule's severity: ``"warn"`` with ``@warn`` on its head, else
+        ``"error"`` (a violation fails the run); None for other rules."""
+        if not self.check:
+            return None
+        return "warn" if self.head.annotation("warn") is not None else "error"
 
     @property
     def is_fact(self) -> bool:

@@ -48,6 +48,7 @@ class Relation:
     inductive: bool  # some `@next` rule derives it
     handlers: tuple[str, ...]  # action handlers subscribed to its events
     aggregates: tuple[ast.Annotation, ...] = ()  # as written in the head of its one rule
+    check: str | None = None  # "error" or "warn": a `.check` relation, its events violations
 
     @property
     def is_input(self) -> bool:
@@ -104,6 +105,8 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
 
     aggregates, agg_problems = _aggregates(corpus)
     found += agg_problems
+    checks, check_problems = _checks(corpus)
+    found += check_problems
     derived = {r.head.relation for r in corpus.rules if r.body and not r.is_inductive}
     inductive = {r.head.relation for r in corpus.rules if r.is_inductive}
     handlers: dict[str, list[str]] = {}
@@ -139,9 +142,35 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
             inductive=name in inductive,
             handlers=tuple(handlers.get(name, ())),
             aggregates=aggregates.get(name, ()),
+            check=checks.get(name),
         )
     catalog = Catalog(relations)
     return catalog, [*found, *_check_implicit_inputs(corpus, catalog)]
+
+
+def _checks(corpus: ast.Corpus) -> tuple[dict[str, str], list[Diagnostic]]:
+    """Each `.check` relation's severity; an error where a relation is derived both by
+    `.check` rules and otherwise, or by `.check` rules of both severities."""
+    severity: dict[str, tuple[str, ast.Rule]] = {}
+    for rule in corpus.rules:
+        if rule.check_severity is not None:
+            severity.setdefault(rule.head.relation, (rule.check_severity, rule))
+    found: list[Diagnostic] = []
+    for rule in corpus.rules:
+        first = severity.get(rule.head.relation)
+        if first is None or rule is first[1] or rule.is_subscription:
+            continue
+        if rule.check_severity != first[0]:
+            what = "`.check @warn`" if first[0] == "warn" else "`.check`"
+            found.append(
+                Diagnostic(
+                    f"`{rule.head.relation}` is a {what} relation (line {first[1].span.line}): "
+                    "every rule that derives it must be one too",
+                    rule.head.name_span,
+                    "a relation holds violations or events, not both: name one anew",
+                )
+            )
+    return {name: sev for name, (sev, _) in severity.items()}, found
 
 
 def _check_implicit_inputs(corpus: ast.Corpus, catalog: Catalog) -> Iterator[Diagnostic]:

@@ -25,10 +25,12 @@ ANNOTATION_ARITY = {
     "min": 1,
     "max": 1,
     "average": 1,
+    "warn": 0,
 }
-# In a body every annotation but @next takes one argument: the value it binds or matches
-# (the event's time, or the aggregate the event carries).
-BODY_ARITY = {name: 1 for name in ANNOTATION_ARITY if name != "next"}
+HEAD_ONLY = ("next", "warn")
+# In a body every annotation but @next and @warn takes one argument: the value it binds or
+# matches (the event's time, or the aggregate the event carries).
+BODY_ARITY = {name: 1 for name in ANNOTATION_ARITY if name not in HEAD_ONLY}
 
 
 def suggest(name: str, choices: Iterable[str]) -> str | None:
@@ -115,6 +117,24 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
             cid.span,
             "give the head a column of type `cid` and bind it in the body (`C := atom`)",
         )
+    if (warn := head.annotation("warn")) is not None and not rule.check:
+        yield Diagnostic(
+            "`@warn` belongs on the head of a `.check` rule",
+            warn.span,
+            f"write `.check {head.relation}(...) @warn := ...;` to report violations as warnings",
+        )
+    if rule.check and not rule.body:
+        yield Diagnostic(
+            "a `.check` needs a body: it derives a violation from each match",
+            head.name_span,
+            f"write `.check {head.relation}(...) := <what must never hold>;`",
+        )
+    if rule.check and rule.is_inductive:
+        yield Diagnostic(
+            "a `.check` cannot be an `@next` rule",
+            head.name_span,
+            "check the epoch's own events; carry state forward in another relation",
+        )
     if head.relation == CLOCK and not rule.is_subscription:
         yield Diagnostic(
             "`clock` is built in: rules cannot derive it",
@@ -157,11 +177,13 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
 def _check_annotation_names(atom: ast.Atom, arity: dict[str, int]) -> Iterator[Diagnostic]:
     seen: set[str] = set()
     for ann in atom.annotations:
-        if ann.name == "next" and "next" not in arity:
+        if ann.name in HEAD_ONLY and ann.name not in arity:
             yield Diagnostic(
-                "`@next` belongs in a rule head, not in its body",
+                f"`@{ann.name}` belongs in a rule head, not in its body",
                 ann.span,
-                "`@next` makes the rule's head an event of the next epoch",
+                "`@next` makes the rule's head an event of the next epoch"
+                if ann.name == "next"
+                else "`@warn` makes a `.check` rule's violations warnings",
             )
             continue
         if ann.name not in ANNOTATION_ARITY:

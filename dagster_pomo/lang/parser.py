@@ -427,6 +427,8 @@ class _ToAst(Transformer[Token, Any]):
         return value
 
     def rule(self, meta: Any, children: list[Any]) -> ast.Rule:
+        check = isinstance(children[0], Token) and children[0].type == "CHECK"
+        children = children[1:] if check else children
         head = children[0]
         body: tuple[ast.BodyLiteral, ...] = ()
         guards: tuple[ast.Expr, ...] = ()
@@ -436,7 +438,7 @@ class _ToAst(Transformer[Token, Any]):
                 body, guards = child[1], child[2]
             elif isinstance(child, tuple) and child and child[0] == "where":
                 defs = child[1]
-        return ast.Rule(head, body, guards, defs, self._span(meta))
+        return ast.Rule(head, body, guards, defs, self._span(meta), check)
 
     def formula(self, meta: Any, children: list[Any]) -> tuple[str, tuple, tuple]:
         lits = tuple(c for c in children if isinstance(c, ast.BodyLiteral))
@@ -633,6 +635,8 @@ class _PomoLogicToAst(_ToAst):
         self._lowercase: list[ast.Var] = []  # lowercase names used as variables
 
     def rule(self, meta: Any, children: list[Any]) -> ast.Rule:
+        check = isinstance(children[0], Token) and children[0].type == "CHECK"
+        children = children[1:] if check else children
         head = self._atom(children[0])
         body = next((c for c in children[1:] if isinstance(c, list)), [])
         # A lowercase name is a variable where `:=` binds it (`c := count : ...`, as the
@@ -656,7 +660,7 @@ class _PomoLogicToAst(_ToAst):
         lits = tuple(p for p in body if isinstance(p, ast.BodyLiteral))
         guards = tuple(p for p in body if isinstance(p, ast.BinOp))
         defs = tuple(p for p in body if isinstance(p, ast.Definition))
-        return ast.Rule(head, lits, guards, defs, self._span(meta))
+        return ast.Rule(head, lits, guards, defs, self._span(meta), check)
 
     def body(self, meta: Any, children: list[Any]) -> list[Any]:
         return children

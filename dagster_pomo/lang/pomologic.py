@@ -41,7 +41,7 @@ def render_rule(rule: ast.Rule) -> str:
     body = [_render_body_atom(lit) for lit in rule.body]
     body += [render_expr(g) for g in rule.guards]
     body += [f"{d.var.name} = {render_expr(d.expr)}" for d in rule.defs]
-    head = render_atom(rule.head)
+    head = (".check " if rule.check else "") + render_atom(rule.head)
     return (head + _ARROW + ",\n    ".join(body) if body else head) + "."
 
 

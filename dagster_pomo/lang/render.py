@@ -98,7 +98,7 @@ def _render_literal(lit: ast.BodyLiteral) -> str:
 
 
 def render_rule(rule: ast.Rule) -> str:
-    text = render_atom(rule.head)
+    text = (".check " if rule.check else "") + render_atom(rule.head)
     if rule.body:
         lits = " ^ ".join(_render_literal(lit) for lit in rule.body)
         text += f" := {lits}"

@@ -11,8 +11,10 @@ strata take a whole partition range in one run (single-run backfill policy),
 evaluating it epoch after epoch.
 """
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from dagster import (
     AssetCheckResult,
@@ -24,6 +26,7 @@ from dagster import (
     FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
+    PreviewWarning,
     TimeWindowPartitionsDefinition,
 )
 
@@ -135,12 +138,13 @@ def _report_partitions(
     driver: Driver,
     relations: Sequence[str],
     epochs: Sequence[Epoch],
-) -> None:
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Attach to each partition of the run what that partition holds of each of
     ``relations`` (see `metadata.partition_metadata`): a range run reports each partition
-    as a run of it alone, in time order, would."""
+    as a run of it alone, in time order, would. Returned by relation and epoch key."""
     keys = [epoch_key(e) for e in epochs]
     history = [epoch_key(e) for e in driver.epochs]  # every epoch through the run's last
+    out = {}
     for name in relations:
         schema = shared.schemas[name]
         found = partition_metadata(driver.results, schema, name, keys, history)
@@ -148,6 +152,8 @@ def _report_partitions(
             context.add_asset_metadata(
                 found[key], asset_key=shared.key(name), partition_key=partition
             )
+        out[name] = found
+    return out
 
 
 def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
@@ -168,11 +174,12 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
         name: {k: v for k, v in spec.metadata.items() if k == "dagster/column_lineage"}
         for name, spec in zip(unit.relations, specs, strict=True)
     }
+    checks = {name: c for name in unit.relations if (c := _check_spec(shared, name))}
 
-    @shared.multi_asset(unit.name, specs)
+    @shared.multi_asset(unit.name, specs, list(checks.values()))
     def evaluate(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
-    ) -> Iterator[MaterializeResult]:
+    ) -> Iterator[MaterializeResult | AssetCheckResult]:
         for name in unit.relations:
             for warning in shared.program.warnings_about(name):
                 context.log.warning(warning.render(shared.program.source))
@@ -180,7 +187,7 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
         strata = [driver.plan.stratum(s.index) for s in unit.strata]
         # A range's epochs at once where that stores the same (see `Driver.evaluate_strata`).
         made = driver.evaluate_strata(strata, epochs, unit.carries, context.log.info)
-        _report_partitions(context, shared, driver, unit.relations, epochs)
+        found = _report_partitions(context, shared, driver, unit.relations, epochs)
         for name in unit.relations:
             yield MaterializeResult(
                 asset_key=shared.key(name),
@@ -196,8 +203,64 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
                     "pomo/run_passes_in_process": made.in_process,
                 },
             )
+        for name, check in checks.items():
+            yield _check_result(shared, name, check, found[name], context)
 
     return evaluate
+
+
+def _check_spec(shared: CorpusAssets, relation: str) -> AssetCheckSpec | None:
+    """A `.check` relation's asset check: no violation in the partition. An error-level
+    check blocks what depends on the relation in the run; one with ``@warn`` warns. It
+    depends on what its rules read, as the UI shows."""
+    program = shared.program
+    severity = program.catalog[relation].check
+    if severity is None:
+        return None
+    rules = [r for r in program.corpus.rules if r.head.relation == relation and r.body]
+    where = ", ".join(f"line {r.span.line}" for r in rules)
+    reads = sorted({lit.atom.relation for r in rules for lit in r.body} - {relation, "clock"})
+    with warnings.catch_warnings():  # partitioned checks are a preview of Dagster 1.13
+        warnings.simplefilter("ignore", PreviewWarning)
+        return AssetCheckSpec(
+            "no_violation",
+            asset=shared.key(relation),
+            description=f"`.check {relation}` ({Path(program.source.name).name}, {where}): "
+            "every event of it is a violation; the check passes when a partition has none"
+            + (" (a warning: it does not block)." if severity == "warn" else "."),
+            blocking=severity == "error",
+            additional_deps=[shared.key(r) for r in reads],
+            partitions_def=shared.partitions_def,
+        )
+
+
+def _check_result(
+    shared: CorpusAssets,
+    relation: str,
+    spec: AssetCheckSpec,
+    found: Mapping[str, Mapping[str, object]],
+    context: AssetExecutionContext,
+) -> AssetCheckResult:
+    """The check over the run's partitions (one, as a sensor or schedule runs them, which
+    Dagster records for that partition; a range's as one result): how many violations each
+    partition holds, and the first of them."""
+    counts = {key: int(str(meta["pomo/new_rows"])) for key, meta in found.items()}
+    violated = {k: n for k, n in counts.items() if n}
+    severity = shared.program.catalog[relation].check
+    metadata: dict[str, object] = {"pomo/violations": sum(counts.values())}
+    if violated:
+        metadata["pomo/violations_by_partition"] = MetadataValue.json(violated)
+        first = min(violated)
+        metadata["pomo/preview"] = found[first]["pomo/preview"]
+    if len(counts) > 1:
+        context.log.info(f"{relation}: one check result for the {len(counts)} partitions run")
+    return AssetCheckResult(
+        check_name=spec.name,
+        asset_key=spec.asset_key,
+        passed=not violated,
+        severity=AssetCheckSeverity.WARN if severity == "warn" else AssetCheckSeverity.ERROR,
+        metadata=metadata,
+    )
 
 
 def pomo_definitions(
