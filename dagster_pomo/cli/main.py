@@ -118,10 +118,30 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from dagster_pomo.engine.run import format_tables, write_outputs
+
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise _Usage(f"--out {args.out} is a file; name a folder to write the results in")
+    done = _evaluate(args)
+    if isinstance(done, int):
+        return done
+    result = done
+    if args.out:
+        counts = write_outputs(result, Path(args.out))
+        for name, n in counts.items():
+            print(f"{Path(args.out) / (name + '.jsonl')}: {n:,} event{'s' if n != 1 else ''}")
+    else:
+        sys.stdout.write(format_tables(result, limit=50))
+    return _report_checks(result)
+
+
+def _evaluate(args: argparse.Namespace) -> RunResult | int:
+    """The corpus evaluated over its events as `run` and `explain` are asked to, with what
+    was read and quarantined said on stderr; or the exit code of a failure, said."""
     from dagster_pomo.engine.lines import parse_window
     from dagster_pomo.engine.policy import Policy
     from dagster_pomo.engine.reference import EvaluationError
-    from dagster_pomo.engine.run import format_tables, run, write_outputs
+    from dagster_pomo.engine.run import run
     from dagster_pomo.timeline import parse_duration, parse_time
 
     (path,) = _corpus_files([args.file])
@@ -134,8 +154,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise _Usage(str(exc)) from None
     if start is not None and until is not None and until <= start:
         raise _Usage(f"--until {args.until} is not after --start {args.start}: no epoch to run")
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise _Usage(f"--out {args.out} is a file; name a folder to write the results in")
     if not Path(args.events).exists():
         print(f"pomo: error: {args.events}: no such file or folder of events", file=sys.stderr)
         return EXIT_CORPUS
@@ -176,13 +194,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{q.file}:{q.line}: quarantined: {q.reason}", file=sys.stderr)
     if len(ingested.quarantined) > 10:
         print(f"... and {len(ingested.quarantined) - 10} more", file=sys.stderr)
-    if args.out:
-        counts = write_outputs(result, Path(args.out))
-        for name, n in counts.items():
-            print(f"{Path(args.out) / (name + '.jsonl')}: {n:,} event{'s' if n != 1 else ''}")
+    return result
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from dagster_pomo.engine.explain import explain_run
+    from dagster_pomo.engine.lines import parse_window
+    from dagster_pomo.timeline import parse_time
+
+    at = _time_option("--at", args.at, parse_time)
+    window = _time_option("--times", args.times, parse_window)
+    done = _evaluate(args)
+    if isinstance(done, int):
+        return done
+    try:
+        found = explain_run(done, args.event, at, args.events, window)
+    except UsageError as exc:
+        raise _Usage(str(exc)) from None
+    if args.json:
+        print(json.dumps([d.to_json() for d in found], indent=2))
     else:
-        sys.stdout.write(format_tables(result, limit=50))
-    return _report_checks(result)
+        for derivation in found:
+            print("\n".join(derivation.render()))
+    if not found:
+        print(
+            f"no event {args.event}" + (f" at {args.at}" if at is not None else ""), file=sys.stderr
+        )
+        return EXIT_CORPUS
+    return EXIT_OK
 
 
 def _report_checks(result: RunResult) -> int:
@@ -365,65 +404,34 @@ def build_parser() -> argparse.ArgumentParser:
         "*.pomologic file to use it instead.",
     )
 
-    from dagster_pomo.engine.run import ENGINES
-
     run = sub.add_parser(
         "run",
         help="evaluate a corpus over events, epoch by epoch, without Dagster",
         description="Evaluate a corpus over JSON Lines events. Output: one table per derived "
         "relation, or DIR/<relation>.jsonl and DIR/_quarantine.jsonl with --out.",
     )
-    run.add_argument("file", metavar="FILE")
-    run.add_argument(
-        "--events", required=True, metavar="PATH", help="a JSON Lines file or a folder of them"
-    )
-    run.add_argument("--epoch", default="1h", metavar="DUR", help="epoch size (default 1h)")
-    run.add_argument(
-        "--start",
-        metavar="TIME",
-        help="start of the first epoch (ms or ISO-8601); default: the first event's "
-        "epoch, aligned to multiples of the epoch size",
-    )
-    run.add_argument(
-        "--until",
-        metavar="TIME",
-        help="produce exactly the events known before TIME; default: the end of "
-        "the epoch holding the last event",
-    )
-    from dagster_pomo.engine.lines import DEFAULT_TIMES
-
-    run.add_argument(
-        "--times",
-        default=str(DEFAULT_TIMES),
-        metavar="FROM..UNTIL",
-        help="the times input events may have (ISO-8601 or ms; `any` for no bound); events "
-        f"outside are quarantined (default {DEFAULT_TIMES}: catches times in seconds and "
-        "sentinels such as year 9999)",
-    )
-    run.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
-    run.add_argument(
-        "--epoch-by-epoch",
-        action="store_true",
-        help="evaluate each epoch on its own, as a schedule does, never a range in one pass "
-        "(the results are the same; for checking and timing)",
-    )
+    _run_options(run)
     run.add_argument("--out", metavar="DIR", help="write JSON Lines files here")
-    run.add_argument(
-        "--master", metavar="URL", help="Spark master (default local[*], or $POMO_SPARK_MASTER)"
-    )
-    run.add_argument(
-        "--remote",
-        metavar="URL",
-        help="Spark Connect URL, e.g. sc://host:15002 (or $POMO_SPARK_REMOTE)",
-    )
-    run.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra Spark configuration (repeatable)",
-    )
     run.set_defaults(func=cmd_run)
+
+    explain = sub.add_parser(
+        "explain",
+        help="say why an event was derived: its rule and matched events, down to the inputs",
+        description="Evaluate a corpus over events as `pomo run` does, then print how each "
+        "event matching EVENT was derived: the rule (file:line), the events it matched and "
+        "the negated atoms that held, recursively down to input events (landing file and "
+        "line), facts and clock ticks.",
+    )
+    _run_options(explain)
+    explain.add_argument(
+        "event",
+        metavar="EVENT",
+        help='the event, written as an atom of constants: `overflow_alert("north", _)` '
+        "(`_` for any value, attributes by name allowed)",
+    )
+    explain.add_argument("--at", metavar="TIME", help="only the event at TIME (ms or ISO-8601)")
+    explain.add_argument("--json", action="store_true", help="print the derivations as JSON")
+    explain.set_defaults(func=cmd_explain)
 
     generate = sub.add_parser(
         "generate",
@@ -480,6 +488,60 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jvm_cache.set_defaults(func=cmd_jvm_cache)
     return parser
+
+
+def _run_options(command: argparse.ArgumentParser) -> None:
+    """What `run` and `explain` share: the corpus, its events, the epochs, the engine."""
+    from dagster_pomo.engine.lines import DEFAULT_TIMES
+    from dagster_pomo.engine.run import ENGINES
+
+    command.add_argument("file", metavar="FILE")
+    command.add_argument(
+        "--events", required=True, metavar="PATH", help="a JSON Lines file or a folder of them"
+    )
+    command.add_argument("--epoch", default="1h", metavar="DUR", help="epoch size (default 1h)")
+    command.add_argument(
+        "--start",
+        metavar="TIME",
+        help="start of the first epoch (ms or ISO-8601); default: the first event's "
+        "epoch, aligned to multiples of the epoch size",
+    )
+    command.add_argument(
+        "--until",
+        metavar="TIME",
+        help="produce exactly the events known before TIME; default: the end of "
+        "the epoch holding the last event",
+    )
+    command.add_argument(
+        "--times",
+        default=str(DEFAULT_TIMES),
+        metavar="FROM..UNTIL",
+        help="the times input events may have (ISO-8601 or ms; `any` for no bound); events "
+        f"outside are quarantined (default {DEFAULT_TIMES}: catches times in seconds and "
+        "sentinels such as year 9999)",
+    )
+    command.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
+    command.add_argument(
+        "--epoch-by-epoch",
+        action="store_true",
+        help="evaluate each epoch on its own, as a schedule does, never a range in one pass "
+        "(the results are the same; for checking and timing)",
+    )
+    command.add_argument(
+        "--master", metavar="URL", help="Spark master (default local[*], or $POMO_SPARK_MASTER)"
+    )
+    command.add_argument(
+        "--remote",
+        metavar="URL",
+        help="Spark Connect URL, e.g. sc://host:15002 (or $POMO_SPARK_REMOTE)",
+    )
+    command.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark configuration (repeatable)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -422,6 +422,29 @@ def _coerce_column(rel: Relation, col: str, value: Any, typ: str) -> Value:
         raise ValueError(f"column `{col}` of `{rel.name}` is {typ}{inferred}: {exc}") from None
 
 
+def origins(
+    program: Program,
+    paths: Iterable[Path],
+    types: Mapping[str, tuple[str, ...]],
+    window: TimeWindow = DEFAULT_TIMES,
+) -> dict[tuple[str, tuple[Value, ...], int], tuple[str, int]]:
+    """Where each event of the landing files ``paths`` comes from: its file and line (the
+    first, for an event landed twice), by relation, typed arguments (``types``: each input
+    relation's stored column types) and time. For explanations: one pass, read again."""
+    found: dict[tuple[str, tuple[Value, ...], int], tuple[str, int]] = {}
+    for path in paths:
+        for number, text, _ in read_lines(path):
+            if text is None:
+                continue
+            try:
+                rel, args, t = _parse_line(program, text, window)
+                values = _coerce_args(rel, args, types[rel.name])
+            except (ValueError, KeyError):
+                continue  # quarantined when ingested: no event to explain
+            found.setdefault((rel.name, values, t), (str(path), number))
+    return found
+
+
 # --------------------------------------------------------------------------- corpus facts
 
 
