@@ -153,3 +153,43 @@ def test_an_event_that_is_not_there_or_not_an_event_is_said_so(tanks) -> None:
     ]:
         with pytest.raises(Exception, match=said):
             explain_run(result, bad, None, landing, DEFAULT_TIMES)
+
+
+def test_what_a_dagster_pipeline_stored_explains_as_a_run_does(tanks, tmp_path: Path) -> None:
+    """`pomo explain --warehouse` reads a pipeline's warehouse (no evaluation): an alert of a
+    partition explains as the same alert of `pomo run` does."""
+    from dagster import DagsterInstance, HourlyPartitionsDefinition
+
+    from dagster_pomo.engine.explain import explain_warehouse
+    from dagster_pomo.examples import outbox_handlers
+    from dagster_pomo.orchestration import pomo_definitions
+    from tests.test_dagster_assets import KEYS, _materialize_range
+
+    landing, result = tanks
+    corpus = RULES / "water_tanks.pomo"
+    warehouse = tmp_path / "warehouse"
+    partitions = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
+    handlers = outbox_handlers(corpus, tmp_path / "outbox.sqlite")
+    defs = pomo_definitions(
+        corpus, partitions, str(warehouse), str(landing.parent), handlers=handlers
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    _materialize_range(defs, DagsterInstance.local_temp(str(home)), KEYS)
+    program = load_program(corpus)
+    last = result.events("overflow_alert")[-1]
+    (stored,) = explain_warehouse(
+        program, str(warehouse), HOUR, 'overflow_alert("north", _)', last.t, landing, DEFAULT_TIMES
+    )
+    (ran,) = explain_run(result, 'overflow_alert("north", _)', last.t, landing, DEFAULT_TIMES)
+    assert stored.to_json() == ran.to_json()
+    done = subprocess.run(
+        [str(POMO), "explain", str(corpus), "--events", str(landing.parent), "--warehouse"]
+        + [str(warehouse), "--at", str(last.t), 'overflow_alert("north", _)'],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == ran.render()[0]

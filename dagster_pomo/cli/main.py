@@ -23,6 +23,7 @@ from dagster_pomo.lang.errors import render_all
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.inputs import EpochRange
+    from dagster_pomo.engine.lines import TimeWindow
     from dagster_pomo.engine.run import RunResult
 
 EXIT_OK, EXIT_CORPUS, EXIT_USAGE, EXIT_INTERNAL, EXIT_VIOLATED = 0, 1, 2, 3, 4
@@ -204,11 +205,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     at = _time_option("--at", args.at, parse_time)
     window = _time_option("--times", args.times, parse_window)
-    done = _evaluate(args)
-    if isinstance(done, int):
-        return done
     try:
-        found = explain_run(done, args.event, at, args.events, window)
+        if args.warehouse:
+            found = _explain_stored(args, at, window)
+        else:
+            done = _evaluate(args)
+            if isinstance(done, int):
+                return done
+            found = explain_run(done, args.event, at, args.events, window)
     except UsageError as exc:
         raise _Usage(str(exc)) from None
     if args.json:
@@ -222,6 +226,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
         )
         return EXIT_CORPUS
     return EXIT_OK
+
+
+def _explain_stored(args: argparse.Namespace, at: int | None, window: TimeWindow) -> list:
+    """`explain --warehouse`: from what a pipeline stored, with no evaluation."""
+    from dagster_pomo.engine.explain import explain_warehouse
+    from dagster_pomo.timeline import parse_duration
+
+    (path,) = _corpus_files([args.file])
+    program = _load(path)
+    if program is None:
+        raise UsageError(f"{path} does not check")
+    size = parse_duration(args.epoch)
+    return explain_warehouse(
+        program, args.warehouse, size, args.event, at, args.events, window, _spark_settings(args)
+    )
 
 
 def _report_checks(result: RunResult) -> int:
@@ -430,6 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(`_` for any value, attributes by name allowed)",
     )
     explain.add_argument("--at", metavar="TIME", help="only the event at TIME (ms or ISO-8601)")
+    explain.add_argument(
+        "--warehouse",
+        metavar="DIR",
+        help="explain what this warehouse holds (a Dagster pipeline's; --epoch its partitions' "
+        "length) instead of evaluating the events again; --events is its landing folder",
+    )
     explain.add_argument("--json", action="store_true", help="print the derivations as JSON")
     explain.set_defaults(func=cmd_explain)
 

@@ -432,7 +432,6 @@ def explain_run(
     """Explain the events ``text`` names (at ``at``, or any time) among what ``result``, a
     `run.RunResult`, derived from the landing files ``events`` (read again for the files
     and lines of its input events; ``window``: the times accepted)."""
-    from dagster_pomo.engine.ingest import landing_files, origins
     from dagster_pomo.engine.reference import clocks
     from dagster_pomo.timeline import iter_ticks
 
@@ -449,21 +448,112 @@ def explain_run(
         ]
         stored.setdefault(CLOCK, []).extend(ticks)
     schemas = _schemas(result)
-    found: dict[tuple[str, tuple[Value, ...], int], tuple[str, int]] | None = None
-
-    def origin(name: str, args: tuple[Value, ...], t: int) -> str | None:
-        nonlocal found
-        if found is None:
-            types = {n: s.types for n, s in schemas.items()}
-            found = origins(program, landing_files(events), types, window)
-        place = found.get((name, args, t))
-        return None if place is None else f"{place[0]}:{place[1]}"
+    origin = landed_at(program, schemas, events, window)
 
     explainer = Explainer(program, schemas, MemoryStore(stored), origin, span.epochs)
     return explainer.explain(relation, pattern, at)
+
+
+def landed_at(
+    program: Program, schemas: Mapping[str, Schema], events: str | Path, window: Any
+) -> Callable[[str, tuple[Value, ...], int], str | None]:
+    """Where an input event was landed, ``file:line``, found in the landing files ``events``
+    (read once, when first asked)."""
+    from dagster_pomo.engine.ingest import landing_files, origins
+
+    found: dict[tuple[str, tuple[Value, ...], int], tuple[str, int]] = {}
+    read = False
+
+    def origin(name: str, args: tuple[Value, ...], t: int) -> str | None:
+        nonlocal read
+        if not read:
+            types = {n: s.types for n, s in schemas.items()}
+            found.update(origins(program, landing_files(events), types, window))
+            read = True
+        place = found.get((name, args, t))
+        return None if place is None else f"{place[0]}:{place[1]}"
+
+    return origin
 
 
 def _schemas(result: Any) -> Mapping[str, Schema]:
     from dagster_pomo.plan.schema import infer_schemas
 
     return infer_schemas(result.program, result.ingested.types)
+
+
+# --------------------------------------------------------------------------- a warehouse
+
+
+class WarehouseStore:
+    """What a warehouse holds (a Dagster pipeline's, say), read epoch by epoch through the
+    engine's `Results`, filtered where it is stored; clock ticks made anew."""
+
+    def __init__(
+        self, results: Any, keys: Sequence[str], clocks: Iterable[tuple[int, int]], start: int
+    ) -> None:
+        self.results = results
+        self.keys = list(keys)
+        self.clocks = list(clocks)
+        self.start = start
+
+    def around(self, relation: str, at: int) -> list[Version]:
+        if relation == CLOCK:
+            return [v for v in self._ticks(at - 1, at + 1) if v.kt <= at <= v.exp]
+        return self.results.versions_where(relation, self.keys, made_by=at, expiring_from=at)
+
+    def during(self, relation: str, start: int, end: int) -> list[Version]:
+        if relation == CLOCK:
+            return self._ticks(start, end)
+        return self.results.versions_where(
+            relation, self.keys, made_by=end - 1, expiring_from=start + 1
+        )
+
+    def find(self, relation: str, args: Sequence[Value | None], t: int | None) -> list[Version]:
+        found = self.results.versions_where(relation, self.keys, t=t)
+        return [v for v in found if agrees(args, v.args)]
+
+    def _ticks(self, start: int, end: int) -> list[Version]:
+        """Clock ticks alive at some instant of ``[start, end)``."""
+        from dagster_pomo.timeline import iter_ticks
+
+        return [
+            Version(t, (o, p), t, t + p)
+            for o, p in self.clocks
+            for t in iter_ticks(o, p, max(self.start, start - p), end)
+            if t + p > start
+        ]
+
+
+def explain_warehouse(
+    program: Program,
+    warehouse: str,
+    size: int,
+    text: str,
+    at: int | None,
+    events: str | Path,
+    window: Any,
+    settings: Any = None,
+) -> list[Derivation]:
+    """Explain the events ``text`` names (at ``at``, or any time) as ``warehouse`` holds them
+    (epochs of ``size``, as its pipeline's partitions), with no evaluation; ``events``,
+    its landing files, for the files and lines of its input events; ``settings``, Spark's."""
+    from dagster_pomo.engine.driver import Driver
+    from dagster_pomo.engine.reference import clocks
+    from dagster_pomo.plan.schema import infer_schemas
+
+    schemas = infer_schemas(program, {})
+    relation, pattern = event_pattern(program, text)
+    probe = Driver.open(program, schemas, warehouse, [], 0, settings=settings)
+    starts = sorted(
+        {int(k) for rel in program.catalog for k in probe.results.stored_keys(rel.name)}
+    )
+    if not starts:
+        raise UsageError(f"{warehouse} holds nothing of {program.name}")
+    epochs: list[Epoch] = []
+    for start in starts:
+        epochs.append(Epoch(start, start + size, epochs[-1] if epochs else None))
+    store = WarehouseStore(probe.results, [str(s) for s in starts], clocks(program), starts[0])
+    origin = landed_at(program, schemas, events, window)
+
+    return Explainer(program, schemas, store, origin, epochs).explain(relation, pattern, at)

@@ -75,6 +75,17 @@ def _slot(epoch: Epoch) -> tuple[int, int]:
     return (epoch.start, epoch.end)
 
 
+def collect_versions(df: DataFrame, schema: Schema) -> list[Version]:
+    """The stored rows of ``df`` (a relation of ``schema``) as versions, in this process."""
+    n, k = len(schema.columns), len(schema.aggregates)
+    out = []
+    for rec in df.collect():
+        values = tuple(rec)
+        t, kt, exp, tau = values[n + k : n + k + 4]
+        out.append(Version(t, values[:n], kt, exp, values[n : n + k], tau))
+    return out
+
+
 def struct_of(schema: Schema) -> StructType:
     fields = [StructField(c, _SPARK[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
     fields += [StructField(f"_agg_{fn}", _SPARK[t]) for fn, _, t in schema.aggregates]
@@ -624,20 +635,5 @@ class SparkEvaluator:
     # ------------------------------------------------------------------ results
 
     def versions(self, name: str) -> list[Version]:
-        schema = self.schemas[name]
         df = self.wh.read(name, self.structs[name], [epoch_key(e) for e in self.epochs])
-        n, k = len(schema.columns), len(schema.aggregates)
-        out = []
-        for rec in df.collect():
-            values = tuple(rec)
-            out.append(
-                Version(
-                    values[n + k],
-                    values[:n],
-                    values[n + k + 1],
-                    values[n + k + 2],
-                    values[n : n + k],
-                    values[n + k + 3],
-                )
-            )
-        return out
+        return collect_versions(df, self.schemas[name])

@@ -15,9 +15,10 @@ from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.inprocess.rules import arrow_schema
-from dagster_pomo.engine.spark.evaluator import struct_of
+from dagster_pomo.engine.spark.evaluator import collect_versions, struct_of
 from dagster_pomo.engine.spark.handler_events import range_events
 from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.versions import Version
 from dagster_pomo.plan.schema import Schema
 
 
@@ -54,6 +55,31 @@ class Results:
         """Each event of the epochs ``keys`` that ``subs`` (one handler's) listen to, once,
         epoch by epoch (see `handler_events.range_events`)."""
         return range_events(self.wh, self.schemas, subs, keys)
+
+    def versions_where(
+        self,
+        relation: str,
+        keys: Sequence[str],
+        made_by: int | None = None,
+        expiring_from: int | None = None,
+        t: int | None = None,
+    ) -> list[Version]:
+        """The versions of epochs ``keys`` of ``relation`` made by ``made_by`` (``kt`` at most),
+        expiring at ``expiring_from`` or later and stamped ``t``, where given: Spark filters,
+        only they come to this process."""
+        schema = self.schemas[relation]
+        df = self.wh.read(relation, struct_of(schema), keys)
+        if made_by is not None:
+            df = df.filter(F.col("kt") <= made_by)
+        if expiring_from is not None:
+            df = df.filter(F.col("exp") >= expiring_from)
+        if t is not None:
+            df = df.filter(F.col("t") == t)
+        return collect_versions(df, schema)
+
+    def stored_keys(self, relation: str) -> set[str]:
+        """The epochs of ``relation`` the warehouse holds."""
+        return self.wh.stored_keys(relation)
 
     def read_text(self, name: str) -> str | None:
         """A file the engine keeps beside the corpus's relations, or None."""
