@@ -35,6 +35,7 @@ KINDS = (
     "clock",
     "timed_agg",
     "next",
+    "async",
     "cid",
     "body_agg",
 )
@@ -59,9 +60,9 @@ class Case:
 
     @property
     def sequential(self) -> bool:
-        """Whether the corpus has ``@next`` rules, whose results depend on the epoch
-        size (DESIGN §3.5), so that only evaluations with the same epochs agree."""
-        return "@next" in self.corpus
+        """Whether the corpus has ``@next`` or ``@async`` rules, whose results depend on the
+        epoch size (DESIGN §3.5), so that only evaluations with the same epochs agree."""
+        return "@next" in self.corpus or "@async" in self.corpus
 
     def __repr__(self) -> str:
         lines = "\n".join(f"  {e}" for e in self.events)
@@ -162,6 +163,15 @@ def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
             lines.append(f"{d}(x, {draw(st.sampled_from(EXPRESSIONS))}) := {p}(x, y);")
         elif kind == "where":
             lines.append(f"{d}(x, z) := {p}(x, y) if z > 0 where z = y * 2 - x;")
+        elif kind == "async":
+            # Messages (Dedalus `@async`): each match of an epoch delivered at the next one's
+            # start, negation as of the match's time; what they derive, in later epochs.
+            if p in state_relations(parse("\n".join(lines))):
+                p = "a"
+            u = draw(st.sampled_from(unary))
+            lines.append(f"{d}(x, y) @async := {p}(x, y) ^ !{u}(y);")
+            lines.append(f"{d}_seen(x) := {d}(x, _);")
+            unary.append(f"{d}_seen")
         elif kind == "next":
             # A sequence (Dedalus): carried from epoch to epoch until `c` stops it. What
             # starts it must happen (an input, or derived from one): `@next` safety.

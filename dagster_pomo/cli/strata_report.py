@@ -30,8 +30,9 @@ def _dependencies(program: Program) -> dict[str, list[str]]:
             continue
         agg = bool(rule.aggregates)
         for lit in rule.body:
-            mark = "!" if lit.negated else ("agg " if agg else "")
-            mark = ("@next " if rule.is_inductive else "") + mark
+            mark = "!" if lit.negated else ("agg " if agg or lit.aggregation else "")
+            kind = "@async " if rule.is_async else "@next "
+            mark = (kind if rule.is_inductive else "") + mark
             entry = mark + lit.atom.relation
             head = deps.setdefault(rule.head.relation, [])
             if entry not in head:

@@ -293,6 +293,11 @@ class Explainer:
                 return
             window = (previous.lower, previous.end)
             db = self._db(rule, lambda name: self.store.during(name, *window))
+            if rule.is_async:  # the message: a match of the epoch, as of its time
+                for match, tau, _ in reference._valid(rule, db):  # noqa: SLF001
+                    if window[0] <= tau < window[1] and self._same_head(rule, match, at, v):
+                        yield _paired(rule, match), match.env, self._absent(rule, match.env), None
+                return
             for match in reference._matches(rule, db, alive=window):  # noqa: SLF001
                 if self._same_head(rule, match, at, v) and all(
                     reference._negation_holds(a, match.env, db, window)  # noqa: SLF001

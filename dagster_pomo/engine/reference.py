@@ -397,7 +397,8 @@ class ReferenceEvaluator:
 
     def _next(self, db: Db, epoch: Epoch) -> dict[str, list[Version]]:
         """``@next`` rules over the versions alive at some instant of ``epoch``; stamped at its
-        end and alive for one more epoch of the same length."""
+        end and alive for one more epoch of the same length. ``@async`` rules: their matches
+        with ``tau`` in ``epoch``, stamped at its end, alive for their lifetime."""
         out: dict[str, list[Version]] = {}
         b, length = epoch.end, epoch.end - epoch.start
         window = (epoch.lower, epoch.end)
@@ -406,6 +407,17 @@ class ReferenceEvaluator:
                 continue
             for rule in stratum.rules:
                 lifetime = self.catalog[rule.head.relation].lifetime
+                if rule.is_async:  # a message per match of the epoch, delivered at its end
+                    for match, tau, _ in self._valid(rule, db):
+                        if not epoch.lower <= tau < b:
+                            continue
+                        try:
+                            args, _ = self._head_values(rule, match.env, b)
+                        except Undefined:
+                            continue
+                        row = Version(b, args, b, expiry(b, lifetime), (), b)
+                        out.setdefault(rule.head.relation, []).append(row)
+                    continue
                 for match in self._matches(rule, db, alive=window):
                     if not all(
                         self._negation_holds(a, match.env, db, window) for a in rule.negative

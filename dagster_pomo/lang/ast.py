@@ -207,8 +207,15 @@ class Rule:
 
     @property
     def is_inductive(self) -> bool:
-        """An ``@next`` rule: evaluated once per epoch, its head lands in the next epoch."""
-        return self.head.annotation("next") is not None
+        """An ``@next`` or ``@async`` rule: evaluated at the start of the next epoch on the
+        epoch just finished, its head lands in that next epoch."""
+        return self.head.annotation("next") is not None or self.is_async
+
+    @property
+    def is_async(self) -> bool:
+        """An ``@async`` rule: each match of the epoch just finished (a message) is delivered
+        at the start of the next, and lives its relation's lifetime from then."""
+        return self.head.annotation("async") is not None
 
     @property
     def aggregates(self) -> tuple[Annotation, ...]:

@@ -173,6 +173,24 @@ def _checks(corpus: ast.Corpus) -> tuple[dict[str, str], list[Diagnostic]]:
     return {name: sev for name, (sev, _) in severity.items()}, found
 
 
+_AGGREGATE_HINT = (
+    "to aggregate in a body, write `n = {0} x : atom(..., x)` (PomoLogic `N := {0} X : atom(...)`)"
+)
+# Names people write for a construct, read as relations: what to write instead.
+CONSTRUCTS = {
+    "choose": "choice (`choose((X), (Y))`) is not supported; keep one Y per X with an "
+    "aggregate, e.g. `pick(x) @min(y) := ...`",
+    "choice": "choice is not supported; keep one Y per X with an aggregate, e.g. "
+    "`pick(x) @min(y) := ...`",
+    "count": "to count in a body, write `n = count : atom(...)` (PomoLogic `N := count : "
+    "atom(...)`)",
+    **{fn: _AGGREGATE_HINT.format(fn) for fn in ("sum", "min", "max", "average")},
+    "successor": "time is not a relation: `@next` and `@async` heads land in the next epoch",
+    "time": "an event's time is `atom(...) @time(t)`",
+    "not": "negate an atom with `!atom(...)`",
+}
+
+
 def _check_implicit_inputs(corpus: ast.Corpus, catalog: Catalog) -> Iterator[Diagnostic]:
     """A warning where an undeclared relation that no rule derives (so an input, read from
     the landing files) is named like another relation: most likely a misspelling, which
@@ -180,11 +198,22 @@ def _check_implicit_inputs(corpus: ast.Corpus, catalog: Catalog) -> Iterator[Dia
     for rel in catalog:
         if not rel.is_input or rel.decl is not None:
             continue
+        first = first_use(corpus, rel.name)
+        construct = CONSTRUCTS.get(rel.name)
+        if construct is not None:
+            yield Diagnostic(
+                f"`{rel.name}` is no construct of the language here: it is an undeclared "
+                "input relation, read from the landing files, so this rule waits for its "
+                "events",
+                first.name_span,
+                construct,
+                Severity.WARNING,
+            )
+            continue
         others = [r.name for r in catalog if r.name != rel.name and r.name != CLOCK]
         close = difflib.get_close_matches(rel.name, others, n=1, cutoff=0.8)
         if not close:
             continue
-        first = first_use(corpus, rel.name)
         yield Diagnostic(
             f"`{rel.name}` is not declared and no rule derives it, so it is an input read "
             "from the landing files",

@@ -26,8 +26,9 @@ ANNOTATION_ARITY = {
     "max": 1,
     "average": 1,
     "warn": 0,
+    "async": 0,
 }
-HEAD_ONLY = ("next", "warn")
+HEAD_ONLY = ("next", "warn", "async")
 # In a body every annotation but @next and @warn takes one argument: the value it binds or
 # matches (the event's time, or the aggregate the event carries).
 BODY_ARITY = {name: 1 for name in ANNOTATION_ARITY if name not in HEAD_ONLY}
@@ -131,7 +132,7 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
         )
     if rule.check and rule.is_inductive:
         yield Diagnostic(
-            "a `.check` cannot be an `@next` rule",
+            f"a `.check` cannot be an `@{'async' if rule.is_async else 'next'}` rule",
             head.name_span,
             "check the epoch's own events; carry state forward in another relation",
         )
@@ -158,20 +159,28 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
                     ann.span,
                     "a fact is an event at time 0 or at `@time(...)`; it has no body to aggregate",
                 )
-    if next_ann is not None:
+    async_ann = head.annotation("async")
+    if next_ann is not None and async_ann is not None:
+        yield Diagnostic(
+            "a rule is `@next` or `@async`, not both",
+            async_ann.span,
+            "`@next` carries state to the next epoch; `@async` sends each match there once",
+        )
+    for kind in (a for a in (next_ann, async_ann) if a is not None):
         time_ann = head.annotation("time")
         if time_ann is not None:
             yield Diagnostic(
-                "an `@next` rule cannot set `@time(...)` in its head",
+                f"an `@{kind.name}` rule cannot set `@time(...)` in its head",
                 time_ann.span,
-                "an `@next` head is always stamped with the start of the next epoch",
+                f"an `@{kind.name}` head is always stamped with the start of the next epoch",
             )
         for agg in aggregates:
             yield Diagnostic(
-                f"an `@next` rule cannot aggregate (`@{agg.name}`)",
+                f"an `@{kind.name}` rule cannot aggregate (`@{agg.name}`)",
                 agg.span,
-                "aggregate in a deductive rule, then carry the result forward with `@next`",
+                f"aggregate in a deductive rule, then carry the result forward with `@{kind.name}`",
             )
+        break
 
 
 def _check_annotation_names(atom: ast.Atom, arity: dict[str, int]) -> Iterator[Diagnostic]:
@@ -181,9 +190,11 @@ def _check_annotation_names(atom: ast.Atom, arity: dict[str, int]) -> Iterator[D
             yield Diagnostic(
                 f"`@{ann.name}` belongs in a rule head, not in its body",
                 ann.span,
-                "`@next` makes the rule's head an event of the next epoch"
-                if ann.name == "next"
-                else "`@warn` makes a `.check` rule's violations warnings",
+                {
+                    "next": "`@next` makes the rule's head an event of the next epoch",
+                    "async": "`@async` delivers the rule's head at the start of the next epoch",
+                    "warn": "`@warn` makes a `.check` rule's violations warnings",
+                }[ann.name],
             )
             continue
         if ann.name not in ANNOTATION_ARITY:
@@ -516,7 +527,7 @@ def _check_body_aggregates(rule: ast.Rule, b: Bindings) -> Iterator[Diagnostic]:
         shown = f"`{agg.var.name} := {agg.function}{'' if agg.arg is None else ' ...'} : ...`"
         if rule.is_inductive:
             yield Diagnostic(
-                "an `@next` rule cannot aggregate in its body",
+                f"an `@{'async' if rule.is_async else 'next'}` rule cannot aggregate in its body",
                 agg.span,
                 "aggregate in a deductive rule, then carry the result forward with `@next`",
             )

@@ -149,10 +149,11 @@ class RulePlan:
     negations: tuple[Negation, ...]
     head: Head
     aggregate: Aggregate | None
-    inductive: bool  # an ``@next`` rule
+    inductive: bool  # an ``@next`` or ``@async`` rule
     constants: Mapping[str, Value] = field(default_factory=dict, compare=False)
     types: Mapping[str, str] = field(default_factory=dict, compare=False)
     body_aggregates: tuple[BodyAggregate, ...] = ()
+    asynchronous: bool = False  # an ``@async`` rule
 
     @property
     def relation(self) -> str:
@@ -222,6 +223,7 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         constants,
         types,
         summaries,
+        rule.is_async,
     )
 
 

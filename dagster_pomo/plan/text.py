@@ -81,7 +81,13 @@ def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
         lines.append(f"  aggregate {fns}; reach from {', '.join(rule.aggregate.reach_from)}")
     head = rule.head
     args = ", ".join(f"{col}:{typ} = {render_expr(arg)}" for arg, col, typ in head.args)
-    time = "end of epoch (@next)" if rule.inductive else "tau"
+    time = "tau"
+    if rule.inductive:
+        time = (
+            "end of epoch (@async: each match of the epoch)"
+            if rule.asynchronous
+            else ("end of epoch (@next)")
+        )
     if head.time is not None:
         time = render_expr(head.time)
     life = "none" if head.lifetime is None else show_duration(head.lifetime)

@@ -4,7 +4,8 @@ A match's time ``tau`` is the latest ``kt`` of its versions and it lives until t
 first of them expires (``mexp``); it is valid when alive at ``tau``. A head without
 an explicit time is stamped ``t = tau``; its ``kt`` is ``max(tau, t)`` and it expires
 at ``min(mexp, t + lifetime)``, never past `NEVER`. An ``@next`` head is stamped at the
-end of the epoch it was derived in and lives one epoch more (at most its lifetime).
+end of the epoch it was derived in and lives one epoch more (at most its lifetime); an
+``@async`` head likewise, living its lifetime.
 
 The arithmetic is written against `Ops`, so Spark columns and numpy arrays follow the
 same lines; the reference evaluator keeps its own reading of the rules, so that the
@@ -44,10 +45,15 @@ def head_times(tau: Any, t: Any, mexp: Any, lifetime: int | None, ops: Ops) -> t
     return ops.greatest(tau, t), ops.least(mexp, expiry(t, lifetime, ops))
 
 
-def next_stamp(previous: Epoch, lifetime: int | None) -> tuple[int, int]:
+def next_stamp(
+    previous: Epoch, lifetime: int | None, asynchronous: bool = False
+) -> tuple[int, int]:
     """``(t, exp)`` of an ``@next`` head derived in ``previous``: its end, and one epoch later
-    (or its lifetime, when shorter)."""
+    (or its lifetime, when shorter). An ``@async`` head (a message) lives its lifetime from
+    then, for ever without one."""
     b = previous.end
+    if asynchronous:
+        return b, NEVER if lifetime is None else min(NEVER, b + lifetime)
     length = previous.end - previous.start
     return b, b + length if lifetime is None else min(b + length, b + lifetime)
 
@@ -64,8 +70,9 @@ def reaches(plan: Any, epoch_size: int) -> dict[str, int]:
     }
     if CLOCK in catalog:
         life[CLOCK] = max((p for _, p in plan.clocks), default=1)
+    messages = {r.head.relation for r in program.corpus.rules if r.is_async}
     for rel in catalog:
-        if rel.inductive:
+        if rel.inductive and rel.name not in messages:
             life[rel.name] = min(life[rel.name], epoch_size)
     changed = True
     while changed:

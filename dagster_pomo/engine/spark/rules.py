@@ -390,11 +390,18 @@ def derive_next(
 ) -> DataFrame:
     """What an ``@next`` rule derives from the versions of the epoch ``previous`` (known
     before its end): matches whose negated atoms have no version known by its end and alive
-    after its start, stamped at its end and alive one epoch more (`time.next_stamp`)."""
-    m = matches(rule, sources)
-    alive = (F.col("__n_kt") < previous.end, F.col("__n_exp") > previous.lower)
-    df = without_negated(m.df, rule, negated, m.env, *alive)
-    t, exp = next_stamp(previous, rule.head.lifetime)
+    after its start, stamped at its end and alive one epoch more (`time.next_stamp`). An
+    ``@async`` rule: its matches with ``tau`` in ``previous`` (valid as a deductive rule's),
+    stamped at its end, living their lifetime."""
+    if rule.asynchronous:  # each match of the epoch, negations as of its time
+        m = matches(rule, sources, window=(previous.lower, previous.end))
+        df = valid(m, rule, negated)
+        df = df.filter((F.col("__tau") >= previous.lower) & (F.col("__tau") < previous.end))
+    else:
+        m = matches(rule, sources)
+        alive = (F.col("__n_kt") < previous.end, F.col("__n_exp") > previous.lower)
+        df = without_negated(m.df, rule, negated, m.env, *alive)
+    t, exp = next_stamp(previous, rule.head.lifetime, rule.asynchronous)
     stamp, expires = F.lit(t).cast("long"), F.lit(exp).cast("long")
     return head_rows(rule.head.uncapped(), df, m.env, stamp, expires)
 
