@@ -38,6 +38,7 @@ KINDS = (
     "async",
     "cid",
     "body_agg",
+    "choose",
 )
 AGGREGATES = ("@count", "@sum(y)", "@min(y)", "@max(y)", "@average(y)")
 # Head expressions over two integers: signs, truncating division and remainder, functions.
@@ -157,6 +158,12 @@ def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
                 lines.append(f"{d}(x, y) := {d}_ids(k, x) ^ {p}(x, y) @cid(k);")
             else:
                 lines.append(f"{d}(x, z) := {p}(x, y) @cid(k) ^ {q}(y, z) @cid(m) if k < m;")
+        elif kind == "choose":
+            # Per key and match time, the least value (a functional dependency).
+            if draw(st.booleans()):
+                lines.append(f"{d}(x, z) := {p}(x, y) ^ {q}(y, z) ^ choose((x), (z));")
+            else:
+                lines.append(f"{d}(x, y) := {p}(x, y) ^ {q}(_, z) ^ choose((), (y, z));")
         elif kind == "body_agg":
             lines.append(body_aggregate(draw, d, p, q))
         elif kind == "expr":

@@ -93,7 +93,19 @@ def rules(draw: st.DrawFn) -> ast.Rule:
     body = tuple(draw(st.lists(literals, max_size=3)))
     guards = tuple(draw(st.lists(exprs(), max_size=2))) if body else ()
     defs = tuple(draw(st.lists(definitions, max_size=2)))
-    return ast.Rule(draw(atoms()), body, guards, defs, check=draw(st.booleans()))
+    choices = tuple(draw(st.lists(_choices(names), max_size=1))) if body else ()
+    return ast.Rule(draw(atoms()), body, guards, defs, check=draw(st.booleans()), choices=choices)
+
+
+def _choices(variables: st.SearchStrategy[str]) -> st.SearchStrategy[ast.Choice]:
+    """``choose((keys), (values))``: distinct variables, at least one value."""
+    return st.lists(variables, min_size=1, max_size=4, unique=True).flatmap(
+        lambda vs: st.integers(0, len(vs) - 1).map(
+            lambda k: ast.Choice(
+                tuple(ast.Var(v) for v in vs[:k]), tuple(ast.Var(v) for v in vs[k:])
+            )
+        )
+    )
 
 
 decls = st.builds(
@@ -176,7 +188,9 @@ def pomologic_rules(draw: st.DrawFn) -> ast.Rule:
     guards = tuple(draw(st.lists(comparisons, max_size=2))) if body else ()
     definitions_ = st.builds(ast.Definition, upper_names.map(ast.Var), pomologic_exprs())
     defs = tuple(draw(st.lists(definitions_, max_size=2))) if body else ()
-    return ast.Rule(draw(pomologic_atoms()), body, guards, defs, check=draw(st.booleans()))
+    choices = tuple(draw(st.lists(_choices(upper_names), max_size=1))) if body else ()
+    check = draw(st.booleans())
+    return ast.Rule(draw(pomologic_atoms()), body, guards, defs, check=check, choices=choices)
 
 
 pomologic_corpora = st.lists(st.one_of(pomologic_rules(), decls), max_size=6).map(

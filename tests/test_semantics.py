@@ -412,3 +412,25 @@ def test_a_queue_fed_by_async_applies_one_update_per_user_and_epoch(tmp_path, en
         (["bob", 10.0], 30),
     ]
     assert [e["t"] for e in out["queued"]] == [10, 10, 10, 10, 20, 20, 30]
+
+
+def test_choose_keeps_the_least_value_per_key_at_each_match_time(tmp_path, engine, epoch) -> None:
+    """`choose((order), (name))`: of the matches made at one time, per order the one with
+    the least courier name; a courier arriving later makes a match of its own then."""
+    corpus = (GOLDEN / "plans" / "choose.pomo").read_text()
+    events = [
+        ("courier", 1, ["bea", 1]),
+        ("courier", 2, ["al", 1]),
+        ("courier", 3, ["cy", 2]),
+        ("order", 5, ["o1", 1]),  # al and bea both match: al
+        ("order", 6, ["o2", 2]),
+        ("courier", 7, ["aa", 1]),  # o1 is still open: a match at 7, aa
+        ("courier", 8, ["zed", 2]),  # o2 too, and zed is the only match at 8
+    ]
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=40)
+    assert [(e["args"], e["t"]) for e in out["assigned"]] == [
+        (["o1", "al"], 5),
+        (["o2", "cy"], 6),
+        (["o1", "aa"], 7),
+        (["o2", "zed"], 8),
+    ]

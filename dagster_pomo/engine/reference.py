@@ -330,13 +330,28 @@ class ReferenceEvaluator:
 
     def _valid(self, rule: ast.Rule, db: Db) -> Iterator[tuple[_Match, int, int]]:
         """Matches whose versions are all alive at the match time ``tau`` (the latest ``kt``)
-        and whose negated atoms hold at ``tau``; with the match's expiry."""
+        and whose negated atoms hold at ``tau``; with the match's expiry. Each ``choose``
+        keeps, per keys and ``tau``, the matches with the least values."""
+        found = []
         for match in self._matches(rule, db):
             tau = max(r.kt for r in match.rows)
             if not all(r.alive_at(tau) for r in match.rows):
                 continue
             if all(self._negation_holds(a, match.env, db, (tau, tau + 1)) for a in rule.negative):
-                yield match, tau, min(r.exp for r in match.rows)
+                found.append((match, tau, min(r.exp for r in match.rows)))
+        for choice in rule.choices:
+            least: dict[tuple[object, ...], tuple[object, ...]] = {}
+            for match, tau, _ in found:
+                key = (tau, *(match.env[v.name] for v in choice.keys))
+                value = tuple(_order(match.env[v.name]) for v in choice.values)
+                least[key] = min(least.get(key, value), value)
+            found = [
+                (m, tau, exp)
+                for m, tau, exp in found
+                if least[(tau, *(m.env[v.name] for v in choice.keys))]
+                == tuple(_order(m.env[v.name]) for v in choice.values)
+            ]
+        yield from found
 
     def _head_values(self, rule: ast.Rule, env: Env, tau: int) -> tuple[tuple[Value, ...], int]:
         schema = self.schemas[rule.head.relation]
@@ -430,6 +445,15 @@ class ReferenceEvaluator:
                     exp = min(b + length, expiry(b, lifetime))
                     out.setdefault(rule.head.relation, []).append(Version(b, args, b, exp, (), b))
         return out
+
+
+def _order(value: Value) -> tuple[int, Value]:
+    """A value's place in the order `choose` picks the least by: booleans, numbers, text."""
+    if isinstance(value, bool):
+        return (0, value)
+    if isinstance(value, int | float):
+        return (1, value)
+    return (2, value)
 
 
 def _fit(value: Value, typ: str, rule: ast.Rule) -> Value:

@@ -143,6 +143,16 @@ AGGREGATES = ("count", "sum", "min", "max", "average")
 
 
 @dataclass(frozen=True)
+class Choice:
+    """``choose((keys), (values))``: among a rule's matches at one time, those with the least
+    ``values`` for each ``keys`` (a functional dependency, chosen the same way everywhere)."""
+
+    keys: tuple[Var, ...]
+    values: tuple[Var, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class Aggregation:
     """``var := function [arg] : atom`` (PomoLogic) or ``var = function [arg] : atom``: the
     summary, over the atom's events alive at the match's time, of ``arg`` (None for
@@ -188,6 +198,7 @@ class Rule:
     defs: tuple[Definition, ...] = ()
     span: Span = _span()
     check: bool = False  # a `.check` rule: each event it derives is a violation
+    choices: tuple[Choice, ...] = ()
 
     @property
     def check_severity(self) -> str | None:

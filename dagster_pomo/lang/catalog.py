@@ -178,10 +178,7 @@ _AGGREGATE_HINT = (
 )
 # Names people write for a construct, read as relations: what to write instead.
 CONSTRUCTS = {
-    "choose": "choice (`choose((X), (Y))`) is not supported; keep one Y per X with an "
-    "aggregate, e.g. `pick(x) @min(y) := ...`",
-    "choice": "choice is not supported; keep one Y per X with an aggregate, e.g. "
-    "`pick(x) @min(y) := ...`",
+    "choice": "write a choice as a body predicate: `choose((key), (value))`",
     "count": "to count in a body, write `n = count : atom(...)` (PomoLogic `N := count : "
     "atom(...)`)",
     **{fn: _AGGREGATE_HINT.format(fn) for fn in ("sum", "min", "max", "average")},

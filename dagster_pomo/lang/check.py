@@ -429,6 +429,7 @@ def check_bindings(rule: ast.Rule) -> Iterator[Diagnostic]:
     yield from _check_clocks(rule, b)
     yield from _check_aggregates(rule)
     yield from _check_body_aggregates(rule, b)
+    yield from _check_choices(rule, bound)
     yield from _singletons(rule)
 
 
@@ -600,6 +601,34 @@ def _check_body_aggregates(rule: ast.Rule, b: Bindings) -> Iterator[Diagnostic]:
                 )
 
 
+def _check_choices(rule: ast.Rule, bound: frozenset[str] | set[str]) -> Iterator[Diagnostic]:
+    """``choose((keys), (values))``: bound variables, each on one side, in a deductive rule
+    that does not aggregate in its head."""
+    for choice in rule.choices:
+        if rule.is_inductive or rule.aggregates:
+            what = "an `@next` or `@async` rule" if rule.is_inductive else "an aggregating rule"
+            yield Diagnostic(
+                f"`choose` is not supported in {what}",
+                choice.span,
+                "choose in a deductive rule of its own, then read its relation",
+            )
+        keys = {v.name for v in choice.keys}
+        for var in (*choice.keys, *choice.values):
+            if var.name not in bound:
+                yield Diagnostic(
+                    f"variable `{var.name}` in `choose` is not bound",
+                    var.span,
+                    f"`choose` picks among the matches: bind `{var.name}` in a positive atom",
+                )
+        for var in choice.values:
+            if var.name in keys:
+                yield Diagnostic(
+                    f"`{var.name}` is both a key and a chosen value of `choose`",
+                    var.span,
+                    "a value is chosen per key: name it on one side",
+                )
+
+
 def _aggregate_exprs(rule: ast.Rule) -> Iterator[ast.Expr]:
     """The result variable and the argument of each body aggregate."""
     for lit in rule.body_aggregates:
@@ -625,6 +654,7 @@ def _singletons(rule: ast.Rule) -> Iterator[Diagnostic]:
         *rule.guards,
         *(d.expr for d in rule.defs),
         *_aggregate_exprs(rule),
+        *(v for c in rule.choices for v in (*c.keys, *c.values)),
     ]
     for expr in every:
         for var in ast.expr_vars(expr):

@@ -28,7 +28,7 @@ from dagster_pomo.lang.source import Source, Span
 INT64_MAX = 2**63 - 1
 MAX_DEPTH = 100  # levels of a statement's syntax tree (expressions nested in parentheses...)
 MAX_BODY = 100  # atoms in one rule's body
-KEYWORDS = frozenset({"if", "where", "true", "false"})
+KEYWORDS = frozenset({"if", "where", "true", "false", "choose"})
 DURATION_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 # How a terminal is named in "expected ..." messages.
@@ -433,17 +433,35 @@ class _ToAst(Transformer[Token, Any]):
         body: tuple[ast.BodyLiteral, ...] = ()
         guards: tuple[ast.Expr, ...] = ()
         defs: tuple[ast.Definition, ...] = ()
+        choices: tuple[ast.Choice, ...] = ()
         for child in children[1:]:
             if isinstance(child, tuple) and child and child[0] == "formula":
-                body, guards = child[1], child[2]
+                body, guards, choices = child[1], child[2], child[3]
             elif isinstance(child, tuple) and child and child[0] == "where":
                 defs = child[1]
-        return ast.Rule(head, body, guards, defs, self._span(meta), check)
+        return ast.Rule(head, body, guards, defs, self._span(meta), check, choices)
 
-    def formula(self, meta: Any, children: list[Any]) -> tuple[str, tuple, tuple]:
+    def formula(self, meta: Any, children: list[Any]) -> tuple[str, tuple, tuple, tuple]:
         lits = tuple(c for c in children if isinstance(c, ast.BodyLiteral))
         guards = next((c[1] for c in children if isinstance(c, tuple)), ())
-        return ("formula", lits, guards)
+        choices = tuple(c for c in children if isinstance(c, ast.Choice))
+        return ("formula", lits, guards, choices)
+
+    def choice(self, meta: Any, children: list[Any]) -> ast.Choice:
+        _, keys, values = children
+        if not values:
+            self._fail(
+                "`choose` needs at least one variable to choose",
+                self._span(meta),
+                "write `choose((key), (value))`: one value per key",
+            )
+        return ast.Choice(keys, values, self._span(meta))
+
+    def names(self, meta: Any, children: list[Any]) -> tuple[ast.Var, ...]:
+        return tuple(self._choice_var(tok) for tok in children if tok is not None)
+
+    def _choice_var(self, tok: Token) -> ast.Var:
+        return ast.Var(self._name(tok), self._tok_span(tok))
 
     def guard(self, meta: Any, children: list[Any]) -> tuple[str, tuple[ast.Expr, ...]]:
         return ("guard", tuple(children))
@@ -660,7 +678,8 @@ class _PomoLogicToAst(_ToAst):
         lits = tuple(p for p in body if isinstance(p, ast.BodyLiteral))
         guards = tuple(p for p in body if isinstance(p, ast.BinOp))
         defs = tuple(p for p in body if isinstance(p, ast.Definition))
-        return ast.Rule(head, lits, guards, defs, self._span(meta), check)
+        choices = tuple(p for p in body if isinstance(p, ast.Choice))
+        return ast.Rule(head, lits, guards, defs, self._span(meta), check, choices)
 
     def body(self, meta: Any, children: list[Any]) -> list[Any]:
         return children
@@ -704,6 +723,9 @@ class _PomoLogicToAst(_ToAst):
 
     def call(self, meta: Any, children: list[Any]) -> _Callish:
         return _Callish(self.atom(meta, children))
+
+    def _choice_var(self, tok: Token) -> ast.Var:
+        return self._variable(tok, self._tok_span(tok))
 
     def positional(self, meta: Any, children: list[Any]) -> _Args:
         return super().positional(meta, [self._expr(c) for c in children])

@@ -14,7 +14,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.render import render_aggregation, render_atom, render_decl, render_expr
+from dagster_pomo.lang.render import (
+    render_aggregation,
+    render_atom,
+    render_choice,
+    render_decl,
+    render_expr,
+)
 
 if TYPE_CHECKING:  # the program module imports the parser, which this module's users need
     from dagster_pomo.lang.program import Program
@@ -39,6 +45,7 @@ def _render_body_atom(lit: ast.BodyLiteral) -> str:
 
 def render_rule(rule: ast.Rule) -> str:
     body = [_render_body_atom(lit) for lit in rule.body]
+    body += [render_choice(c) for c in rule.choices]
     body += [render_expr(g) for g in rule.guards]
     body += [f"{d.var.name} = {render_expr(d.expr)}" for d in rule.defs]
     head = (".check " if rule.check else "") + render_atom(rule.head)
@@ -121,6 +128,14 @@ def _rule(rule: ast.Rule, columns: dict[str, tuple[str, ...]], named: set[str]) 
         head=atom(rule.head, not rule.is_subscription),
         body=tuple(_literal(lit, atom(lit.atom, False), expr) for lit in rule.body),
         guards=tuple(expr(g) for g in rule.guards),
+        choices=tuple(
+            replace(
+                c,
+                keys=tuple(replace(v, name=rename[v.name]) for v in c.keys),
+                values=tuple(replace(v, name=rename[v.name]) for v in c.values),
+            )
+            for c in rule.choices
+        ),
         defs=tuple(
             replace(d, var=replace(d.var, name=rename[d.var.name]), expr=expr(d.expr))
             for d in rule.defs
@@ -154,6 +169,7 @@ def _variable_names(rule: ast.Rule) -> dict[str, str]:
         exprs = [*atom.args, *(x for ann in atom.annotations for x in ann.args)]
         found += [v.name for e in exprs for v in ast.expr_vars(e)]
     found += [v.name for g in rule.guards for v in ast.expr_vars(g)]
+    found += [v.name for c in rule.choices for v in (*c.keys, *c.values)]
     for d in rule.defs:
         found += [d.var.name, *(v.name for v in ast.expr_vars(d.expr))]
     taken = {n for n in found if n[0].isupper() or n[0] == "_"}

@@ -97,10 +97,17 @@ def _render_literal(lit: ast.BodyLiteral) -> str:
     return ("!" if lit.negated else "") + render_atom(lit.atom)
 
 
+def render_choice(choice: ast.Choice) -> str:
+    keys = ", ".join(v.name for v in choice.keys)
+    values = ", ".join(v.name for v in choice.values)
+    return f"choose(({keys}), ({values}))"
+
+
 def render_rule(rule: ast.Rule) -> str:
     text = (".check " if rule.check else "") + render_atom(rule.head)
     if rule.body:
-        lits = " ^ ".join(_render_literal(lit) for lit in rule.body)
+        parts = [_render_literal(lit) for lit in rule.body]
+        lits = " ^ ".join([*parts, *(render_choice(c) for c in rule.choices)])
         text += f" := {lits}"
         if rule.guards:
             text += " if " + " ^ ".join(render_expr(g) for g in rule.guards)

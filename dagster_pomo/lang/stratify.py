@@ -43,7 +43,8 @@ def precedence_edges(corpus: ast.Corpus) -> list[Edge]:
     for rule in corpus.rules:
         if rule.is_inductive or not rule.body:
             continue
-        aggregating = bool(rule.aggregates)
+        # A head aggregate or a choice reads every match: its inputs complete first.
+        aggregating = bool(rule.aggregates) or bool(rule.choices)
         for lit in rule.body:
             negative = lit.negated or aggregating or lit.aggregation is not None
             edges.append(Edge(rule.head.relation, lit.atom.relation, negative, rule, lit))
@@ -158,9 +159,18 @@ def stratify(corpus: ast.Corpus) -> tuple[list[Stratum], list[Diagnostic]]:
 def _recursive_body_aggregates(
     rules: Iterable[ast.Rule], members: set[str]
 ) -> Iterator[Diagnostic]:
-    """Body aggregates in the rules of a recursive stratum: not supported yet (one over the
-    stratum's own relations is a cycle through aggregation, reported as such)."""
+    """Body aggregates and choices in the rules of a recursive stratum: not supported yet
+    (one over the stratum's own relations is a cycle through aggregation, reported as
+    such)."""
     for rule in rules:
+        for choice in rule.choices:
+            if not any(lit.atom.relation in members for lit in rule.body):
+                yield Diagnostic(
+                    "`choose` in a recursive rule is not supported yet",
+                    choice.span,
+                    f"derive `{rule.head.relation}`'s recursive part in a rule of its own, "
+                    "and choose in a rule that reads it",
+                )
         for lit in rule.body_aggregates:
             if lit.atom.relation in members:
                 continue
@@ -188,6 +198,8 @@ def _negative_cycles(
             how, span = "negation", e.literal.span
         elif e.literal.aggregation is not None:
             how, span = f"a body aggregate (`{e.literal.aggregation.function}`)", e.literal.span
+        elif e.rule.choices and not e.rule.aggregates:
+            how, span = "`choose`", e.rule.choices[0].span
         else:
             how = f"aggregation (`@{e.rule.aggregates[0].name}`)"
             span = e.rule.aggregates[0].span

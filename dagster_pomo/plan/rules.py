@@ -154,6 +154,8 @@ class RulePlan:
     types: Mapping[str, str] = field(default_factory=dict, compare=False)
     body_aggregates: tuple[BodyAggregate, ...] = ()
     asynchronous: bool = False  # an ``@async`` rule
+    # ``choose((keys), (values))``: per keys and match time, the matches with the least values
+    choices: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
 
     @property
     def relation(self) -> str:
@@ -224,6 +226,9 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         types,
         summaries,
         rule.is_async,
+        tuple(
+            (tuple(v.name for v in c.keys), tuple(v.name for v in c.values)) for c in rule.choices
+        ),
     )
 
 

@@ -73,6 +73,8 @@ def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
             if render_expr(arg) != "_"
         )
         lines.append(f"  anti-join {negation.relation} alive at tau on ({compared})")
+    for keys, values in rule.choices:
+        lines.append(f"  choose per ({', '.join(keys)}) and tau the least ({', '.join(values)})")
     if rule.aggregate is not None:
         fns = ", ".join(
             f"{fn}({'' if arg is None else render_expr(arg)}) -> {column}:{typ}"

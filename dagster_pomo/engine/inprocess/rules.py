@@ -493,8 +493,25 @@ def derive(
     df = valid(m, rule, negated)
     tau = df["__tau"].to_numpy()
     df = df[(tau >= a) & (tau < b)].reset_index(drop=True)
+    df = chosen(df, rule, m.env)
     tau, mexp = df["__tau"].to_numpy(), df["__mexp"].to_numpy()
     return head_rows(rule.head, df, m.env, tau, mexp)
+
+
+def chosen(df: pd.DataFrame, rule: RulePlan, env: Mapping[str, Col]) -> pd.DataFrame:
+    """As :func:`dagster_pomo.engine.spark.rules.chosen`: per ``choose`` keys and ``tau``,
+    the matches with the least values."""
+    for keys, values in rule.choices:
+        if df.empty:
+            return df
+        picked = [env[v].column for v in values]
+        for v in values:
+            if env[v].ok is not None:
+                df = df[df[env[v].ok].to_numpy()]
+        by = [env[k].column for k in keys] + ["__tau"]
+        first = df.sort_values(picked, kind="stable").drop_duplicates(by)[[*by, *picked]]
+        df = df.merge(first, on=[*by, *picked], how="inner", sort=False)
+    return df.reset_index(drop=True)
 
 
 def aggregate(

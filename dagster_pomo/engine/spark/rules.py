@@ -382,7 +382,22 @@ def derive(
     m = matches(rule, sources, window=(a, b))
     df = valid(m, rule, negated)
     df = df.filter((F.col("__tau") >= a) & (F.col("__tau") < b))
+    df = chosen(df, rule, m.env)
     return head_rows(rule.head, df, m.env, F.col("__tau"), F.col("__mexp"))
+
+
+def chosen(df: DataFrame, rule: RulePlan, env: Mapping[str, tuple[str, str]]) -> DataFrame:
+    """The matches each ``choose((keys), (values))`` keeps: per keys and ``tau``, those with
+    the least values (compared in order, as tuples)."""
+    for keys, values in rule.choices:
+        picked = [F.col(env[v][0]) for v in values]
+        df = df.filter(reduce(lambda x, y: x & y, [c.isNotNull() for c in picked]))
+        least = F.min(F.struct(*picked)).over(
+            Window.partitionBy(*[F.col(env[k][0]) for k in keys], F.col("__tau"))
+        )
+        df = df.withColumn("__chosen", least).filter(F.col("__chosen") == F.struct(*picked))
+        df = df.drop("__chosen")
+    return df
 
 
 def derive_next(
