@@ -330,6 +330,7 @@ def test_a_body_aggregate_follows_arrivals_and_expiries_while_its_match_lives(tm
     summary(shop: S, n: N, total: T) :-
         shop(name: S), N := count : sale(shop: S), T := sum A : sale(shop: S, amount: A).
     smallest(shop: S, least: M) :- shop(name: S), M := min A : sale(shop: S, amount: A).
+    largest(most: M) :- M := max A : sale(amount: A).
     """
     events = [
         ("shop", 5, ["north"]),
@@ -347,6 +348,15 @@ def test_a_body_aggregate_follows_arrivals_and_expiries_while_its_match_lives(tm
         ("north", 2, 9, 130, 140),
         ("north", 1, 7, 140, 230),
         ("north", 0, 0, 230, 1005),  # every sale expired: until the shop does
+    }
+    # Ungrouped, with no positive atom: at each arrival and expiry of a sale (none alive:
+    # no maximum, no event).
+    assert {(*e["args"], e["t"], e["exp"]) for e in out["largest"]} == {
+        (3, 10, 110),
+        (3, 40, 110),
+        (2, 110, 140),
+        (7, 130, 140),
+        (7, 140, 230),
     }
     assert {(*e["args"], e["t"]) for e in out["smallest"]} == {
         ("north", 3, 10),
