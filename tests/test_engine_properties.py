@@ -109,6 +109,16 @@ def test_spark_gives_what_the_reference_gives(tmp_path_factory, case: Case) -> N
             assert outcome(case, tmp, size, "spark", how) == expected, size
 
 
+def _same_on_every_engine(case: Case, tmp: Path) -> None:
+    """Spark's plans (a range at once, and epoch by epoch) and this process's give what the
+    reference gives in one batch."""
+    batch = outcome(case, tmp, HORIZON_END, "reference")
+    for size in (12, 16):
+        how = policy(in_process=False, one_pass=size != 16)
+        assert outcome(case, tmp, size, "spark", how) == batch, size
+    assert outcome(case, tmp, 16, "spark", policy(in_process=True, one_pass=False)) == batch
+
+
 @settings(
     max_examples=max(1, SPARK_EXAMPLES // 2),
     deadline=None,
@@ -122,12 +132,7 @@ def test_content_ids_are_the_same_on_every_engine_and_epoch_size(
     """Corpora that store content IDs, match them again and compare them: Spark's plans
     (a range at once and epoch by epoch) and this process's give what the reference
     gives in one batch."""
-    tmp = tmp_path_factory.mktemp("cids")
-    batch = outcome(case, tmp, HORIZON_END, "reference")
-    for size in (12, 16):
-        how = policy(in_process=False, one_pass=size != 16)
-        assert outcome(case, tmp, size, "spark", how) == batch, size
-    assert outcome(case, tmp, 16, "spark", policy(in_process=True, one_pass=False)) == batch
+    _same_on_every_engine(case, tmp_path_factory.mktemp("cids"))
 
 
 @settings(
@@ -143,12 +148,7 @@ def test_body_aggregates_are_the_same_on_every_engine_and_epoch_size(
     """Body aggregates grouped or not, several in a rule, compared in guards, over what other
     rules derive: Spark's plans (a range at once and epoch by epoch) and this process's
     give what the reference gives in one batch."""
-    tmp = tmp_path_factory.mktemp("summaries")
-    batch = outcome(case, tmp, HORIZON_END, "reference")
-    for size in (12, 16):
-        how = policy(in_process=False, one_pass=size != 16)
-        assert outcome(case, tmp, size, "spark", how) == batch, size
-    assert outcome(case, tmp, 16, "spark", policy(in_process=True, one_pass=False)) == batch
+    _same_on_every_engine(case, tmp_path_factory.mktemp("summaries"))
 
 
 @settings(

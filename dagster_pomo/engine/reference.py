@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.ingest import expiry
-from dagster_pomo.engine.versions import Version
+from dagster_pomo.engine.versions import Version, value_order
 from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
@@ -343,13 +343,13 @@ class ReferenceEvaluator:
             least: dict[tuple[object, ...], tuple[object, ...]] = {}
             for match, tau, _ in found:
                 key = (tau, *(match.env[v.name] for v in choice.keys))
-                value = tuple(_order(match.env[v.name]) for v in choice.values)
+                value = tuple(value_order(match.env[v.name]) for v in choice.values)
                 least[key] = min(least.get(key, value), value)
             found = [
                 (m, tau, exp)
                 for m, tau, exp in found
                 if least[(tau, *(m.env[v.name] for v in choice.keys))]
-                == tuple(_order(m.env[v.name]) for v in choice.values)
+                == tuple(value_order(m.env[v.name]) for v in choice.values)
             ]
         yield from found
 
@@ -445,15 +445,6 @@ class ReferenceEvaluator:
                     exp = min(b + length, expiry(b, lifetime))
                     out.setdefault(rule.head.relation, []).append(Version(b, args, b, exp, (), b))
         return out
-
-
-def _order(value: Value) -> tuple[int, Value]:
-    """A value's place in the order `choose` picks the least by: booleans, numbers, text."""
-    if isinstance(value, bool):
-        return (0, value)
-    if isinstance(value, int | float):
-        return (1, value)
-    return (2, value)
 
 
 def _fit(value: Value, typ: str, rule: ast.Rule) -> Value:

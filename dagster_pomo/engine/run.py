@@ -16,9 +16,8 @@ from dagster_pomo.engine.ingest import Ingested
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.versions import Version, merge_versions
+from dagster_pomo.engine.versions import Version, merge_versions, value_order
 from dagster_pomo.lang import Program
-from dagster_pomo.lang.interpret import Value
 from dagster_pomo.lang.render import aggregate_key
 from dagster_pomo.timeline import NEVER
 
@@ -36,7 +35,7 @@ class RunResult:
         """The relation's events, one per identity, sorted by time then arguments."""
         rel = self.program.catalog[relation]
         merged = merge_versions(self.versions.get(relation, []), bool(rel.aggregates))
-        return sorted(merged, key=lambda r: (r.t, tuple(_sort_key(v) for v in r.args)))
+        return sorted(merged, key=lambda r: (r.t, tuple(value_order(v) for v in r.args)))
 
     @property
     def outputs(self) -> list[str]:
@@ -64,14 +63,6 @@ class Violated:
     def fails(self) -> bool:
         """Whether the run fails for it: an error-level check with a violation."""
         return self.severity == "error" and bool(self.events)
-
-
-def _sort_key(v: Value) -> tuple[int, Any]:
-    if isinstance(v, bool):
-        return (0, v)
-    if isinstance(v, int | float):
-        return (1, v)
-    return (2, v)
 
 
 def run(

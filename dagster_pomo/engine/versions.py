@@ -33,6 +33,16 @@ class Version:
         return (self.t, self.args)
 
 
+def value_order(value: Value) -> tuple[int, Value]:
+    """A value's place in the one order of values outputs sort by and `choose` picks the
+    least by: booleans, then numbers, then text."""
+    if isinstance(value, bool):
+        return (0, value)
+    if isinstance(value, int | float):
+        return (1, value)
+    return (2, value)
+
+
 def merge_versions(rows: Iterable[Version], aggregating: bool) -> list[Version]:
     """One row per event: the latest version of an aggregate (largest ``kt``, then ``tau``);
     otherwise the smallest ``kt`` and the largest ``exp`` over its versions."""
