@@ -265,3 +265,26 @@ def test_a_violated_check_is_reported_and_fails_the_run_with_exit_code_4(tmp_pat
     done = pomo("run", str(corpus), "--events", str(events), "--engine", "reference", *TEN_MS)
     assert done.returncode == 0, done.stderr
     assert "check high: warning, 1 violation" in done.stderr
+
+
+def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(tmp_path: Path) -> None:
+    """`--out` on Spark merges, sorts and streams each relation's events from the warehouse;
+    the files are byte for byte those of the versions merged in this process (aggregates,
+    versions of one event, future-stamped and deferred events, expiry included)."""
+    from dagster_pomo.engine.run import run, write_outputs
+    from dagster_pomo.examples import water_tank_events
+    from dagster_pomo.lang import load_program
+    from tests.conftest import RULES
+
+    landing = tmp_path / "readings.jsonl"
+    water_tank_events(landing, 3000, tanks=3, hours=2)
+    program = load_program(RULES / "water_tanks.pomo")
+    collected = run(program, landing, 3_600_000)
+    write_outputs(collected, tmp_path / "collected")
+    streamed = run(program, landing, 3_600_000, out=tmp_path / "streamed")
+    assert streamed.written == {n: len(collected.events(n)) for n in collected.outputs}
+    assert sum(streamed.written.values()) > 3000
+    for name in [*collected.outputs, "_quarantine"]:
+        file = f"{name}.jsonl"
+        expected = (tmp_path / "collected" / file).read_bytes()
+        assert (tmp_path / "streamed" / file).read_bytes() == expected, name

@@ -123,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise _Usage(f"--out {args.out} is a file; name a folder to write the results in")
-    done = _evaluate(args)
+    done = _evaluate(args, Path(args.out) if args.out else None)
     if isinstance(done, int):
         return done
     result = done
@@ -136,9 +136,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _report_checks(result)
 
 
-def _evaluate(args: argparse.Namespace) -> RunResult | int:
-    """The corpus evaluated over its events as `run` and `explain` are asked to, with what
-    was read and quarantined said on stderr; or the exit code of a failure, said."""
+def _evaluate(args: argparse.Namespace, out: Path | None = None) -> RunResult | int:
+    """The corpus evaluated over its events as `run` and `explain` are asked to (its outputs
+    written to ``out``, when given, as it goes), with what was read and quarantined said on
+    stderr; or the exit code of a failure, said."""
     from dagster_pomo.engine.lines import parse_window
     from dagster_pomo.engine.policy import Policy
     from dagster_pomo.engine.reference import EvaluationError
@@ -177,6 +178,7 @@ def _evaluate(args: argparse.Namespace) -> RunResult | int:
             engine=args.engine,
             window=window,
             policy=policy,
+            out=out,
         )
     except (EvaluationError, PomoError) as exc:
         print(f"{path}: {exc}", file=sys.stderr)

@@ -16,9 +16,9 @@ engine import this module, never the backend's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_pomo.engine.policy import DEFAULT, Policy
@@ -28,7 +28,7 @@ from dagster_pomo.engine.versions import Version
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.schema import Schema
-from dagster_pomo.timeline import Epoch, show_epoch
+from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.inputs import RunInputs
@@ -169,6 +169,13 @@ class Driver:
     def versions(self, name: str) -> list[Version]:
         """Every stored version of ``name`` (in no order), read into this process."""
         return self.backend.versions(name)
+
+    def events(self, name: str) -> Iterator[Version]:
+        """``name``'s events over every epoch, one per identity, merged and sorted as outputs
+        show them (`versions.merge_versions`), streamed: no more than a partition of them
+        in this process at once."""
+        keys = [epoch_key(e) for e in self.epochs]
+        return self.results.events(name, keys, bool(self.plan.program.catalog[name].aggregates))
 
     # ------------------------------------------------------------------ the loop
 
@@ -324,13 +331,26 @@ def run_epochs(
     """Evaluate every epoch of ``inputs`` (in a temporary warehouse unless one is given):
     over the range at once where that stores the same, else (or when ``policy`` says so)
     epoch by epoch, as a schedule does. Every derived relation's versions."""
+    with evaluated(program, inputs, warehouse, policy) as driver:
+        derived = [r.name for r in program.catalog if r.derived or r.inductive]
+        return {name: driver.versions(name) for name in derived}
+
+
+@contextmanager
+def evaluated(
+    program: Program,
+    inputs: RunInputs,
+    warehouse: str | None = None,
+    policy: Policy = DEFAULT,
+) -> Iterator[Driver]:
+    """A driver over ``warehouse`` (a temporary one, removed at the end of the block, unless
+    one is given) with every epoch of ``inputs`` evaluated, as `run_epochs` does."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
         driver = Driver.for_run(program, inputs, warehouse or tmp, policy)
         driver.evaluate_range(inputs.epoch_range.epochs)
-        derived = [r.name for r in program.catalog if r.derived or r.inductive]
-        return {name: driver.versions(name) for name in derived}
+        yield driver
 
 
 __all__ = [
@@ -340,6 +360,7 @@ __all__ = [
     "PassStats",
     "StratumStats",
     "describe_session",
+    "evaluated",
     "open_results",
     "run_epochs",
     "session",

@@ -8,6 +8,7 @@ for output.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,15 @@ ENGINES = ("spark", "reference")  # the first is the default
 
 @dataclass
 class RunResult:
+    """What a run derived: each relation's versions, or (a run that wrote its outputs as it
+    went, see `run`'s ``out``) how many events each file holds, and the versions of the
+    `.check` relations only."""
+
     program: Program
     epoch_range: EpochRange
     ingested: Ingested
     versions: dict[str, list[Version]] = field(default_factory=dict)
+    written: dict[str, int] | None = None
 
     def events(self, relation: str) -> list[Version]:
         """The relation's events, one per identity, sorted by time then arguments."""
@@ -75,17 +81,30 @@ def run(
     warehouse: str | None = None,
     window: TimeWindow = DEFAULT_TIMES,
     policy: Policy = DEFAULT,
+    out: Path | None = None,
 ) -> RunResult:
     """Evaluate every epoch; versions of every derived relation in the result. On Spark a
     range of epochs runs in one pass where that stores the same (see
     `Driver.evaluate_range`) unless ``policy`` says epoch by epoch, as a schedule
-    does. Events whose time lies outside ``window`` are quarantined."""
+    does. Events whose time lies outside ``window`` are quarantined. With ``out``, the
+    outputs are written there (see `write_outputs`); on Spark straight from the
+    warehouse, merged and sorted by Spark, never all in this process."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
     prepared = prepare(program, events, size, start, until, window)
     epochs = prepared.epoch_range
     result = RunResult(program, epochs, prepared.ingested)
     if not epochs.epochs:
+        if out is not None:
+            write_outputs(result, out)
+        return result
+    if engine == "spark" and out is not None:
+        from dagster_pomo.engine.driver import evaluated
+
+        with evaluated(program, prepared, warehouse, policy) as driver:
+            result.written = _write(result, out, driver.events)
+            checks = [r.name for r in program.catalog if r.check is not None]
+            result.versions = {name: driver.versions(name) for name in checks}
         return result
     if engine == "spark":
         from dagster_pomo.engine.driver import run_epochs
@@ -94,6 +113,8 @@ def run(
     else:
         evaluator = ReferenceEvaluator(program, prepared.schemas)
         result.versions = evaluator.run(prepared.ingested.events, epochs.epochs, epochs.start)
+    if out is not None:
+        write_outputs(result, out)
     return result
 
 
@@ -108,15 +129,26 @@ def event_json(program: Program, relation: str, row: Version) -> dict[str, Any]:
 
 
 def write_outputs(result: RunResult, out: Path) -> dict[str, int]:
-    """``out/<relation>.jsonl`` per output relation and ``out/_quarantine.jsonl``."""
+    """``out/<relation>.jsonl`` per output relation (one event a line, sorted by time then
+    arguments) and ``out/_quarantine.jsonl``; how many events each holds. A run given
+    ``out`` has written them already."""
+    if result.written is None:
+        result.written = _write(result, out, lambda name: iter(result.events(name)))
+    return result.written
+
+
+def _write(
+    result: RunResult, out: Path, events: Callable[[str], Iterator[Version]]
+) -> dict[str, int]:
     out.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     for name in result.outputs:
-        rows = result.events(name)
-        counts[name] = len(rows)
+        n = 0
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as handle:
-            for row in rows:
+            for row in events(name):
                 handle.write(json.dumps(event_json(result.program, name, row)) + "\n")
+                n += 1
+        counts[name] = n
     (out / "_quarantine.jsonl").write_text(result.ingested.quarantine_jsonl(), encoding="utf-8")
     return counts
 

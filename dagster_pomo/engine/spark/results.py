@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription
@@ -76,6 +77,33 @@ class Results:
         if t is not None:
             df = df.filter(F.col("t") == t)
         return collect_versions(df, schema)
+
+    def events(self, relation: str, keys: Sequence[str], aggregating: bool) -> Iterator[Version]:
+        """The relation's events, one per identity (arguments and ``t``), as outputs show them
+        (`versions.merge_versions`: an aggregate's latest version, else the smallest ``kt``
+        and the largest ``exp``), sorted by time then arguments: merged and sorted by Spark,
+        streamed to this process a partition at a time."""
+        schema = self.schemas[relation]
+        df = self.wh.read(relation, struct_of(schema), keys)
+        identity = [*schema.columns, "t"]
+        aggs = [f"_agg_{fn}" for fn, _, _ in schema.aggregates]
+        if aggregating:
+            latest = Window.partitionBy(*identity).orderBy(F.desc("kt"), F.desc("_tau"))
+            df = df.withColumn("__n", F.row_number().over(latest)).filter(F.col("__n") == 1)
+            df = df.drop("__n")
+        else:
+            df = df.groupBy(*identity).agg(  # no aggregate columns: not an aggregate
+                F.min("kt").alias("kt"), F.max("exp").alias("exp"), F.min("_tau").alias("_tau")
+            )
+        df = df.select(*schema.columns, *aggs, "t", "kt", "exp", "_tau")
+        # One sorted partition: one job streams it in order (a global sort would sample the
+        # data first and pull each partition with a job of its own); Spark spills the sort.
+        df = df.repartition(1).sortWithinPartitions("t", *schema.columns)
+        n, k = len(schema.columns), len(aggs)
+        for rec in df.toLocalIterator():
+            values = tuple(rec)
+            t, kt, exp, tau = values[n + k : n + k + 4]
+            yield Version(t, values[:n], kt, exp, values[n : n + k], tau)
 
     def stored_keys(self, relation: str) -> set[str]:
         """The epochs of ``relation`` the warehouse holds."""

@@ -1,0 +1,132 @@
+"""What a user of `pomo run` waits for: a fresh process reading events, evaluating them and
+writing its outputs, against a fresh DuckDB process doing the same with `WITH RECURSIVE`.
+
+Transitive closure over a random graph G(n, m) (W1's `tc`), the edges landed as JSON Lines
+events. Three fresh processes, each timed from its start to its exit:
+
+- `pomo run FILE --events EDGES --out DIR` (the outputs merged, sorted and streamed from
+  Spark to the files);
+- the same evaluation with every version collected into the Python process and merged
+  there before writing (how `--out` was written before), for comparison;
+- DuckDB: read the events, `WITH RECURSIVE`, write the closure as JSON Lines.
+
+Each output is checked to hold the same number of events as DuckDB's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.w1_recursion import DUCK, TC, gnp
+
+COLLECTED = """
+import sys
+from pathlib import Path
+from dagster_pomo.engine.run import run, write_outputs
+from dagster_pomo.lang import load_program
+from dagster_pomo.engine.lines import ANY_TIME
+result = run(load_program(Path(sys.argv[1])), sys.argv[2], 3_600_000, window=ANY_TIME)
+write_outputs(result, Path(sys.argv[3]))
+"""
+DUCKDB = """
+import sys, duckdb
+con = duckdb.connect()
+con.execute(
+    "CREATE TABLE edge AS SELECT args[1]::BIGINT AS a, args[2]::BIGINT AS b "
+    "FROM read_json(?, columns = {'relation': 'VARCHAR', 't': 'BIGINT', 'args': 'BIGINT[]'})",
+    [sys.argv[1]],
+)
+con.execute("CREATE TABLE path AS " + sys.argv[3])
+con.execute(
+    "COPY (SELECT [a, b] AS args, 0 AS t, NULL AS exp FROM path ORDER BY a, b) "
+    "TO '" + sys.argv[2] + "' (FORMAT JSON)"
+)
+"""
+
+
+def _timed(command: list[str]) -> float:
+    began = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{command[:3]} failed:\n{done.stderr[-2000:]}")
+    return time.perf_counter() - began
+
+
+def _lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.whole_run", description=__doc__)
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--edges", type=int, default=8000)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args(argv)
+    python = sys.executable
+    pomo = str(Path(python).with_name("pomo"))
+    with tempfile.TemporaryDirectory(prefix="pomo-whole-") as tmp:
+        work = Path(tmp)
+        corpus = work / "tc.pomo"
+        corpus.write_text(TC)
+        events = work / "edges.jsonl"
+        edges = gnp(args.nodes, args.edges, seed=1)
+        events.write_text(
+            "".join(
+                json.dumps({"relation": "edge", "t": 0, "args": [a, b]}) + "\n" for a, b in edges
+            )
+        )
+        runs: dict[str, list[float]] = {"pomo run --out": [], "collected": [], "DuckDB": []}
+        counts: dict[str, int] = {}
+        for i in range(args.repeat):
+            out = work / f"out{i}"
+            runs["pomo run --out"].append(
+                _timed(
+                    [
+                        pomo,
+                        "run",
+                        str(corpus),
+                        "--events",
+                        str(events),
+                        "--times",
+                        "any",
+                        "--out",
+                        str(out),
+                    ]
+                )  # fmt: skip
+            )
+            counts["pomo run --out"] = _lines(out / "path.jsonl")
+            collected = work / f"collected{i}"
+            runs["collected"].append(
+                _timed([python, "-c", COLLECTED, str(corpus), str(events), str(collected)])
+            )
+            counts["collected"] = _lines(collected / "path.jsonl")
+            duck = work / f"duck{i}.jsonl"
+            runs["DuckDB"].append(
+                _timed([python, "-c", DUCKDB, str(events), str(duck), DUCK["path"]])
+            )
+            counts["DuckDB"] = _lines(duck)
+    print(f"transitive closure of G({args.nodes}, {args.edges}), {len(edges):,} edge events")
+    duck_median = sorted(runs["DuckDB"])[len(runs["DuckDB"]) // 2]
+    print("| process | median s | min–max s | / DuckDB | events written |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, seconds in runs.items():
+        median = sorted(seconds)[len(seconds) // 2]
+        print(
+            f"| {name} | {median:.1f} | {min(seconds):.1f}–{max(seconds):.1f} | "
+            f"{median / duck_median:.1f}x | {counts[name]:,} |"
+        )
+    if len(set(counts.values())) != 1:
+        print(f"the outputs differ in size: {counts}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
