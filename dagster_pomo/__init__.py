@@ -7,9 +7,18 @@ the top-level package stays cheap: it pulls in neither Spark nor Dagster.
 
 from __future__ import annotations
 
+from dagster_pomo.engine.emit import Emitted
 from dagster_pomo.errors import PomoError, UsageError
 from dagster_pomo.lang import Program, compile_corpus, load_program
 from dagster_pomo.lang.errors import CorpusError
 
-__all__ = ["CorpusError", "PomoError", "Program", "UsageError", "compile_corpus", "load_program"]
+__all__ = [
+    "CorpusError",
+    "Emitted",
+    "PomoError",
+    "Program",
+    "UsageError",
+    "compile_corpus",
+    "load_program",
+]
 __version__ = "0.1.0"

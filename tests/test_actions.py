@@ -33,6 +33,7 @@ from dagster_pomo.engine.actions import (
     subscriptions,
 )
 from dagster_pomo.engine.cid import cid
+from dagster_pomo.engine.emit import MAX_GENERATION, EmitError, Emitted, Emitter, generation
 from dagster_pomo.examples import SqliteOutbox
 from dagster_pomo.lang import compile_corpus
 
@@ -499,3 +500,159 @@ def test_two_overlapping_runs_never_hand_an_event_over_twice(tmp_path: Path) -> 
     assert sorted(calls) == sorted(e.key for e in _events(count)), "each event once, none lost"
     ran = [int(o.split()[0].removeprefix("ran=")) for o in outputs]
     assert sum(ran) == count and min(ran) > 0, f"both runs took part: {outputs}"
+
+
+class Emitting(Recorder):
+    """A recording handler that returns an event to land for each event it is handed."""
+
+    def __call__(self, event: ActionEvent) -> list[Emitted]:
+        super().__call__(event)
+        return [Emitted("reply", [event.args["x"]], event.t + 1)]
+
+
+def _run_emitting(events, ledger: Path, handler: Recorder, emitter, kill) -> int:  # noqa: ANN001
+    """`_run_in_child` with what the handler returns landed by ``emitter``."""
+    pid = os.fork()
+    if pid == 0:
+        status = 0
+        try:
+
+            def hook(point: str, event: ActionEvent) -> None:
+                if kill and (point, event.key) == kill:
+                    os._exit(3)
+
+            led = Ledger(ledger)
+            report = run_actions(handler, events, led, batch=8, hook=hook, emit=emitter)
+            led.close()
+            status = 4 if report.failed else 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_events_a_handler_returns_land_once_per_event_under_injected_faults(
+    tmp_path: Path,
+) -> None:
+    """Killed before its effect, after it (the file written, the ledger not yet), after the
+    ledger, or raising: each triggering event's returned events land in one file, once."""
+    program = compile_corpus(".decl reply(x: int);\nseen(x) := reply(x);\n", "replies.pomo")
+    landing = tmp_path / "landing"
+    ledger_path, effects = tmp_path / "ledger.sqlite", tmp_path / "effects.sqlite"
+    Ledger(ledger_path).close()
+    events = _events(120)
+    rng = random.Random(7)
+    faults = 0
+    for i in range(24):
+        with closing(Ledger(ledger_path)) as led:
+            done = led.done([e.key for e in events])
+        pending = [e for e in events if e.key not in done]
+        if not pending:
+            break
+        point = (KILL_POINTS + RAISE_POINTS)[i % 5]
+        target = rng.choice(pending[:8]).key
+        emitter = Emitter(program, landing)
+        if point in KILL_POINTS:
+            handler = Emitting(effects, ledger_path)
+            assert _run_emitting(events, ledger_path, handler, emitter, (point, target)) == 3
+        else:
+            handler = Emitting(effects, ledger_path, (point, target))
+            assert _run_emitting(events, ledger_path, handler, emitter, None) == 4
+        faults += 1
+    handler = Emitting(effects, ledger_path)
+    assert _run_emitting(events, ledger_path, handler, Emitter(program, landing), None) == 0
+    files = sorted(landing.glob("_emitted-*.jsonl"))
+    assert len(files) == len(events), "one file per triggering event"
+    landed = sorted(
+        json.loads(line)["args"][0] for f in files for line in f.read_text().splitlines()
+    )
+    assert landed == sorted(e.args["x"] for e in events), "each returned event landed once"
+    assert all(generation(f) == 1 for f in files)
+    assert not list(landing.glob(".emitting-*")), "no half-written file left behind"
+    calls = handler.table("calls")
+    print(f"faults {faults}, calls {len(calls)} for {len(events)} events")
+    assert faults >= 5 and len(calls) <= len(events) + faults
+
+
+def test_what_a_handler_cannot_emit_fails_its_event_and_loops_stop(tmp_path: Path) -> None:
+    program = compile_corpus(".decl reply(x: int);\nseen(x) := reply(x);\n", "replies.pomo")
+    event = _events(1)[0]
+    emitter = Emitter(program, tmp_path)
+    for returned, said in [
+        (Emitted("seen", [1]), "which rules derive"),
+        (Emitted("nothing", [1]), "no such relation"),
+        (Emitted("reply", [1], event.t - 1), "before the event"),
+        ("reply", "return Emitted"),
+    ]:
+        with pytest.raises(EmitError, match=said):
+            emitter(event, returned)
+    assert emitter(event, None) == 0 and emitter(event, []) == 0
+    assert emitter(event, {"relation": "reply", "args": {"x": 2}}) == 1
+    assert emitter(event, Emitted("reply", [3])) == 0, "landed once: the file is there"
+    (landed,) = tmp_path.glob("_emitted-*.jsonl")
+    assert json.loads(landed.read_text()) == {"relation": "reply", "t": event.t, "args": {"x": 2}}
+    # A file of the last generation triggers nothing more; the events are counted.
+    last = Emitter(program, tmp_path / "late", generation=MAX_GENERATION)
+    assert last(event, [Emitted("reply", [1]), Emitted("reply", [2])]) == 0
+    assert last.held_back == 2 and not (tmp_path / "late").exists()
+    # A handler's invalid return is its event's failure, in the ledger and the report.
+    with closing(Ledger(tmp_path / "ledger.sqlite")) as led:
+        report = run_actions(lambda e: Emitted("seen", [1]), [event], led, emit=emitter)
+        assert [e.key for e, _ in report.failed] == [event.key]
+        assert led.counts("h") == {"failed": 1}
+
+
+def test_a_handler_s_events_land_and_a_later_run_derives_from_them(tmp_path: Path) -> None:
+    """Through Dagster: the handler's returned events land as a landing file; the next
+    partition's run reads it like any other, and the action reports what it landed."""
+    from dagster import AssetKey, DagsterInstance, materialize
+
+    from dagster_pomo.orchestration import pomo_definitions
+    from tests.test_dagster_assets import KEYS, PARTITIONS, START
+
+    corpus = tmp_path / "shop.pomo"
+    corpus.write_text(
+        ".decl order(id: str);\n.decl shipped(id: str);\n"
+        "to_ship(id) ~ shipper := order(id) ^ !shipped(id);\n"
+        "delivered(id) := shipped(id);\n"
+    )
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "orders.jsonl").write_text(
+        "".join(
+            json.dumps({"relation": "order", "t": START + 60_000 * i, "args": [f"o{i}"]}) + "\n"
+            for i in range(3)
+        )
+    )
+
+    def shipper(event: ActionEvent) -> Emitted:  # shipped an hour after the order
+        return Emitted("shipped", [event.args["c0"]], event.t + 3_600_000)
+
+    warehouse = tmp_path / "warehouse"
+    defs = pomo_definitions(
+        corpus, PARTITIONS, str(warehouse), str(landing), handlers={"shipper": shipper}
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    instance = DagsterInstance.local_temp(str(home))
+    assets = list(defs.assets)
+    first = materialize(assets, instance=instance, resources=defs.resources, partition_key=KEYS[0])
+    assert first.success
+    emitted = sorted(landing.glob("_emitted-g1-shipper-*.jsonl"))
+    assert len(emitted) == 3
+    record = instance.get_latest_materialization_event(AssetKey(["shop", "action", "shipper"]))
+    assert record.asset_materialization.metadata["pomo/events_emitted"].value == 3
+    second = materialize(assets, instance=instance, resources=defs.resources, partition_key=KEYS[1])
+    assert second.success
+    program = compile_corpus(corpus.read_text(), "shop.pomo")
+    from tests.test_dagster_assets import stored
+
+    got = stored(program, warehouse, {"delivered"})["delivered"]
+    assert sorted((args, t) for t, args, *_ in got) == [
+        (("o0",), START + 3_600_000),
+        (("o1",), START + 3_660_000),
+        (("o2",), START + 3_720_000),
+    ]
+    # Run again: the ledger hands nothing over, and nothing more lands.
+    again = materialize(assets, instance=instance, resources=defs.resources, partition_key=KEYS[0])
+    assert again.success and sorted(landing.glob("_emitted-*.jsonl")) == emitted

@@ -313,6 +313,7 @@ class ActionReport:
     held: int = 0  # claimed by another live run at the time: that run hands them over
     failed: list[tuple[ActionEvent, str]] = field(default_factory=list)
     seconds: float = 0.0
+    emitted: int = 0  # events the handler returned, landed (see `emit`)
 
     def merge(self, other: ActionReport) -> None:
         self.ran += other.ran
@@ -320,6 +321,7 @@ class ActionReport:
         self.held += other.held
         self.failed += other.failed
         self.seconds += other.seconds
+        self.emitted += other.emitted
 
 
 Hook = Callable[[str, ActionEvent], None]
@@ -333,11 +335,14 @@ def run_actions(
     batch: int = 256,
     hook: Hook | None = None,
     lease: float = LEASE,
+    emit: Callable[[ActionEvent, object], int] | None = None,
 ) -> ActionReport:
     """Hand every event whose key is free (see :meth:`Ledger.claim`) to ``handler``,
     recording each in the ledger as it finishes. A handler that raises marks its event
     ``failed`` (retried next time) and the rest still run; the report lists the failures.
-    Claims are taken a batch at a time and renewed while the batch runs."""
+    Claims are taken a batch at a time and renewed while the batch runs. ``emit`` lands
+    what the handler returned (`emit.Emitter`) before the event is marked done; what it
+    cannot land fails the event as the handler's error would."""
     began = time.perf_counter()
     owner = new_owner()
     report: ActionReport | None = None
@@ -356,7 +361,9 @@ def run_actions(
                 if hook:
                     hook("before_effect", event)
                 try:
-                    handler(event)
+                    returned = handler(event)
+                    if emit is not None:
+                        report.emitted += emit(event, returned)
                 except Exception as exc:  # noqa: BLE001 - any handler error is the event's failure
                     error = "".join(traceback.format_exception_only(exc)).strip()
                     ledger.fail(event.key, error)

@@ -9,8 +9,10 @@ Failures fail the step, naming the events, after every other event has run;
 running the step again retries exactly the failed ones.
 """
 
+import json
 from collections.abc import Iterator, Mapping
 from itertools import groupby
+from typing import Any
 
 from dagster import (
     AssetCheckResult,
@@ -33,10 +35,13 @@ from dagster_pomo.engine.actions import (
     subscriptions,
 )
 from dagster_pomo.engine.driver import open_results
-from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets
+from dagster_pomo.engine.emit import Emitter, generation_of_epochs
+from dagster_pomo.engine.ingest import Landed
+from dagster_pomo.lang import Program
+from dagster_pomo.orchestration.corpus import LANDING_INDEX, PREVIOUS, CorpusAssets
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import code_version
-from dagster_pomo.timeline import epoch_key, show_epoch
+from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
 
 
 def action_key(shared: CorpusAssets, handler: str) -> AssetKey:
@@ -98,8 +103,9 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
             epochs = {epoch_key(e): e for e in shared.epochs_of(context)}
             events = results.handler_events(subs, list(epochs))
             reports = {at: ActionReport(name) for at in epochs}
+            emitter = _emitter(program, results, storage, list(epochs.values()))
             for at, of_epoch in groupby(events, key=lambda event: event.epoch):
-                report = run_actions(handler, of_epoch, ledger)
+                report = run_actions(handler, of_epoch, ledger, emit=emitter)
                 context.log.info(
                     f"{show_epoch(epochs[at])}: {report.ran} ran, {report.skipped} done "
                     f"before, {len(report.failed)} failed"
@@ -118,11 +124,19 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
                         "pomo/actions_failed": len(report.failed),
                         # Claimed by an overlapping run at the time, which hands them over.
                         "pomo/actions_held": report.held,
+                        # What the handler returned, landed as input events.
+                        "pomo/events_emitted": report.emitted,
                     },
                     asset_key=key,
                     partition_key=partition,
                 )
             states = ledger.counts(name)
+            if emitter.held_back:
+                context.log.warning(
+                    f"`{name}` returned {emitter.held_back} event(s) not landed: they descend "
+                    f"from {emitter.max_generation} generations of emitted events already (a "
+                    "loop through the handler?)"
+                )
         finally:
             ledger.close()
         yield AssetCheckResult(
@@ -134,6 +148,8 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
                 "pomo/actions_failed": len(total.failed),
                 "pomo/actions_held": total.held,
                 "pomo/ledger_done": states.get("done", 0),
+                "pomo/events_emitted": total.emitted,
+                "pomo/events_held_back": emitter.held_back,
             },
         )
         if total.failed:
@@ -158,3 +174,15 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
         )
 
     return act
+
+
+def _emitter(program: Program, results: Any, storage: PomoStorage, epochs: list[Epoch]) -> Emitter:
+    """Lands what the handler returns in the landing folder, one generation after the
+    landing files of the run's epochs (see `emit`)."""
+    try:
+        index = json.loads(results.read_text(LANDING_INDEX) or "{}")
+        files = {f: Landed.from_json(e) for f, e in index.get("files", {}).items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        files = {}
+    start = None if epochs[0].previous is None else epochs[0].start
+    return Emitter(program, storage.landing, generation_of_epochs(files, start, epochs[-1].end))
