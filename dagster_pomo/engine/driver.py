@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_pomo.engine.policy import DEFAULT, Policy
@@ -169,6 +170,14 @@ class Driver:
     def versions(self, name: str) -> list[Version]:
         """Every stored version of ``name`` (in no order), read into this process."""
         return self.backend.versions(name)
+
+    def write_events(self, name: str, path: Path, aggregate_keys: Sequence[str]) -> int | None:
+        """Write ``name``'s events (as `events` gives them) to ``path`` as JSON Lines, from
+        Spark alone (`Results.write_events`); how many, or None when that cannot be done
+        here (then `events` streams them)."""
+        keys = [epoch_key(e) for e in self.epochs]
+        aggregating = bool(self.plan.program.catalog[name].aggregates)
+        return self.results.write_events(name, keys, aggregating, path, aggregate_keys)
 
     def events(self, name: str) -> Iterator[Version]:
         """``name``'s events over every epoch, one per identity, merged and sorted as outputs

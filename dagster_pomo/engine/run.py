@@ -17,7 +17,7 @@ from dagster_pomo.engine.ingest import Ingested
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.versions import Version, merge_versions, value_order
+from dagster_pomo.engine.versions import Version, merge_versions, output_object, value_order
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.render import aggregate_key
 from dagster_pomo.timeline import NEVER
@@ -102,7 +102,7 @@ def run(
         from dagster_pomo.engine.driver import evaluated
 
         with evaluated(program, prepared, warehouse, policy) as driver:
-            result.written = _write(result, out, driver.events)
+            result.written = _write(result, out, driver.events, driver.write_events)
             checks = [r.name for r in program.catalog if r.check is not None]
             result.versions = {name: driver.versions(name) for name in checks}
         return result
@@ -119,13 +119,8 @@ def run(
 
 
 def event_json(program: Program, relation: str, row: Version) -> dict[str, Any]:
-    rel = program.catalog[relation]
-    return {
-        "args": list(row.args),
-        "t": row.t,
-        "exp": None if row.exp >= NEVER else row.exp,
-        "aggregates": {aggregate_key(a): v for a, v in zip(rel.aggregates, row.aggs, strict=True)},
-    }
+    keys = [aggregate_key(a) for a in program.catalog[relation].aggregates]
+    return output_object(row.args, row.t, row.exp, keys, row.aggs)
 
 
 def write_outputs(result: RunResult, out: Path) -> dict[str, int]:
@@ -138,13 +133,24 @@ def write_outputs(result: RunResult, out: Path) -> dict[str, int]:
 
 
 def _write(
-    result: RunResult, out: Path, events: Callable[[str], Iterator[Version]]
+    result: RunResult,
+    out: Path,
+    events: Callable[[str], Iterator[Version]],
+    write_file: Callable[[str, Path, list[str]], int | None] | None = None,
 ) -> dict[str, int]:
+    """Each output relation's file in ``out``: by ``write_file`` where it can (the engine
+    writing it), else from ``events`` in this process."""
     out.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     for name in result.outputs:
+        path = out / f"{name}.jsonl"
+        keys = [aggregate_key(a) for a in result.program.catalog[name].aggregates]
+        written = None if write_file is None else write_file(name, path, keys)
+        if written is not None:
+            counts[name] = written
+            continue
         n = 0
-        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as handle:
+        with open(path, "w", encoding="utf-8") as handle:
             for row in events(name):
                 handle.write(json.dumps(event_json(result.program, name, row)) + "\n")
                 n += 1

@@ -33,6 +33,21 @@ class Version:
         return (self.t, self.args)
 
 
+def output_object(
+    args: Iterable[Value], t: int, exp: int, keys: Iterable[str], aggs: Iterable[Value]
+) -> dict[str, object]:
+    """An event as outputs write it (``pomo run --out``): its arguments, ``t``, ``exp`` (null
+    for never) and its aggregates by their keys. One definition for every writer."""
+    from dagster_pomo.timeline import NEVER
+
+    return {
+        "args": list(args),
+        "t": t,
+        "exp": None if exp >= NEVER else exp,
+        "aggregates": dict(zip(keys, aggs, strict=True)),
+    }
+
+
 def value_order(value: Value) -> tuple[int, Value]:
     """A value's place in the one order of values outputs sort by and `choose` picks the
     least by: booleans, then numbers, then text."""

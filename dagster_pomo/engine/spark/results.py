@@ -8,10 +8,12 @@ previews from the files, with no Spark job; elsewhere one Spark job answers each
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription
@@ -82,7 +84,63 @@ class Results:
         """The relation's events, one per identity (arguments and ``t``), as outputs show them
         (`versions.merge_versions`: an aggregate's latest version, else the smallest ``kt``
         and the largest ``exp``), sorted by time then arguments: merged and sorted by Spark,
-        streamed to this process a partition at a time."""
+        streamed to this process."""
+        df = self._merged(relation, keys, aggregating)
+        # One sorted partition: one job streams it in order (a global sort would sample the
+        # data first and pull each partition with a job of its own); Spark spills the sort.
+        df = df.repartition(1).sortWithinPartitions("t", *self.schemas[relation].columns)
+        n, k = len(self.schemas[relation].columns), len(self.schemas[relation].aggregates)
+        for rec in df.toLocalIterator():
+            values = tuple(rec)
+            t, kt, exp, tau = values[n + k : n + k + 4]
+            yield Version(t, values[:n], kt, exp, values[n : n + k], tau)
+
+    def write_events(
+        self,
+        relation: str,
+        keys: Sequence[str],
+        aggregating: bool,
+        path: Path,
+        aggregate_keys: Sequence[str],
+    ) -> int | None:
+        """Write the relation's events (as `events` gives them) to ``path``, one JSON object a
+        line as `versions.output_object` makes it, formatted by Spark's Python workers in
+        parallel, partition by partition in sort order, then joined into ``path``: nothing
+        passes through this process. How many were written; None (nothing done) unless the
+        warehouse and Spark's workers share this machine's disk."""
+        if not self.wh.is_local or not _local_master(self.wh.spark):
+            return None
+        schema = self.schemas[relation]
+        df = self._merged(relation, keys, aggregating).orderBy("t", *schema.columns)
+        n, k, names = len(schema.columns), len(schema.aggregates), list(aggregate_keys)
+
+        def lines(rows: Iterator[Any]) -> Iterator[str]:
+            import json
+
+            from dagster_pomo.engine.versions import output_object
+
+            for rec in rows:
+                values = tuple(rec)
+                obj = output_object(values[:n], values[n + k], values[n + k + 2], names,
+                                    values[n : n + k])  # fmt: skip
+                yield json.dumps(obj)
+
+        parts = path.with_name(f".{path.name}.parts")
+        shutil.rmtree(parts, ignore_errors=True)
+        df.rdd.mapPartitions(lines).saveAsTextFile(str(parts.resolve()))
+        count = 0
+        with open(path, "wb") as out:
+            for part in sorted(parts.glob("part-*")):
+                with open(part, "rb") as handle:
+                    while chunk := handle.read(1 << 20):
+                        count += chunk.count(b"\n")
+                        out.write(chunk)
+        shutil.rmtree(parts, ignore_errors=True)
+        return count
+
+    def _merged(self, relation: str, keys: Sequence[str], aggregating: bool) -> DataFrame:
+        """One row per event of ``relation`` (see `events`): its columns, aggregates, ``t``,
+        ``kt``, ``exp`` and ``_tau``."""
         schema = self.schemas[relation]
         df = self.wh.read(relation, struct_of(schema), keys)
         identity = [*schema.columns, "t"]
@@ -95,15 +153,7 @@ class Results:
             df = df.groupBy(*identity).agg(  # no aggregate columns: not an aggregate
                 F.min("kt").alias("kt"), F.max("exp").alias("exp"), F.min("_tau").alias("_tau")
             )
-        df = df.select(*schema.columns, *aggs, "t", "kt", "exp", "_tau")
-        # One sorted partition: one job streams it in order (a global sort would sample the
-        # data first and pull each partition with a job of its own); Spark spills the sort.
-        df = df.repartition(1).sortWithinPartitions("t", *schema.columns)
-        n, k = len(schema.columns), len(aggs)
-        for rec in df.toLocalIterator():
-            values = tuple(rec)
-            t, kt, exp, tau = values[n + k : n + k + 4]
-            yield Version(t, values[:n], kt, exp, values[n : n + k], tau)
+        return df.select(*schema.columns, *aggs, "t", "kt", "exp", "_tau")
 
     def stored_keys(self, relation: str) -> set[str]:
         """The epochs of ``relation`` the warehouse holds."""
@@ -116,3 +166,12 @@ class Results:
     def write_text(self, name: str, text: str) -> str:
         """Replace a file kept beside the corpus's relations; its path."""
         return self.wh.write_text(name, text)
+
+
+def _local_master(spark: Any) -> bool:
+    """Whether ``spark`` runs its workers on this machine (local mode, not Spark Connect,
+    whose sessions have no context to ask)."""
+    try:
+        return str(spark.sparkContext.master).startswith("local")
+    except Exception:  # noqa: BLE001 - Spark Connect raises on any use of the context
+        return False
