@@ -77,8 +77,15 @@ def _events(n: int) -> list[ActionEvent]:
     ]
 
 
-def _run_in_child(events, ledger: Path, handler: Recorder, kill: tuple[str, str] | None) -> int:
-    """Run the actions in a forked process that dies at ``kill``; its exit status."""
+def _run_in_child(
+    events,  # noqa: ANN001
+    ledger: Path,
+    handler: Recorder,
+    kill: tuple[str, str] | None,
+    emit: Emitter | None = None,
+) -> int:
+    """Run the actions in a forked process that dies at ``kill`` (what the handler returns
+    landed by ``emit``); its exit status."""
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         status = 0
@@ -89,7 +96,7 @@ def _run_in_child(events, ledger: Path, handler: Recorder, kill: tuple[str, str]
                     os._exit(3)
 
             led = Ledger(ledger)
-            report = run_actions(handler, events, led, batch=8, hook=hook)
+            report = run_actions(handler, events, led, batch=8, hook=hook, emit=emit)
             led.close()
             status = 4 if report.failed else 0
         finally:
@@ -510,27 +517,6 @@ class Emitting(Recorder):
         return [Emitted("reply", [event.args["x"]], event.t + 1)]
 
 
-def _run_emitting(events, ledger: Path, handler: Recorder, emitter, kill) -> int:  # noqa: ANN001
-    """`_run_in_child` with what the handler returns landed by ``emitter``."""
-    pid = os.fork()
-    if pid == 0:
-        status = 0
-        try:
-
-            def hook(point: str, event: ActionEvent) -> None:
-                if kill and (point, event.key) == kill:
-                    os._exit(3)
-
-            led = Ledger(ledger)
-            report = run_actions(handler, events, led, batch=8, hook=hook, emit=emitter)
-            led.close()
-            status = 4 if report.failed else 0
-        finally:
-            os._exit(status)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
-
-
 def test_events_a_handler_returns_land_once_per_event_under_injected_faults(
     tmp_path: Path,
 ) -> None:
@@ -554,13 +540,13 @@ def test_events_a_handler_returns_land_once_per_event_under_injected_faults(
         emitter = Emitter(program, landing)
         if point in KILL_POINTS:
             handler = Emitting(effects, ledger_path)
-            assert _run_emitting(events, ledger_path, handler, emitter, (point, target)) == 3
+            assert _run_in_child(events, ledger_path, handler, (point, target), emitter) == 3
         else:
             handler = Emitting(effects, ledger_path, (point, target))
-            assert _run_emitting(events, ledger_path, handler, emitter, None) == 4
+            assert _run_in_child(events, ledger_path, handler, None, emitter) == 4
         faults += 1
     handler = Emitting(effects, ledger_path)
-    assert _run_emitting(events, ledger_path, handler, Emitter(program, landing), None) == 0
+    assert _run_in_child(events, ledger_path, handler, None, Emitter(program, landing)) == 0
     files = sorted(landing.glob("_emitted-*.jsonl"))
     assert len(files) == len(events), "one file per triggering event"
     landed = sorted(
