@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,19 +93,26 @@ def dagster_dev(tmp_path: Path) -> Iterator[Server]:
     water_tank_events(landing / "water_tanks" / "r.jsonl", 1_500, hours=3, start=START)
     rules = tmp_path / "rules"
     shutil.copytree(RULES, rules)
-    port = _free_port()
     env = {
-        **os.environ,
         "DAGSTER_HOME": str(home),
         "POMO_WAREHOUSE": str(warehouse),
         "POMO_LANDING": str(landing),
         "POMO_RULES": str(rules),
     }
+    with _serving(ROOT / "workspace.yaml", env, tmp_path) as url:
+        yield Server(url, home, warehouse, landing, rules)
+
+
+@contextmanager
+def _serving(workspace: Path, env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """``dagster dev -w WORKSPACE`` (from its folder, with ``env`` added); its URL, and no
+    process left behind (it runs in its own process group, which is killed outright)."""
+    port = _free_port()
     log = (tmp_path / "dagster_dev.log").open("w")
     server = subprocess.Popen(
-        [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT,
-        env=env,
+        [str(DAGSTER), "dev", "-w", workspace.name, "-h", "127.0.0.1", "-p", str(port)],
+        cwd=workspace.parent,
+        env={**os.environ, **env},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -112,7 +120,7 @@ def dagster_dev(tmp_path: Path) -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(url, server, tmp_path / "dagster_dev.log")
-        yield Server(url, home, warehouse, landing, rules)
+        yield url
     finally:
         os.killpg(server.pid, signal.SIGKILL)  # `dagster dev` may ignore SIGTERM for a while
         server.wait(timeout=30)
@@ -457,3 +465,130 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
     got = stored(program, dagster_dev.warehouse, {"level_10m"})
     assert len(expected.events("level_10m")) > 1_000
     assert got["level_10m"] == _normal(expected.events("level_10m"))
+
+
+RUN = """
+mutation Run($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+  }
+}
+"""
+RUN_STATUS = """
+query RunStatus($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }
+"""
+CHECKS = """
+query Checks($key: AssetKeyInput!) {
+  assetCheckExecutions(assetKey: $key, checkName: "no_violation", limit: 10) {
+    status
+    partition
+    evaluation { severity }
+  }
+}
+"""
+CHECK_LOCATION = """
+import os
+
+from dagster import HourlyPartitionsDefinition
+
+from dagster_pomo.orchestration import pomo_definitions
+
+defs = pomo_definitions(
+    "tanks.pomo",
+    HourlyPartitionsDefinition(start_date="2023-11-14-22:00"),
+    os.environ["POMO_WAREHOUSE"],
+    "landing",
+)
+"""
+
+
+def _run_partition(url: str, job: str, partition: str) -> str:
+    """Launch ``job`` over one partition, as the landing sensor and the schedule do; the
+    run's final status."""
+    params = {
+        "selector": {
+            "repositoryLocationName": "checks",
+            "repositoryName": "__repository__",
+            "jobName": job,
+        },
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]},
+    }
+    launched = _graphql(url, RUN, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        status = _graphql(url, RUN_STATUS, {"id": run_id})["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            return status
+        time.sleep(1)
+    pytest.fail(f"run {run_id} of {partition} did not finish")
+
+
+def test_a_violated_check_fails_on_its_partition_in_the_ui(tmp_path: Path) -> None:
+    """A `.check` of a corpus, run partition by partition as the sensor and the schedule run
+    them: the partition holding a violation fails its run and its check (ERROR), the others
+    pass, and the asset's Checks page shows the check failed."""
+    (tmp_path / "tanks.pomo").write_text(
+        ".decl water_level(tank: str, level: float);\n"
+        "# A level below zero is a faulty sensor.\n"
+        ".check negative_level(tank, level) := water_level(tank, level) if level < 0.0;\n"
+    )
+    (tmp_path / "location.py").write_text(CHECK_LOCATION)
+    (tmp_path / "workspace.yaml").write_text(
+        "load_from:\n  - python_file:\n      relative_path: location.py\n"
+        "      location_name: checks\n      working_directory: .\n"
+    )
+    (tmp_path / "landing").mkdir()
+    readings = [(0, 10.0), (1, -3.0), (1, 12.0), (2, 5.0)]
+    (tmp_path / "landing" / "levels.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "relation": "water_level",
+                    "t": START + h * HOUR + 60_000 * i,
+                    "args": ["north", v],
+                }
+            )
+            + "\n"
+            for i, (h, v) in enumerate(readings)
+        )  # fmt: skip
+    )
+    home = tmp_path / "home"
+    (home / ".nux").mkdir(parents=True)
+    (home / ".nux" / "nux.yaml").write_text("seen: 1\n")
+    env = {"DAGSTER_HOME": str(home), "POMO_WAREHOUSE": str(tmp_path / "wh")}
+    with _serving(tmp_path / "workspace.yaml", env, tmp_path) as url:
+        statuses = [_run_partition(url, "tanks", key) for key in KEYS]
+        assert statuses == ["SUCCESS", "FAILURE", "SUCCESS"], statuses
+        key = {"path": ["tanks", "negative_level"]}
+        executions = _graphql(url, CHECKS, {"key": key})["assetCheckExecutions"]
+        verdicts = {e["partition"]: (e["status"], e["evaluation"]["severity"]) for e in executions}
+        assert verdicts == {
+            KEYS[0]: ("SUCCEEDED", "ERROR"),
+            KEYS[1]: ("FAILED", "ERROR"),
+            KEYS[2]: ("SUCCEEDED", "ERROR"),
+        }, executions
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
+            try:
+                page = browser.new_page(viewport={"width": 1600, "height": 1000})
+                page.set_default_timeout(120_000)
+                page.goto(f"{url}/assets/tanks/negative_level?view=checks")
+                page.get_by_text("no_violation").first.wait_for()
+                page.get_by_text("Failed").first.wait_for()
+                page.screenshot(path=str(tmp_path / "checks.png"), full_page=True)
+                # The check's own Partitions tab: one hour failed, two passed (the others
+                # of the partitions' years are missing), and the failed one found by name.
+                page.get_by_text("Partitions", exact=True).last.click()
+                page.get_by_text("Failed (1)").first.wait_for()
+                page.get_by_text("Passed (2)").first.wait_for()
+                page.get_by_placeholder("Filter by partition").fill(KEYS[1])
+                page.get_by_text("1 Partitions Selected").wait_for()
+                page.get_by_text("Passed (0)").wait_for()  # the one left is the failed one
+                page.get_by_text("Failed (1)").first.wait_for()
+                page.screenshot(path=str(tmp_path / "check_partitions.png"), full_page=True)
+            finally:
+                browser.close()
