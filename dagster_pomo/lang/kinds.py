@@ -193,6 +193,14 @@ def check_kinds(rule: ast.Rule, catalog: Catalog) -> Iterator[Diagnostic]:
     yield from _check_summaries(rule, env, catalog)
 
 
+def summarised_kinds(function: str) -> tuple[frozenset[str], str]:
+    """The types of values an aggregate takes, and how to say them: a sum or an average
+    numbers, a least or greatest numbers or text (a count takes no value)."""
+    if function in ("min", "max"):
+        return _NUMERIC | {"str"}, "numbers or text"
+    return _NUMERIC, "numbers"
+
+
 def _check_summaries(
     rule: ast.Rule, env: Mapping[str, str], catalog: Catalog
 ) -> Iterator[Diagnostic]:
@@ -205,9 +213,8 @@ def _check_summaries(
         local = dict(env)
         _bind(lit.atom, local, _declared(catalog), lambda _: {})
         found = expr_type(agg.arg, local)
-        allowed = _NUMERIC if agg.function in ("sum", "average") else {*_NUMERIC, "str"}
+        allowed, what = summarised_kinds(agg.function)
         if found is not None and found not in allowed:
-            what = "numbers" if agg.function in ("sum", "average") else "numbers or text"
             yield Diagnostic(
                 f"`{agg.function}` takes {what}, but `{render_expr(agg.arg)}` is "
                 f"{KIND_NAMES.get(found, found)}",

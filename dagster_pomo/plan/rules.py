@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import binding_of
 from dagster_pomo.lang.interpret import Value
-from dagster_pomo.lang.kinds import expr_type
+from dagster_pomo.lang.kinds import expr_type, summarised_kinds
 from dagster_pomo.plan.band_joins import Band, bands
 from dagster_pomo.plan.constant_defs import constant_values
 from dagster_pomo.plan.scans import CID, atom_columns, atom_reads
@@ -188,7 +188,7 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         for v, _, typ in scan.binds:
             bound.setdefault(v, typ)
     summaries = tuple(
-        _body_aggregate(len(scans) + k, lit, schemas, bound, types, rule)
+        _body_aggregate(len(scans) + k, lit, schemas, bound, types)
         for k, lit in enumerate(rule.body_aggregates)
     )
     defs = tuple(
@@ -254,7 +254,6 @@ def _body_aggregate(
     schemas: Mapping[str, Schema],
     bound: Mapping[str, str],
     types: Mapping[str, str],
-    rule: ast.Rule,
 ) -> BodyAggregate:
     agg = lit.aggregation
     assert agg is not None
@@ -263,12 +262,8 @@ def _body_aggregate(
     group = tuple(v for v, _, _ in scan.binds if v in bound)
     typ = types.get(agg.var.name)
     local = {**types, **{v: t for v, _, t in scan.binds}}
-    summarised = None if agg.arg is None else expr_type(agg.arg, local)
-    numbers = ("int", "float")
-    allowed = {"sum": numbers, "average": numbers, "min": (*numbers, "str")}
-    allowed["max"] = allowed["min"]
-    if agg.function in allowed and summarised not in allowed[agg.function]:
-        what = "numbers or text" if "str" in allowed else "numbers"
+    allowed, what = summarised_kinds(agg.function)
+    if agg.arg is not None and expr_type(agg.arg, local) not in allowed:
         raise SchemaError(
             f"line {agg.span.line}: `{agg.var.name} := {agg.function} ...` needs {what}"
         )
