@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dagster_pomo.engine.reference import Db, Env, ReferenceEvaluator, _Match, constant_values
+from dagster_pomo.engine.reference import (
+    Db,
+    Env,
+    ReferenceEvaluator,
+    _Match,
+    clocks,
+    constant_values,
+)
 from dagster_pomo.engine.versions import Version
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program, ast
@@ -27,7 +34,7 @@ from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.lang.interpret import Undefined, Value, evaluate
 from dagster_pomo.lang.render import render_atom, render_const, render_rule
 from dagster_pomo.plan.schema import Schema
-from dagster_pomo.timeline import NEVER, Epoch, show_time
+from dagster_pomo.timeline import NEVER, Epoch, iter_ticks, show_time
 
 MAX_DEPTH = 200  # premises deeper than this are left unexplained (said so)
 
@@ -205,7 +212,45 @@ class Explainer:
         self.epochs = list(epochs)
         self.reference = ReferenceEvaluator(program, schemas)
         self.file = Path(program.source.name).name
+        self.clocks = sorted(clocks(program))
         self._done: dict[tuple[str, int, tuple[Value, ...], int], Derivation] = {}
+        self._read: dict[tuple[str, int, int], list[Version]] = {}
+
+    def _around(self, relation: str, at: int) -> list[Version]:
+        """The versions of ``relation`` made by ``at`` and expiring at ``at`` or later, read
+        once for all the events explained at ``at``."""
+        key = (relation, at, at)
+        if key not in self._read:
+            found = (
+                [v for v in self._ticks(at - 1, at + 1) if v.kt <= at <= v.exp]
+                if relation == CLOCK
+                else self.store.around(relation, at)
+            )
+            self._read[key] = found
+        return self._read[key]
+
+    def _during(self, relation: str, start: int, end: int) -> list[Version]:
+        """The versions of ``relation`` alive at some instant of ``[start, end)``, read once."""
+        key = (relation, start, end - 1)
+        if key not in self._read:
+            found = (
+                self._ticks(start, end)
+                if relation == CLOCK
+                else self.store.during(relation, start, end)
+            )
+            self._read[key] = found
+        return self._read[key]
+
+    def _ticks(self, start: int, end: int) -> list[Version]:
+        """Clock ticks alive at some instant of ``[start, end)`` (none before the first
+        epoch's start, as the engines make them): made here, no store keeps them."""
+        first = self.epochs[0].start if self.epochs else start
+        return [
+            Version(t, (o, p), t, t + p)
+            for o, p in self.clocks
+            for t in iter_ticks(o, p, max(first, start - p), end)
+            if t + p > start
+        ]
 
     def explain(
         self, relation: str, args: Sequence[Value | None], t: int | None = None
@@ -292,7 +337,7 @@ class Explainer:
             if previous is None:
                 return
             window = (previous.lower, previous.end)
-            db = self._db(rule, lambda name: self.store.during(name, *window))
+            db = self._db(rule, lambda name: self._during(name, *window))
             if rule.is_async:  # the message: a match of the epoch, as of its time
                 for match, tau, _ in reference._valid(rule, db):  # noqa: SLF001
                     if window[0] <= tau < window[1] and self._same_head(rule, match, at, v):
@@ -305,11 +350,11 @@ class Explainer:
                 ):
                     yield _paired(rule, match), match.env, self._absent(rule, match.env), None
             return
-        db = self._db(rule, lambda name: self.store.around(name, at))
+        db = self._db(rule, lambda name: self._around(name, at))
         valid = list(reference._valid(rule, db))  # noqa: SLF001
         if rule.aggregates:
             covered = [
-                m for m, tau, exp in valid if tau <= at < exp and self._same_args(rule, m, tau, v)
+                m for m, tau, exp in valid if tau <= at < exp and self._same_head(rule, m, tau, v)
             ]
             if covered:
                 pairs = dict.fromkeys(p for m in covered for p in _paired(rule, m))
@@ -328,19 +373,16 @@ class Explainer:
                 db[name] = {(r.t, r.args, r.kt): r for r in read(name)}
         return db
 
-    def _same_args(self, rule: ast.Rule, match: _Match, tau: int, v: Version) -> bool:
-        try:
-            args, t = self.reference._head_values(rule, match.env, tau)  # noqa: SLF001
-        except Undefined:
-            return False
-        return agrees(args, v.args) and (rule.head.time is None or t == v.t)
-
     def _same_head(self, rule: ast.Rule, match: _Match, tau: int, v: Version) -> bool:
+        """Whether ``match`` at ``tau`` makes ``v``'s head: its arguments, and its time where
+        the match decides it (not for ``@next``/``@async``, stamped by the epoch, nor an
+        aggregate's, whose match times are those it covers, unless ``@time`` sets it)."""
         try:
             args, t = self.reference._head_values(rule, match.env, tau)  # noqa: SLF001
         except Undefined:
             return False
-        return agrees(args, v.args) and (rule.is_inductive or t == v.t)
+        timed = not rule.is_inductive and (not rule.aggregates or rule.head.time is not None)
+        return agrees(args, v.args) and (not timed or t == v.t)
 
     def _absent(self, rule: ast.Rule, env: Mapping[str, Value]) -> list[str]:
         """The negated atoms of ``rule`` with the match's values in place of variables."""
@@ -362,7 +404,7 @@ class Explainer:
         at ``at``: its atom's versions alive then that agree with the match."""
         if not rule.body_aggregates:
             return
-        db = self._db(rule, lambda name: self.store.around(name, at))
+        db = self._db(rule, lambda name: self._around(name, at))
         for lit in rule.body_aggregates:
             for row in db.get(lit.atom.relation, {}).values():
                 local = dict(env)
@@ -437,21 +479,12 @@ def explain_run(
     """Explain the events ``text`` names (at ``at``, or any time) among what ``result``, a
     `run.RunResult`, derived from the landing files ``events`` (read again for the files
     and lines of its input events; ``window``: the times accepted)."""
-    from dagster_pomo.engine.reference import clocks
-    from dagster_pomo.timeline import iter_ticks
-
     program: Program = result.program
     relation, pattern = event_pattern(program, text)
     stored: dict[str, list[Version]] = {n: list(v) for n, v in result.versions.items()}
     for name, rows in result.ingested.events.items():
         stored.setdefault(name, []).extend(rows)
     span = result.epoch_range
-    for offset, period in clocks(program):
-        ticks = [
-            Version(t, (offset, period), t, t + period)
-            for t in iter_ticks(offset, period, span.start, span.until)
-        ]
-        stored.setdefault(CLOCK, []).extend(ticks)
     schemas = _schemas(result)
     origin = landed_at(program, schemas, events, window)
 
@@ -492,24 +525,16 @@ def _schemas(result: Any) -> Mapping[str, Schema]:
 
 class WarehouseStore:
     """What a warehouse holds (a Dagster pipeline's, say), read epoch by epoch through the
-    engine's `Results`, filtered where it is stored; clock ticks made anew."""
+    engine's `Results`, filtered where it is stored."""
 
-    def __init__(
-        self, results: Any, keys: Sequence[str], clocks: Iterable[tuple[int, int]], start: int
-    ) -> None:
+    def __init__(self, results: Any, keys: Sequence[str]) -> None:
         self.results = results
         self.keys = list(keys)
-        self.clocks = list(clocks)
-        self.start = start
 
     def around(self, relation: str, at: int) -> list[Version]:
-        if relation == CLOCK:
-            return [v for v in self._ticks(at - 1, at + 1) if v.kt <= at <= v.exp]
         return self.results.versions_where(relation, self.keys, made_by=at, expiring_from=at)
 
     def during(self, relation: str, start: int, end: int) -> list[Version]:
-        if relation == CLOCK:
-            return self._ticks(start, end)
         return self.results.versions_where(
             relation, self.keys, made_by=end - 1, expiring_from=start + 1
         )
@@ -517,17 +542,6 @@ class WarehouseStore:
     def find(self, relation: str, args: Sequence[Value | None], t: int | None) -> list[Version]:
         found = self.results.versions_where(relation, self.keys, t=t)
         return [v for v in found if agrees(args, v.args)]
-
-    def _ticks(self, start: int, end: int) -> list[Version]:
-        """Clock ticks alive at some instant of ``[start, end)``."""
-        from dagster_pomo.timeline import iter_ticks
-
-        return [
-            Version(t, (o, p), t, t + p)
-            for o, p in self.clocks
-            for t in iter_ticks(o, p, max(self.start, start - p), end)
-            if t + p > start
-        ]
 
 
 def explain_warehouse(
@@ -544,7 +558,6 @@ def explain_warehouse(
     (epochs of ``size``, as its pipeline's partitions), with no evaluation; ``events``,
     its landing files, for the files and lines of its input events; ``settings``, Spark's."""
     from dagster_pomo.engine.driver import Driver
-    from dagster_pomo.engine.reference import clocks
     from dagster_pomo.plan.schema import infer_schemas
 
     schemas = infer_schemas(program, {})
@@ -558,7 +571,7 @@ def explain_warehouse(
     epochs: list[Epoch] = []
     for start in starts:
         epochs.append(Epoch(start, start + size, epochs[-1] if epochs else None))
-    store = WarehouseStore(probe.results, [str(s) for s in starts], clocks(program), starts[0])
+    store = WarehouseStore(probe.results, [str(s) for s in starts])
     origin = landed_at(program, schemas, events, window)
 
     return Explainer(program, schemas, store, origin, epochs).explain(relation, pattern, at)
