@@ -238,19 +238,19 @@ def _check_result(
     shared: CorpusAssets,
     relation: str,
     spec: AssetCheckSpec,
-    found: Mapping[str, Mapping[str, object]],
+    found: Mapping[str, Mapping[str, Any]],
     context: AssetExecutionContext,
 ) -> AssetCheckResult:
     """The check over the run's partitions (one, as a sensor or schedule runs them, which
     Dagster records for that partition; a range's as one result): how many violations each
     partition holds, and the first of them."""
-    counts = {key: int(str(meta["pomo/new_rows"])) for key, meta in found.items()}
+    counts = {key: int(meta["pomo/new_rows"]) for key, meta in found.items()}
     violated = {k: n for k, n in counts.items() if n}
     severity = shared.program.catalog[relation].check
     metadata: dict[str, object] = {"pomo/violations": sum(counts.values())}
     if violated:
         metadata["pomo/violations_by_partition"] = MetadataValue.json(violated)
-        first = min(violated)
+        first = next(iter(violated))  # `found` is in time order
         metadata["pomo/preview"] = found[first]["pomo/preview"]
     if len(counts) > 1:
         context.log.info(f"{relation}: one check result for the {len(counts)} partitions run")
