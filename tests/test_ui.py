@@ -306,6 +306,19 @@ def _freshness(url: str) -> set[str]:
         time.sleep(3)
 
 
+@contextmanager
+def _browser() -> Iterator:
+    """A page of headless Chromium, closed at the end of the block."""
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.set_default_timeout(120_000)
+            yield page
+        finally:
+            browser.close()
+
+
 def _partition_counts(page) -> tuple[int, int]:
     """A job's Partitions page's total and missing partition counts, once loaded (it
     shows 0 and 0 until the partition statuses arrive)."""
@@ -325,125 +338,118 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
     dagster_dev: Server, tmp_path: Path
 ) -> None:
     url = dagster_dev.url
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.set_default_timeout(120_000)
+    with _browser() as page:
+        # Lineage: inputs -> strata relations -> actions, in the corpus's group.
+        page.goto(f"{url}/locations/water_tanks/asset-groups/water_tanks")
+        for name in LINEAGE:
+            page.get_by_text(name, exact=True).first.wait_for()
+        body = page.inner_text("body")
+        assert "cycle" not in body.lower(), body
+        page.screenshot(path=str(tmp_path / "lineage.png"), full_page=True)
 
-            # Lineage: inputs -> strata relations -> actions, in the corpus's group.
-            page.goto(f"{url}/locations/water_tanks/asset-groups/water_tanks")
-            for name in LINEAGE:
-                page.get_by_text(name, exact=True).first.wait_for()
-            body = page.inner_text("body")
-            assert "cycle" not in body.lower(), body
-            page.screenshot(path=str(tmp_path / "lineage.png"), full_page=True)
+        # A backfill of three historical hours of the inputs and the ten-minute average,
+        # launched as the UI's dialog launches it: the daemon runs each multi-asset once
+        # over the whole range (a self-dependent asset gets a run of its own, after its
+        # parents), never a run per partition, and it derives what the reference
+        # evaluator derives from the same events. (The whole graph, actions included, is
+        # a chain of five such runs, each waiting for the daemon's next 30-second tick;
+        # tests/test_dagster_assets.py and tests/test_actions.py run it in process.)
+        began = time.monotonic()
+        backfill, state = _backfill(url, KEYS, BACKFILLED)
+        took = {"assets": time.monotonic() - began}
+        assert len(_range_runs(state, KEYS)) == 2  # one per multi-asset
+        # The webserver shows each relation's code version (a digest of its definition)
+        # and what Dagster makes of it: the backfilled partitions are fresh.
+        program = load_program(RULES / "water_tanks.pomo")
+        versions = _graphql(url, VERSIONS, {"partition": KEYS[-1]})["assetNodes"]
+        relations = [n for n in versions if n["assetKey"]["path"][1] != "action"]
+        assert len(relations) == len(LINEAGE) - 2, versions  # all but the two handlers
+        for node in relations:
+            name = node["assetKey"]["path"][-1]
+            assert node["opVersion"] == code_version(program.definition(name)), node
+            want = "FRESH" if name in BACKFILLED else "MISSING"
+            assert node["staleStatus"] == want, node
+        page.goto(f"{url}/runs/b/{backfill}")
+        page.get_by_text("level_10m").first.wait_for()
+        page.screenshot(path=str(tmp_path / "backfill.png"), full_page=True)
 
-            # A backfill of three historical hours of the inputs and the ten-minute average,
-            # launched as the UI's dialog launches it: the daemon runs each multi-asset once
-            # over the whole range (a self-dependent asset gets a run of its own, after its
-            # parents), never a run per partition, and it derives what the reference
-            # evaluator derives from the same events. (The whole graph, actions included, is
-            # a chain of five such runs, each waiting for the daemon's next 30-second tick;
-            # tests/test_dagster_assets.py and tests/test_actions.py run it in process.)
-            began = time.monotonic()
-            backfill, state = _backfill(url, KEYS, BACKFILLED)
-            took = {"assets": time.monotonic() - began}
-            assert len(_range_runs(state, KEYS)) == 2  # one per multi-asset
-            # The webserver shows each relation's code version (a digest of its definition)
-            # and what Dagster makes of it: the backfilled partitions are fresh.
-            program = load_program(RULES / "water_tanks.pomo")
-            versions = _graphql(url, VERSIONS, {"partition": KEYS[-1]})["assetNodes"]
-            relations = [n for n in versions if n["assetKey"]["path"][1] != "action"]
-            assert len(relations) == len(LINEAGE) - 2, versions  # all but the two handlers
-            for node in relations:
-                name = node["assetKey"]["path"][-1]
-                assert node["opVersion"] == code_version(program.definition(name)), node
-                want = "FRESH" if name in BACKFILLED else "MISSING"
-                assert node["staleStatus"] == want, node
-            page.goto(f"{url}/runs/b/{backfill}")
-            page.get_by_text("level_10m").first.wait_for()
-            page.screenshot(path=str(tmp_path / "backfill.png"), full_page=True)
+        # The same range of the corpus's job, as its Partitions page launches it: the
+        # whole graph, actions included, in one run.
+        began = time.monotonic()
+        _, state = _job_backfill(page, url, "water_tanks", KEYS, tmp_path)
+        took["job"] = time.monotonic() - began
+        assert len(_range_runs(state, KEYS)) == 1, state["runs"]
+        (tmp_path / "backfill_seconds.json").write_text(json.dumps(took))
+        print(f"backfill seconds: {took}")  # reported, not asserted
+        nodes = _graphql(url, VERSIONS, {"partition": KEYS[-1]})["assetNodes"]
+        assert {n["staleStatus"] for n in nodes} == {"FRESH"}, nodes
+        # Each asset's freshness policy (due 15 minutes after its epoch's end), as the
+        # daemon evaluates it: just materialized, every asset is within it.
+        assert _freshness(url) == {"HEALTHY"}
+        page.goto(f"{url}/locations/water_tanks/jobs/water_tanks/partitions")
+        page.get_by_text("Missing partitions").first.wait_for()
+        counted = _partition_counts(page)  # (total, missing), once the page has them
+        assert counted[0] - counted[1] == len(KEYS), counted
+        page.screenshot(path=str(tmp_path / "job_partitions.png"), full_page=True)
 
-            # The same range of the corpus's job, as its Partitions page launches it: the
-            # whole graph, actions included, in one run.
-            began = time.monotonic()
-            _, state = _job_backfill(page, url, "water_tanks", KEYS, tmp_path)
-            took["job"] = time.monotonic() - began
-            assert len(_range_runs(state, KEYS)) == 1, state["runs"]
-            (tmp_path / "backfill_seconds.json").write_text(json.dumps(took))
-            print(f"backfill seconds: {took}")  # reported, not asserted
-            nodes = _graphql(url, VERSIONS, {"partition": KEYS[-1]})["assetNodes"]
-            assert {n["staleStatus"] for n in nodes} == {"FRESH"}, nodes
-            # Each asset's freshness policy (due 15 minutes after its epoch's end), as the
-            # daemon evaluates it: just materialized, every asset is within it.
-            assert _freshness(url) == {"HEALTHY"}
-            page.goto(f"{url}/locations/water_tanks/jobs/water_tanks/partitions")
-            page.get_by_text("Missing partitions").first.wait_for()
-            counted = _partition_counts(page)  # (total, missing), once the page has them
-            assert counted[0] - counted[1] == len(KEYS), counted
-            page.screenshot(path=str(tmp_path / "job_partitions.png"), full_page=True)
+        # Partitions: the three materialized hours of a derived relation, and what one holds.
+        page.goto(f"{url}/assets/water_tanks/level_10m?view=partitions")
+        page.get_by_text("Materialized (3)").wait_for()
+        page.get_by_text("Missing (").first.click()  # hide the missing ones
+        # The first hour: a range run used to show the last hour's rows on every one.
+        page.goto(f"{url}/assets/water_tanks/level_10m?view=partitions&partition={KEYS[0]}")
+        page.get_by_text("pomo/rows_total").wait_for()
+        body = page.inner_text("body")
+        for shown in (*KEYS, "pomo/preview", "average(level)", "north"):
+            assert shown in body, (shown, body)
+        # The partition's preview holds its own hour's rows, not another partition's.
+        hour = KEYS[0][:10] + "T" + KEYS[0][11:13] + ":"  # 2023-11-14T22:
+        times = re.findall(r"\b2023-11-1\d{1}T\d\d:\d\d:\d\d(?:\.\d+)?Z", body)
+        assert times and all(t.startswith(hour) for t in times), (hour, times)
+        page.screenshot(path=str(tmp_path / "partitions.png"), full_page=True)
 
-            # Partitions: the three materialized hours of a derived relation, and what one holds.
-            page.goto(f"{url}/assets/water_tanks/level_10m?view=partitions")
-            page.get_by_text("Materialized (3)").wait_for()
-            page.get_by_text("Missing (").first.click()  # hide the missing ones
-            # The first hour: a range run used to show the last hour's rows on every one.
-            page.goto(f"{url}/assets/water_tanks/level_10m?view=partitions&partition={KEYS[0]}")
-            page.get_by_text("pomo/rows_total").wait_for()
-            body = page.inner_text("body")
-            for shown in (*KEYS, "pomo/preview", "average(level)", "north"):
-                assert shown in body, (shown, body)
-            # The partition's preview holds its own hour's rows, not another partition's.
-            hour = KEYS[0][:10] + "T" + KEYS[0][11:13] + ":"  # 2023-11-14T22:
-            times = re.findall(r"\b2023-11-1\d{1}T\d\d:\d\d:\d\d(?:\.\d+)?Z", body)
-            assert times and all(t.startswith(hour) for t in times), (hour, times)
-            page.screenshot(path=str(tmp_path / "partitions.png"), full_page=True)
+        # The asset's page: its row count, storage, tags, code references and the
+        # comment above its rule in the corpus, as a dagster-dbt user finds them.
+        page.goto(f"{url}/assets/water_tanks/level_10m")
+        for shown in (  # each part of the page loads on its own: wait for each
+            "Row count",
+            "Sliding ten-minute average",
+            "water_tanks.level_10m",
+            "/water_tanks/level_10m",
+            "pomo/kind: derived",
+            "(water_tanks.pomo:",
+        ):
+            page.get_by_text(shown).first.wait_for()
+        body = page.inner_text("body")
+        count = re.search(r"Row count\s+([\d,]+)", body)
+        assert count and int(count.group(1).replace(",", "")) > 0, body
+        page.screenshot(path=str(tmp_path / "asset.png"), full_page=True)
 
-            # The asset's page: its row count, storage, tags, code references and the
-            # comment above its rule in the corpus, as a dagster-dbt user finds them.
-            page.goto(f"{url}/assets/water_tanks/level_10m")
-            for shown in (  # each part of the page loads on its own: wait for each
-                "Row count",
-                "Sliding ten-minute average",
-                "water_tanks.level_10m",
-                "/water_tanks/level_10m",
-                "pomo/kind: derived",
-                "(water_tanks.pomo:",
-            ):
-                page.get_by_text(shown).first.wait_for()
-            body = page.inner_text("body")
-            count = re.search(r"Row count\s+([\d,]+)", body)
-            assert count and int(count.group(1).replace(",", "")) > 0, body
-            page.screenshot(path=str(tmp_path / "asset.png"), full_page=True)
-
-            # A rule edited and its code location reloaded: the edited relation's code
-            # version changes and the webserver marks its materialized partitions stale for
-            # it ("has a new code version"; this UI draws the unsynced tag of unpartitioned
-            # assets only), what the edit did not touch stays fresh, and the asset's page
-            # shows the rule as edited.
-            corpus = dagster_dev.rules / "water_tanks.pomo"
-            rule = "level_10m(tank) @average(level) @max(level) := water_level(tank, level);"
-            edited_rule = rule[:-1] + " if level >= 0.0;"
-            assert rule in corpus.read_text()
-            corpus.write_text(corpus.read_text().replace(rule, edited_rule))
-            _reload(url, "water_tanks")
-            edited = load_program(corpus)
-            nodes = _graphql(url, STALE, {"partition": KEYS[-1]})["assetNodes"]
-            after = {n["assetKey"]["path"][-1]: n for n in nodes}
-            assert after["level_10m"]["opVersion"] == code_version(edited.definition("level_10m"))
-            assert after["level_10m"]["opVersion"] != code_version(program.definition("level_10m"))
-            assert after["level_10m"]["staleStatus"] == "STALE", after["level_10m"]
-            causes = after["level_10m"]["staleCauses"]
-            assert causes and {c["category"] for c in causes} == {"CODE"}, causes
-            assert all("code version" in c["reason"] for c in causes), causes
-            for name in BACKFILLED - {"level_10m"}:
-                assert after[name]["staleStatus"] == "FRESH", after[name]
-            page.goto(f"{url}/assets/water_tanks/level_10m")
-            page.get_by_text(edited_rule).first.wait_for()
-            page.screenshot(path=str(tmp_path / "edited.png"), full_page=True)
-        finally:
-            browser.close()
+        # A rule edited and its code location reloaded: the edited relation's code
+        # version changes and the webserver marks its materialized partitions stale for
+        # it ("has a new code version"; this UI draws the unsynced tag of unpartitioned
+        # assets only), what the edit did not touch stays fresh, and the asset's page
+        # shows the rule as edited.
+        corpus = dagster_dev.rules / "water_tanks.pomo"
+        rule = "level_10m(tank) @average(level) @max(level) := water_level(tank, level);"
+        edited_rule = rule[:-1] + " if level >= 0.0;"
+        assert rule in corpus.read_text()
+        corpus.write_text(corpus.read_text().replace(rule, edited_rule))
+        _reload(url, "water_tanks")
+        edited = load_program(corpus)
+        nodes = _graphql(url, STALE, {"partition": KEYS[-1]})["assetNodes"]
+        after = {n["assetKey"]["path"][-1]: n for n in nodes}
+        assert after["level_10m"]["opVersion"] == code_version(edited.definition("level_10m"))
+        assert after["level_10m"]["opVersion"] != code_version(program.definition("level_10m"))
+        assert after["level_10m"]["staleStatus"] == "STALE", after["level_10m"]
+        causes = after["level_10m"]["staleCauses"]
+        assert causes and {c["category"] for c in causes} == {"CODE"}, causes
+        assert all("code version" in c["reason"] for c in causes), causes
+        for name in BACKFILLED - {"level_10m"}:
+            assert after[name]["staleStatus"] == "FRESH", after[name]
+        page.goto(f"{url}/assets/water_tanks/level_10m")
+        page.get_by_text(edited_rule).first.wait_for()
+        page.screenshot(path=str(tmp_path / "edited.png"), full_page=True)
 
     instance = DagsterInstance.from_config(str(dagster_dev.home))
     # Column lineage is drawn by Dagster+ only (the OSS UI has no view of it): it reads the
@@ -571,24 +577,18 @@ def test_a_violated_check_fails_on_its_partition_in_the_ui(tmp_path: Path) -> No
             KEYS[1]: ("FAILED", "ERROR"),
             KEYS[2]: ("SUCCEEDED", "ERROR"),
         }, executions
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
-            try:
-                page = browser.new_page(viewport={"width": 1600, "height": 1000})
-                page.set_default_timeout(120_000)
-                page.goto(f"{url}/assets/tanks/negative_level?view=checks")
-                page.get_by_text("no_violation").first.wait_for()
-                page.get_by_text("Failed").first.wait_for()
-                page.screenshot(path=str(tmp_path / "checks.png"), full_page=True)
-                # The check's own Partitions tab: one hour failed, two passed (the others
-                # of the partitions' years are missing), and the failed one found by name.
-                page.get_by_text("Partitions", exact=True).last.click()
-                page.get_by_text("Failed (1)").first.wait_for()
-                page.get_by_text("Passed (2)").first.wait_for()
-                page.get_by_placeholder("Filter by partition").fill(KEYS[1])
-                page.get_by_text("1 Partitions Selected").wait_for()
-                page.get_by_text("Passed (0)").wait_for()  # the one left is the failed one
-                page.get_by_text("Failed (1)").first.wait_for()
-                page.screenshot(path=str(tmp_path / "check_partitions.png"), full_page=True)
-            finally:
-                browser.close()
+        with _browser() as page:
+            page.goto(f"{url}/assets/tanks/negative_level?view=checks")
+            page.get_by_text("no_violation").first.wait_for()
+            page.get_by_text("Failed").first.wait_for()
+            page.screenshot(path=str(tmp_path / "checks.png"), full_page=True)
+            # The check's own Partitions tab: one hour failed, two passed (the others
+            # of the partitions' years are missing), and the failed one found by name.
+            page.get_by_text("Partitions", exact=True).last.click()
+            page.get_by_text("Failed (1)").first.wait_for()
+            page.get_by_text("Passed (2)").first.wait_for()
+            page.get_by_placeholder("Filter by partition").fill(KEYS[1])
+            page.get_by_text("1 Partitions Selected").wait_for()
+            page.get_by_text("Passed (0)").wait_for()  # the one left is the failed one
+            page.get_by_text("Failed (1)").first.wait_for()
+            page.screenshot(path=str(tmp_path / "check_partitions.png"), full_page=True)

@@ -9,7 +9,6 @@ Failures fail the step, naming the events, after every other event has run;
 running the step again retries exactly the failed ones.
 """
 
-import json
 from collections.abc import Iterator, Mapping
 from itertools import groupby
 from typing import Any
@@ -36,9 +35,8 @@ from dagster_pomo.engine.actions import (
 )
 from dagster_pomo.engine.driver import open_results
 from dagster_pomo.engine.emit import Emitter, generation_of_epochs
-from dagster_pomo.engine.ingest import Landed
 from dagster_pomo.lang import Program
-from dagster_pomo.orchestration.corpus import LANDING_INDEX, PREVIOUS, CorpusAssets
+from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets, landing_index
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import code_version
 from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
@@ -179,10 +177,6 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
 def _emitter(program: Program, results: Any, storage: PomoStorage, epochs: list[Epoch]) -> Emitter:
     """Lands what the handler returns in the landing folder, one generation after the
     landing files of the run's epochs (see `emit`)."""
-    try:
-        index = json.loads(results.read_text(LANDING_INDEX) or "{}")
-        files = {f: Landed.from_json(e) for f, e in index.get("files", {}).items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        files = {}
+    files = landing_index(results, str(storage.window()))
     start = None if epochs[0].previous is None else epochs[0].start
     return Emitter(program, storage.landing, generation_of_epochs(files, start, epochs[-1].end))

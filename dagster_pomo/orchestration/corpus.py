@@ -87,6 +87,17 @@ def epochs_through(partitions_def: TimeWindowPartitionsDefinition, last_key: str
     return out
 
 
+def landing_index(results: Any, times: str) -> dict[str, Landed]:
+    """What each landing file held (``_landing.json`` beside the warehouse), as judged with
+    the accepted ``times``; empty when it was judged with others or cannot be read."""
+    try:
+        index = json.loads(results.read_text(LANDING_INDEX) or "{}")
+        files = index["files"] if index.get("times") == times else {}
+        return {file: Landed.from_json(entry) for file, entry in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 class CorpusAssets:
     """What the assets of one corpus share: the checked program and how to name things."""
 
@@ -199,13 +210,7 @@ class CorpusAssets:
         unchanged to hold nothing in ``epochs`` are not read again."""
         wh = driver.results
         window = storage.window()
-        try:
-            index = json.loads(wh.read_text(LANDING_INDEX) or "{}")
-            # What files held was judged with the accepted times: other times, read again.
-            files = index["files"] if index.get("times") == str(window) else {}
-            known = {file: Landed.from_json(entry) for file, entry in files.items()}
-        except (ValueError, KeyError, TypeError, AttributeError):  # unreadable: read all
-            known = {}
+        known = landing_index(wh, str(window))
         start = None if epochs[0] == driver.epochs[0] else epochs[0].start
         ingested = ingest_span(
             self.program, landing_files(storage.landing), known, start, epochs[-1].end, window

@@ -391,7 +391,7 @@ def chosen(df: DataFrame, rule: RulePlan, env: Mapping[str, tuple[str, str]]) ->
     the least values (compared in order, as tuples)."""
     for keys, values in rule.choices:
         picked = [F.col(env[v][0]) for v in values]
-        df = df.filter(reduce(lambda x, y: x & y, [c.isNotNull() for c in picked]))
+        df = df.filter(_and([c.isNotNull() for c in picked]))
         least = F.min(F.struct(*picked)).over(
             Window.partitionBy(*[F.col(env[k][0]) for k in keys], F.col("__tau"))
         )
