@@ -224,4 +224,17 @@ def event_streams(
     return events
 
 
+@st.composite
+def with_provenance(draw: st.DrawFn, corpus: st.SearchStrategy[str]) -> str:
+    """A generated corpus whose rules' heads ask for `@provenance` here and there (the last
+    rule always): carriers read by carriers, by others and through recursion, aggregates
+    and `@next` state among them."""
+    lines = draw(corpus).splitlines()
+    rules = [i for i, line in enumerate(lines) if " := " in line]
+    asked = {rules[-1], *draw(st.sets(st.sampled_from(rules)))} if rules else set()
+    for i in asked:
+        lines[i] = lines[i].replace(" := ", " @provenance := ", 1)
+    return "\n".join(lines) + "\n"
+
+
 cases = st.builds(Case, corpora(), event_streams())

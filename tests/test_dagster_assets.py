@@ -716,3 +716,64 @@ def test_a_check_violated_in_a_partition_fails_its_asset_check_there(tmp_path: P
         KEYS[1]: (False, AssetCheckSeverity.WARN),
         KEYS[2]: (True, AssetCheckSeverity.WARN),
     }
+
+
+def test_a_partition_s_preview_shows_the_provenance_an_epoch_by_epoch_run_records(
+    tmp_path: Path,
+) -> None:
+    """With `@provenance` on the alert, each materialized partition's preview carries every
+    alert's sources as `pomo run` epoch by epoch records them for that epoch, and every
+    source is the content ID of a landed reading or a corpus fact."""
+    from dagster_pomo.engine.cid import cid
+    from dagster_pomo.engine.ingest import corpus_facts
+    from dagster_pomo.orchestration.metadata import _sources
+    from tests.compare import policy
+
+    text = (RULES / "water_tanks.pomo").read_text()
+    asked = text.replace(
+        "overflow_alert(tank, avg) ~ notify_operator :=",
+        "overflow_alert(tank, avg) @provenance ~ notify_operator :=",
+    )
+    assert asked != text
+    corpus = tmp_path / "water_tanks.pomo"
+    corpus.write_text(asked)
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    water_tank_events(landing / "tanks.jsonl", 9_000, tanks=3, hours=3)  # alerts by the third
+    defs = _defs(corpus, PARTITIONS, tmp_path / "warehouse", landing)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    instance = DagsterInstance.local_temp(str(home))
+    previews = {}
+    for key in KEYS:  # as a schedule runs them
+        result = materialize(
+            list(defs.assets), instance=instance, resources=dict(defs.resources), partition_key=key
+        )
+        assert result.success
+        (event,) = result.asset_materializations_for_node("water_tanks__overflow_alert")
+        previews[key] = event.metadata["pomo/preview"].value
+
+    program = load_program(corpus)
+    epoch_by_epoch = policy(in_process=True, one_pass=False)
+    recorded = run(program, landing, HOUR, START, START + 3 * HOUR, policy=epoch_by_epoch)
+    landed = [json.loads(line) for line in (landing / "tanks.jsonl").read_text().splitlines()]
+    sources = {cid(e["relation"], list(e["args"].values()), e["t"]) for e in landed}
+    sources |= {
+        cid(name, list(r.args), r.t) for name, rows in corpus_facts(program).items() for r in rows
+    }
+    alerts = recorded.versions["overflow_alert"]
+    assert alerts and all(v.prov and set(v.prov) <= sources for v in alerts)
+    shown = 0
+    for i, key in enumerate(KEYS):
+        start = START + i * HOUR
+        mine = {
+            (datetime.fromtimestamp(v.t / 1000, UTC), v.args[0], round(v.args[1], 6)): v.prov
+            for v in alerts
+            if start <= v.kt < start + HOUR
+        }
+        for record in previews[key].records:
+            when = datetime.fromisoformat(record.data["t"])
+            at = (when, record.data["tank"], record.data["average"])
+            assert record.data["provenance"] == _sources(mine[at]), at
+            shown += 1
+    assert shown > 0

@@ -32,13 +32,12 @@ from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.lang import compile_corpus
 from tests.compare import policy
-from tests.engine_strategies import KINDS, Case, cases, corpora, event_streams
+from tests.engine_strategies import KINDS, Case, cases, corpora, event_streams, with_provenance
 
 HORIZON_END = 48  # every stream ends before this; a multiple of the epoch sizes below
 SPARK_EXAMPLES = int(os.environ.get("POMO_SPARK_EXAMPLES", "10"))
-timeless_cases = st.builds(
-    Case, corpora(tuple(k for k in KINDS if k not in ("next", "async"))), event_streams()
-)
+TIMELESS = tuple(k for k in KINDS if k not in ("next", "async"))
+timeless_cases = st.builds(Case, corpora(TIMELESS), event_streams())
 
 
 def _normal(value: Any) -> Any:
@@ -81,6 +80,20 @@ def outcome(
 def test_reference_does_not_depend_on_the_epoch_size(tmp_path_factory, case: Case) -> None:
     tmp = tmp_path_factory.mktemp("ref")
     batch = outcome(case, tmp, HORIZON_END, "reference")
+    for size in (1, 6, 16):
+        assert outcome(case, tmp, size, "reference") == batch, size
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.builds(Case, with_provenance(corpora(TIMELESS)), event_streams()))
+def test_provenance_does_not_depend_on_the_epoch_size(tmp_path_factory, case: Case) -> None:
+    """The content IDs each derived event rests on (`@provenance`, merged over its versions
+    and derivations) are the same in one batch and epoch by epoch, on the reference."""
+    tmp = tmp_path_factory.mktemp("lineage")
+    batch = outcome(case, tmp, HORIZON_END, "reference")
+    assert any("provenance" in e for events in batch.values() for e in events) or not any(
+        batch.values()
+    )
     for size in (1, 6, 16):
         assert outcome(case, tmp, size, "reference") == batch, size
 
@@ -157,7 +170,41 @@ def test_body_aggregates_are_the_same_on_every_engine_and_epoch_size(
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
-@given(st.builds(Case, corpora(("async", "join", "negate", "async", "next")), event_streams()))
+@given(
+    st.builds(
+        Case,
+        with_provenance(
+            corpora(("recursive", "aggregate", "timed_agg", "join", "union", "negate", "time"))
+        ),
+        event_streams(),
+    )
+)
+def test_provenance_is_the_same_on_every_engine_and_epoch_size(
+    tmp_path_factory, case: Case
+) -> None:
+    """`@provenance` through joins, unions, recursion (rounds merge it as they go), sliding
+    aggregates and events stamped later: Spark's plans (a range at once and epoch by epoch)
+    and this process's (which leaves carriers to Spark) give what the reference gives in
+    one batch."""
+    _same_on_every_engine(case, tmp_path_factory.mktemp("provenance"))
+
+
+@settings(
+    max_examples=max(1, SPARK_EXAMPLES // 2),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+@given(
+    st.builds(
+        Case,
+        st.one_of(
+            corpora(("async", "join", "negate", "async", "next")),
+            with_provenance(corpora(("async", "join", "next"))),
+        ),
+        event_streams(),
+    )
+)
 def test_async_messages_are_the_same_on_spark_and_the_reference(
     tmp_path_factory, case: Case
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.run import ENGINES, event_json, run
 from dagster_pomo.lang import compile_corpus
@@ -434,3 +435,48 @@ def test_choose_keeps_the_least_value_per_key_at_each_match_time(tmp_path, engin
         (["o1", "aa"], 7),
         (["o2", "zed"], 8),
     ]
+
+
+def test_provenance_is_every_input_event_a_derived_event_rests_on(tmp_path, engine, epoch) -> None:
+    """`@provenance`: the content IDs of the input events (and facts) under every derivation
+    of an event, united over its versions; recursion reaches them through the rounds,
+    an aggregate through the matches it covers; a negated atom is no source."""
+    corpus = """
+    .decl edge(a: int, b: int);
+    .decl reading(tank: str, level: float) lifetime 10;
+    .decl muted(tank: str);
+    reach(0, 1);
+    reach(x, y) := edge(x, y);
+    reach(x, z) @provenance := reach(x, y) ^ edge(y, z);
+    peak(tank) @max(level) @provenance := reading(tank, level) ^ !muted(tank);
+    plain(x) := edge(x, _);
+    """
+    events = [
+        ("edge", 1, [1, 2]),
+        ("edge", 1, [2, 3]),
+        ("edge", 1, [1, 3]),
+        ("muted", 2, ["t9"]),
+        ("reading", 2, ["t1", 7.0]),
+        ("reading", 4, ["t1", 8.0]),
+        ("reading", 5, ["t9", 9.0]),
+    ]
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=30)
+
+    def e(args: list[Any], t: int) -> str:
+        return cid("edge", args, t)
+
+    fact = cid("reach", [0, 1], 0)
+    r1, r2 = cid("reading", ["t1", 7.0], 2), cid("reading", ["t1", 8.0], 4)
+    assert [(x["args"], x["t"], x["provenance"]) for x in out["reach"]] == [
+        ([0, 1], 0, [fact]),
+        ([0, 2], 1, sorted([fact, e([1, 2], 1)])),
+        ([0, 3], 1, sorted([fact, e([1, 2], 1), e([2, 3], 1), e([1, 3], 1)])),
+        ([1, 2], 1, [e([1, 2], 1)]),
+        ([1, 3], 1, sorted([e([1, 3], 1), e([1, 2], 1), e([2, 3], 1)])),  # both routes
+        ([2, 3], 1, [e([2, 3], 1)]),
+    ]
+    assert out["peak"] == [
+        {**ev(["t1"], 2, 12, **{"max(level)": 7.0}), "provenance": [r1]},
+        {**ev(["t1"], 4, 12, **{"max(level)": 8.0}), "provenance": sorted([r1, r2])},
+    ]
+    assert all("provenance" not in x for x in out["plain"])  # asked by no carrier

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.lines import (
     DEFAULT_TIMES,
     INT_MAX,
@@ -471,5 +472,7 @@ def corpus_facts(program: Program) -> dict[str, list[Version]]:
             raise UsageError(f"{where}: the fact has no value: {exc}") from None
         except ValueError as exc:
             raise UsageError(f"{where}: the fact cannot be stored: {exc}") from None
-        out.setdefault(rel.name, []).append(Version(t, args, t, expiry(t, rel.lifetime)))
+        # A fact of a provenance carrier is its own source.
+        prov = (cid(rel.name, args, t),) if rel.provenance else ()
+        out.setdefault(rel.name, []).append(Version(t, args, t, expiry(t, rel.lifetime), prov=prov))
     return out

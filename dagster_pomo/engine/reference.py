@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.ingest import expiry
-from dagster_pomo.engine.versions import Version, value_order
+from dagster_pomo.engine.versions import Version, union, value_order
 from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
@@ -323,7 +323,7 @@ class ReferenceEvaluator:
             return self._aggregate(rule, db)
         out = []
         for match, tau, exp in self._valid(rule, db):
-            row = self._head(rule, match.env, tau, exp)
+            row = self._head(rule, match, tau, exp)
             if row is not None:
                 out.append(row)
         return out
@@ -367,13 +367,29 @@ class ReferenceEvaluator:
             raise Undefined("a time must be an integer")
         return args, t
 
-    def _head(self, rule: ast.Rule, env: Env, tau: int, exp: int) -> Version | None:
+    def _sources(self, rule: ast.Rule, rows: tuple[Version, ...]) -> tuple[str, ...]:
+        """A match's provenance, for a head that carries it: each positive atom's event's
+        own (its content ID, for an event no rule derives; a clock tick none), united."""
+        if not self.catalog[rule.head.relation].provenance:
+            return ()
+        found: set[str] = set()
+        for atom, row in zip(rule.positive, rows, strict=False):  # body aggregates: none
+            if atom.relation == CLOCK:
+                continue
+            if self.catalog[atom.relation].provenance:
+                found.update(row.prov)
+            else:
+                found.add(cid(atom.relation, row.args, row.t))
+        return tuple(sorted(found))
+
+    def _head(self, rule: ast.Rule, match: _Match, tau: int, exp: int) -> Version | None:
         try:
-            args, t = self._head_values(rule, env, tau)
+            args, t = self._head_values(rule, match.env, tau)
         except Undefined:
             return None
         lifetime = self.catalog[rule.head.relation].lifetime
-        return Version(t, args, max(tau, t), min(exp, expiry(t, lifetime)), (), tau)
+        exp = min(exp, expiry(t, lifetime))
+        return Version(t, args, max(tau, t), exp, (), tau, self._sources(rule, match.rows))
 
     def _aggregate(self, rule: ast.Rule, db: Db) -> list[Version]:
         """Per group and per distinct match time ``tau``: the matches made by ``tau`` that are
@@ -388,16 +404,21 @@ class ReferenceEvaluator:
             except Undefined:
                 continue
             explicit = t if rule.head.time is not None else None
-            groups.setdefault((args, explicit), []).append((tau, match.keys, values, exp))
+            prov = self._sources(rule, match.rows)
+            groups.setdefault((args, explicit), []).append((tau, match.keys, values, exp, prov))
         lifetime = self.catalog[rule.head.relation].lifetime
         out = []
         for (args, explicit), items in groups.items():
             for tau in sorted({item[0] for item in items}):
                 covered: dict[tuple, tuple[tuple, int]] = {}
-                for tau2, keys, values, exp in items:
+                for tau2, keys, values, exp, _ in items:
                     if tau2 <= tau < exp:
                         old = covered.get(keys)
                         covered[keys] = (values, max(exp, old[1]) if old else exp)
+                # A combination of events rests on every one of its versions made by then.
+                sources = union(
+                    *(p for tau2, keys, _, _, p in items if tau2 <= tau and keys in covered)
+                )
                 try:
                     aggs = tuple(
                         _aggregate(a.name, [v[i] for v, _ in covered.values()])
@@ -406,8 +427,8 @@ class ReferenceEvaluator:
                 except Undefined:
                     continue
                 t = tau if explicit is None else explicit
-                exp = min(e for _, e in covered.values())
-                out.append(Version(t, args, max(tau, t), min(exp, expiry(t, lifetime)), aggs, tau))
+                exp = min(min(e for _, e in covered.values()), expiry(t, lifetime))
+                out.append(Version(t, args, max(tau, t), exp, aggs, tau, sources))
         return out
 
     def _next(self, db: Db, epoch: Epoch) -> dict[str, list[Version]]:
@@ -430,7 +451,8 @@ class ReferenceEvaluator:
                             args, _ = self._head_values(rule, match.env, b)
                         except Undefined:
                             continue
-                        row = Version(b, args, b, expiry(b, lifetime), (), b)
+                        prov = self._sources(rule, match.rows)
+                        row = Version(b, args, b, expiry(b, lifetime), (), b, prov)
                         out.setdefault(rule.head.relation, []).append(row)
                     continue
                 for match in self._matches(rule, db, alive=window):
@@ -443,7 +465,8 @@ class ReferenceEvaluator:
                     except Undefined:
                         continue
                     exp = min(b + length, expiry(b, lifetime))
-                    out.setdefault(rule.head.relation, []).append(Version(b, args, b, exp, (), b))
+                    row = Version(b, args, b, exp, (), b, self._sources(rule, match.rows))
+                    out.setdefault(rule.head.relation, []).append(row)
         return out
 
 
@@ -485,13 +508,18 @@ def _add(db: Db, name: str, row: Version, aggregating: bool) -> bool:
     if seen is None:
         table[key] = row
         return True
+    prov = union(seen.prov, row.prov)  # provenance only grows
     if aggregating:
         if row.tau > seen.tau or (row.tau == seen.tau and row != seen):
-            table[key] = row
-            return row != seen
+            table[key] = replace(row, prov=prov)
+            return table[key] != seen
+        if prov != seen.prov:
+            table[key] = replace(seen, prov=prov)
+            return True
         return False
-    if row.exp > seen.exp:
-        table[key] = Version(row.t, row.args, row.kt, row.exp, (), min(row.tau, seen.tau))
+    if row.exp > seen.exp or prov != seen.prov:
+        exp = max(row.exp, seen.exp)
+        table[key] = Version(row.t, row.args, row.kt, exp, (), min(row.tau, seen.tau), prov)
         return True
     return False
 

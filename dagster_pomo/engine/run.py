@@ -119,8 +119,11 @@ def run(
 
 
 def event_json(program: Program, relation: str, row: Version) -> dict[str, Any]:
-    keys = [aggregate_key(a) for a in program.catalog[relation].aggregates]
-    return output_object(row.args, row.t, row.exp, keys, row.aggs)
+    rel = program.catalog[relation]
+    keys = [aggregate_key(a) for a in rel.aggregates]
+    return output_object(
+        row.args, row.t, row.exp, keys, row.aggs, row.prov if rel.provenance else None
+    )
 
 
 def write_outputs(result: RunResult, out: Path) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Events as the engine stores them.
 
 A derived event may be derived more than once; each derivation is a *version*
-``(args, t, kt, exp, aggregates)`` that never changes once made. Matching works
+``(args, t, kt, exp, aggregates)`` that never changes once made (a relation that carries
+provenance adds the sorted content IDs of the input events it rests on). Matching works
 on versions (a version is alive on ``[kt, exp)``), which is what keeps results
 independent of how time is cut into epochs. Outputs merge the versions of one
 event (same relation, args and ``t``): see :func:`merge_versions`.
@@ -10,10 +11,11 @@ event (same relation, args and ``t``): see :func:`merge_versions`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from dagster_pomo.lang.interpret import Value
+from dagster_pomo.plan.schema import Schema
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -24,6 +26,7 @@ class Version:
     exp: int
     aggs: tuple[Value, ...] = ()
     tau: int = 0  # the match time that made it; orders versions of aggregates
+    prov: tuple[str, ...] = ()  # sorted distinct CIDs of its sources (carriers only)
 
     def alive_at(self, tau: int) -> bool:
         return self.kt <= tau < self.exp
@@ -33,19 +36,54 @@ class Version:
         return (self.t, self.args)
 
 
+def record(row: Version, schema: Schema) -> tuple[object, ...]:
+    """A version as a stored record, in the column order of `schema.row_columns`."""
+    prov = (list(row.prov),) if schema.provenance else ()
+    return (*row.args, *row.aggs, row.t, row.kt, row.exp, row.tau, *prov)
+
+
+def from_record(values: Sequence[object], schema: Schema) -> Version:
+    """A stored record (columns in `schema.row_columns` order) as a version."""
+    n, k = len(schema.columns), len(schema.aggregates)
+    t, kt, exp, tau = values[n + k : n + k + 4]
+    prov = tuple(values[n + k + 4] or ()) if schema.provenance else ()
+    return Version(t, tuple(values[:n]), kt, exp, tuple(values[n : n + k]), tau, prov)  # type: ignore[arg-type]
+
+
 def output_object(
-    args: Iterable[Value], t: int, exp: int, keys: Iterable[str], aggs: Iterable[Value]
+    args: Iterable[Value],
+    t: int,
+    exp: int,
+    keys: Iterable[str],
+    aggs: Iterable[Value],
+    prov: Sequence[str] | None = None,
 ) -> dict[str, object]:
     """An event as outputs write it (``pomo run --out``): its arguments, ``t``, ``exp`` (null
-    for never) and its aggregates by their keys. One definition for every writer."""
+    for never), its aggregates by their keys and, for a relation that carries it, its
+    provenance (the sorted content IDs of its input events). One definition for every
+    writer."""
     from dagster_pomo.timeline import NEVER
 
-    return {
+    obj: dict[str, object] = {
         "args": list(args),
         "t": t,
         "exp": None if exp >= NEVER else exp,
         "aggregates": dict(zip(keys, aggs, strict=True)),
     }
+    if prov is not None:
+        obj["provenance"] = list(prov)
+    return obj
+
+
+def event_object(row: Version, keys: Iterable[str], schema: Schema) -> dict[str, object]:
+    """`output_object` of a merged version of a relation of ``schema``."""
+    prov = row.prov if schema.provenance else None
+    return output_object(row.args, row.t, row.exp, keys, row.aggs, prov)
+
+
+def union(*sets: Iterable[str]) -> tuple[str, ...]:
+    """Provenance merged: the sorted distinct content IDs of all ``sets``."""
+    return tuple(sorted({c for s in sets for c in s}))
 
 
 def value_order(value: Value) -> tuple[int, Value]:
@@ -60,15 +98,16 @@ def value_order(value: Value) -> tuple[int, Value]:
 
 def merge_versions(rows: Iterable[Version], aggregating: bool) -> list[Version]:
     """One row per event: the latest version of an aggregate (largest ``kt``, then ``tau``);
-    otherwise the smallest ``kt`` and the largest ``exp`` over its versions."""
+    otherwise the smallest ``kt`` and the largest ``exp`` over its versions. Provenance is
+    the union over all its versions, an aggregate's too."""
     merged: dict[tuple[int, tuple[Value, ...]], Version] = {}
     for row in rows:
         seen = merged.get(row.identity)
         if seen is None:
             merged[row.identity] = row
         elif aggregating:
-            if (row.kt, row.tau) > (seen.kt, seen.tau):
-                merged[row.identity] = row
+            latest = row if (row.kt, row.tau) > (seen.kt, seen.tau) else seen
+            merged[row.identity] = replace(latest, prov=union(seen.prov, row.prov))
         else:
             merged[row.identity] = Version(
                 row.t,
@@ -77,6 +116,7 @@ def merge_versions(rows: Iterable[Version], aggregating: bool) -> list[Version]:
                 max(seen.exp, row.exp),
                 (),
                 min(seen.tau, row.tau),
+                union(seen.prov, row.prov),
             )
     return list(merged.values())
 
@@ -88,7 +128,9 @@ def digest(rows: Iterable[Version]) -> str:
     again is no new data."""
     total, count = 0, 0
     for row in rows:  # a tuple's repr is twice as quick as the dataclass's
-        fields = (row.t, row.args, row.kt, row.exp, row.aggs, row.tau)
+        fields: tuple[object, ...] = (row.t, row.args, row.kt, row.exp, row.aggs, row.tau)
+        if row.prov:
+            fields += (row.prov,)
         h = hashlib.blake2b(repr(fields).encode("utf-8"), digest_size=8).digest()
         total = (total + int.from_bytes(h, "big")) % (1 << 64)
         count += 1

@@ -49,6 +49,9 @@ class Relation:
     handlers: tuple[str, ...]  # action handlers subscribed to its events
     aggregates: tuple[ast.Annotation, ...] = ()  # as written in the head of its one rule
     check: str | None = None  # "error" or "warn": a `.check` relation, its events violations
+    # Its versions carry the input events they rest on: a rule deriving it says
+    # `@provenance`, or it is read by a positive atom of a rule of such a relation.
+    provenance: bool = False
 
     @property
     def is_input(self) -> bool:
@@ -115,6 +118,7 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
             names = handlers.setdefault(rule.head.relation, [])
             if h.name not in names:
                 names.append(h.name)
+    carrying = provenance_carriers(corpus, derived | inductive)
     relations: dict[str, Relation] = {}
     attributes = dict(corpus.attributes)
     for name, (n, _) in arity.items():
@@ -143,9 +147,29 @@ def build_catalog(corpus: ast.Corpus) -> tuple[Catalog, list[Diagnostic]]:
             handlers=tuple(handlers.get(name, ())),
             aggregates=aggregates.get(name, ()),
             check=checks.get(name),
+            provenance=name in carrying,
         )
     catalog = Catalog(relations)
     return catalog, [*found, *_check_implicit_inputs(corpus, catalog)]
+
+
+def provenance_carriers(corpus: ast.Corpus, made: set[str]) -> set[str]:
+    """The relations whose versions carry provenance: those a rule with `@provenance` derives,
+    and, to a fixpoint, the relations of ``made`` (derived by rules) that a positive atom of
+    a carrier's rule reads. Negations, body aggregates and the clock are conditions, not
+    sources; an input relation is its own source and needs no column."""
+    carrying = {r.head.relation for r in corpus.rules if r.head.annotation("provenance")}
+    changed = True
+    while changed:
+        changed = False
+        for rule in corpus.rules:
+            if rule.head.relation not in carrying:
+                continue
+            for atom in rule.positive:
+                if atom.relation in made and atom.relation not in carrying:
+                    carrying.add(atom.relation)
+                    changed = True
+    return carrying
 
 
 def _checks(corpus: ast.Corpus) -> tuple[dict[str, str], list[Diagnostic]]:

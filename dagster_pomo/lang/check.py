@@ -27,8 +27,9 @@ ANNOTATION_ARITY = {
     "average": 1,
     "warn": 0,
     "async": 0,
+    "provenance": 0,
 }
-HEAD_ONLY = ("next", "warn", "async")
+HEAD_ONLY = ("next", "warn", "async", "provenance")
 # In a body every annotation but @next and @warn takes one argument: the value it binds or
 # matches (the event's time, or the aggregate the event carries).
 BODY_ARITY = {name: 1 for name in ANNOTATION_ARITY if name not in HEAD_ONLY}
@@ -157,7 +158,11 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
                 yield Diagnostic(
                     f"a fact cannot carry `@{ann.name}`",
                     ann.span,
-                    "a fact is an event at time 0 or at `@time(...)`; it has no body to aggregate",
+                    "a fact is its own source: it carries its content ID where its relation "
+                    "carries provenance (a rule deriving it says `@provenance`)"
+                    if ann.name == "provenance"
+                    else "a fact is an event at time 0 or at `@time(...)`; it has no body to "
+                    "aggregate",
                 )
     async_ann = head.annotation("async")
     if next_ann is not None and async_ann is not None:
@@ -194,6 +199,8 @@ def _check_annotation_names(atom: ast.Atom, arity: dict[str, int]) -> Iterator[D
                     "next": "`@next` makes the rule's head an event of the next epoch",
                     "async": "`@async` delivers the rule's head at the start of the next epoch",
                     "warn": "`@warn` makes a `.check` rule's violations warnings",
+                    "provenance": "`@provenance` makes the head's events carry the input "
+                    "events they rest on",
                 }[ann.name],
             )
             continue

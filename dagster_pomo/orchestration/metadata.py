@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from dagster_pomo.plan.schema import Schema
+from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.timeline import show_time
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
                 **{c: _plain(r[s]) for c, s in zip(columns, stored, strict=True)},
                 "t": show_time(r["t"]),
                 "exp": show_time(r["exp"]),
+                **({"provenance": _sources(r[PROV])} if schema.provenance else {}),
             }
         )
         for r in rows
@@ -74,9 +75,27 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
             ),
             TableColumn("t", "string"),
             TableColumn("exp", "string"),
+            *(
+                [TableColumn("provenance", "string", description=PROVENANCE)]
+                if schema.provenance
+                else []
+            ),
         ]
     )
     return MetadataValue.table(records, schema=table_schema)
+
+
+PROVENANCE = "content IDs of the input events it rests on (@provenance)"
+SHOWN_SOURCES = 3
+
+
+def _sources(cids: Sequence[str] | None) -> str:
+    """A version's provenance as a preview cell: its first content IDs, and how many more
+    (`pomo explain` or the warehouse's `_prov` column give them all)."""
+    cids = list(cids or ())
+    shown = ", ".join(cids[:SHOWN_SOURCES])
+    more = len(cids) - SHOWN_SOURCES
+    return f"{shown} (+{more} more)" if more > 0 else shown
 
 
 def _plain(value: object) -> object:

@@ -8,7 +8,8 @@ from typing import Any
 from dagster import AssetKey, MetadataValue, TableColumn, TableSchema
 
 from dagster_pomo.lang import Program
-from dagster_pomo.plan.schema import Schema
+from dagster_pomo.orchestration.metadata import PROVENANCE
+from dagster_pomo.plan.schema import PROV, Schema
 
 
 def code_version(text: str) -> str:
@@ -76,6 +77,8 @@ class PomoTranslator:
             TableColumn("kt", "int", description="time it became known (ms)"),
             TableColumn("exp", "int", description="expiry (ms, exclusive)"),
         ]
+        if schema.provenance:
+            columns.append(TableColumn(PROV, "string", description=PROVENANCE))
         meta: dict[str, Any] = {"dagster/column_schema": TableSchema(columns=columns)}
         if stratum is not None:
             meta["pomo/stratum"] = stratum

@@ -46,6 +46,10 @@ class StratumPlan:
         own = self.own(relation)
         return len(own) == 1 and own[0].aggregate is not None
 
+    def provenance(self, schemas: Mapping[str, Schema]) -> bool:
+        """Whether one of its relations carries provenance."""
+        return any(schemas[n].provenance for n in self.relations)
+
     @property
     def reads(self) -> set[str]:
         """Every relation its rules read, its own included."""
@@ -111,9 +115,12 @@ def plan_recursion(
     for s in strata:
         if s.recursive:
             source = by_index[s.index]
+            # A carrier's rounds merge its versions as they go (see `spark/fixpoint`): no
+            # task's plan does that.
+            carries = s.provenance(schemas)
             s = replace(  # noqa: PLW2901
                 s,
-                linear=linear_plan(source, schemas, program.catalog),
+                linear=None if carries else linear_plan(source, schemas, program.catalog),
                 stable=tuple((n, stable_argument(source, n)) for n in s.relations),
             )
         out.append(s)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.check import binding_of
+from dagster_pomo.lang.check import CLOCK, binding_of
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.lang.kinds import expr_type, summarised_kinds
 from dagster_pomo.plan.band_joins import Band, bands
@@ -51,6 +51,10 @@ class Scan:
     key: tuple[str, ...]  # the columns that tell the atom's events apart
     join: Join
     identity: tuple[str, ...] = ()  # the argument columns an event's content ID digests
+    # What a match of a provenance carrier takes from this atom's event: "stored" (its
+    # relation carries provenance: its ``_prov``), "own" (an input event: its content ID),
+    # or "" (nothing: the head carries none, or a clock tick, which is no source).
+    provenance: str = ""
 
     @property
     def relation(self) -> str:
@@ -94,6 +98,7 @@ class Head:
     args: tuple[tuple[ast.Expr, str, str], ...]
     time: ast.Expr | None
     lifetime: int | None
+    provenance: bool = False  # its versions carry the union of their scans' provenance
 
     def uncapped(self) -> Head:
         """The head with its expiry left to the caller (an ``@next`` stamp sets it)."""
@@ -174,8 +179,13 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
     guarded = bands(rule.guards, constants)
     scans: list[Scan] = []
     bound: dict[str, str] = {}  # variable -> type, of the scans so far
+    carries = schemas[rule.head.relation].provenance
     for i, atom in enumerate(rule.positive):
         scan = _scan(i, atom, schemas[atom.relation], constants)
+        if carries and atom.relation != CLOCK:
+            scan = replace(
+                scan, provenance="stored" if schemas[atom.relation].provenance else "own"
+            )
         shared = tuple(v for v, _, _ in scan.binds if v in bound)
         if not scans:
             join = Join("first")
@@ -205,6 +215,7 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         tuple(zip(rule.head.args, schema.columns, schema.types, strict=True)),
         rule.head.time,
         lifetime,
+        carries,
     )
     aggregate = None
     if rule.aggregates:
@@ -293,4 +304,5 @@ def grouped_head_of(head: Head) -> Head:
         tuple((ast.Var(f"__head{j}"), col, typ) for j, (_, col, typ) in enumerate(head.args)),
         None if head.time is None else ast.Var("__headt"),
         head.lifetime,
+        head.provenance,
     )

@@ -30,6 +30,7 @@ class Schema:
     columns: tuple[str, ...]
     types: tuple[str, ...]
     aggregates: tuple[tuple[str, str, str], ...] = ()  # (function, output key, type)
+    provenance: bool = False  # versions carry the sorted CIDs of the input events they rest on
 
     @property
     def aggregate_columns(self) -> tuple[str, ...]:
@@ -38,11 +39,17 @@ class Schema:
 
 # What every stored version has besides its columns and aggregates.
 META = ("t", "kt", "exp", "_tau")
+PROV = "_prov"  # a carrier's column of provenance: a sorted list of distinct content IDs
 
 
 def row_columns(schema: Schema) -> list[str]:
     """The stored columns of a relation, in order."""
-    return [*schema.columns, *schema.aggregate_columns, *META]
+    return [
+        *schema.columns,
+        *schema.aggregate_columns,
+        *META,
+        *([PROV] if schema.provenance else []),
+    ]
 
 
 def rule_env(rule: ast.Rule, schemas: Mapping[str, Schema]) -> dict[str, str]:
@@ -78,7 +85,13 @@ def infer_schemas(
             (a.name, aggregate_key(a), aggs[name][i] or "int")
             for i, a in enumerate(cat[name].aggregates)
         )
-        return Schema(name, cat[name].columns, tuple(t or "str" for t in types[name]), aggregates)
+        return Schema(
+            name,
+            cat[name].columns,
+            tuple(t or "str" for t in types[name]),
+            aggregates,
+            cat[name].provenance,
+        )
 
     def snapshot() -> dict[str, Schema]:
         """The relations whose types are all known so far (inputs always are)."""

@@ -29,6 +29,8 @@ def _stratum(plan: CorpusPlan, stratum: StratumPlan) -> list[str]:
     kind = "@next" if stratum.inductive else "recursive" if stratum.recursive else "deductive"
     if stratum.recursive:
         kind += ", linear" if stratum.linear is not None else ", not linear"
+        if stratum.provenance(plan.schemas):
+            kind += " (merges provenance each round)"
         spread = [
             f"{n} on {plan.schemas[n].columns[j]}" for n, j in stratum.stable if j is not None
         ]
@@ -94,6 +96,13 @@ def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
         time = render_expr(head.time)
     life = "none" if head.lifetime is None else show_duration(head.lifetime)
     lines.append(f"  head {head.relation}({args}) t = {time}, lifetime {life}")
+    if head.provenance:
+        sources = [
+            f"{s.relation} {'its provenance' if s.provenance == 'stored' else 'its content ID'}"
+            for s in rule.scans
+            if s.provenance
+        ]
+        lines.append(f"  provenance = union of {', '.join(sources) or 'nothing'}")
     return lines
 
 

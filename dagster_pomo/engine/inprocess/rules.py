@@ -44,7 +44,7 @@ from dagster_pomo.plan.rules import (
     grouped_head_of,
 )
 from dagster_pomo.plan.scans import CID, comparable
-from dagster_pomo.plan.schema import META, Schema, row_columns
+from dagster_pomo.plan.schema import META, PROV, Schema, row_columns
 from dagster_pomo.plan.time import head_times
 from dagster_pomo.timeline import EARLIEST, NEVER, PAST
 
@@ -77,6 +77,8 @@ def arrow_schema(schema: Schema) -> pa.Schema:
     fields = [pa.field(c, ARROW[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
     fields += [pa.field(f"_agg_{fn}", ARROW[t]) for fn, _, t in schema.aggregates]
     fields += [pa.field(m, pa.int64()) for m in META]
+    if schema.provenance:
+        fields.append(pa.field(PROV, pa.list_(pa.string())))
     return pa.schema(fields)
 
 

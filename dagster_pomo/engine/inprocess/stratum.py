@@ -30,8 +30,8 @@ def supported(plan: CorpusPlan, stratum: StratumPlan) -> bool:
     rounds here)."""
     if stratum.inductive or (stratum.recursive and stratum.linear is not None):
         return False
-    if plan.has_next:
-        return False
+    if plan.has_next or stratum.provenance(plan.schemas):
+        return False  # provenance: Spark's plans alone carry it
     return all(R.rule_supported(r) for r in stratum.rules)
 
 

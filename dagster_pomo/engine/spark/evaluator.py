@@ -25,6 +25,7 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DoubleType,
     LongType,
@@ -44,13 +45,13 @@ from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
 from dagster_pomo.engine.spark.range_pass import RangePass
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.stats import EpochScope, StratumStats
-from dagster_pomo.engine.versions import Version
+from dagster_pomo.engine.versions import Version, from_record, record
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
 from dagster_pomo.plan.rules import RulePlan
-from dagster_pomo.plan.schema import META, Schema
+from dagster_pomo.plan.schema import META, PROV, Schema
 from dagster_pomo.plan.time import reach_of, reaches
 from dagster_pomo.timeline import NEVER, Epoch, epoch_key
 
@@ -64,11 +65,6 @@ INTERPRETED = {
 _SPARK = {"int": LongType(), "float": DoubleType(), "str": StringType(), "bool": BooleanType()}
 
 
-def _stored(row: Version) -> tuple:
-    """A version as a stored record, in the column order of :func:`struct_of`."""
-    return (*row.args, *row.aggs, row.t, row.kt, row.exp, row.tau)
-
-
 def _slot(epoch: Epoch) -> tuple[int, int]:
     """What this epoch's versions so far are kept under (a span starts where its first
     epoch does, so its start alone would not tell them apart)."""
@@ -77,19 +73,15 @@ def _slot(epoch: Epoch) -> tuple[int, int]:
 
 def collect_versions(df: DataFrame, schema: Schema) -> list[Version]:
     """The stored rows of ``df`` (a relation of ``schema``) as versions, in this process."""
-    n, k = len(schema.columns), len(schema.aggregates)
-    out = []
-    for rec in df.collect():
-        values = tuple(rec)
-        t, kt, exp, tau = values[n + k : n + k + 4]
-        out.append(Version(t, values[:n], kt, exp, values[n : n + k], tau))
-    return out
+    return [from_record(tuple(rec), schema) for rec in df.collect()]
 
 
 def struct_of(schema: Schema) -> StructType:
     fields = [StructField(c, _SPARK[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
     fields += [StructField(f"_agg_{fn}", _SPARK[t]) for fn, _, t in schema.aggregates]
     fields += [StructField(m, LongType()) for m in META]
+    if schema.provenance:
+        fields.append(StructField(PROV, ArrayType(StringType())))
     return StructType(fields)
 
 
@@ -155,7 +147,9 @@ class SparkEvaluator:
     # ------------------------------------------------------------------ set-up
 
     def _rows_frame(self, name: str, rows: list[Version]) -> DataFrame:
-        return frames.local(self.spark, [_stored(r) for r in rows], self.structs[name])
+        return frames.local(
+            self.spark, [record(r, self.schemas[name]) for r in rows], self.structs[name]
+        )
 
     def key_for(self, t: int) -> str | None:
         """The epoch holding time ``t`` (earlier times go to the first epoch)."""
@@ -177,10 +171,16 @@ class SparkEvaluator:
             struct = self.structs[rel.name]
             if here:
                 for key, part in by_key.items():
-                    table = frames.arrow_table([_stored(r) for r in part], struct)
+                    table = frames.arrow_table(
+                        [record(r, self.schemas[rel.name]) for r in part], struct
+                    )
                     self.wh.put(rel.name, key, table)
             elif by_key:
-                rows = [(*_stored(r), key) for key, part in by_key.items() for r in part]
+                rows = [
+                    (*record(r, self.schemas[rel.name]), key)
+                    for key, part in by_key.items()
+                    for r in part
+                ]
                 struct = StructType([*struct.fields, StructField("epoch", StringType())])
                 self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
 
@@ -452,15 +452,20 @@ class SparkEvaluator:
         schema = self.schemas[name]
         key = [*self.version_key(name), *by]
         out = [*R.row_columns(schema), *by]
+        # A carrier's versions of one key merge their provenance (a union).
+        prov = [R.united(PROV).alias(PROV)] if schema.provenance else []
         if schema.aggregates:
             rest = [*schema.aggregate_columns, "exp", "_tau"]
             best = F.max_by(F.struct(*rest), F.col("_tau")).alias("__best")
             return (
-                df.groupBy(*key).agg(best).select(*key, *[f"__best.{c}" for c in rest]).select(*out)
+                df.groupBy(*key)
+                .agg(best, *prov)
+                .select(*key, *[f"__best.{c}" for c in rest], *([PROV] if prov else []))
+                .select(*out)
             )
         return (
             df.groupBy(*key)
-            .agg(F.max("exp").alias("exp"), F.min("_tau").alias("_tau"))
+            .agg(F.max("exp").alias("exp"), F.min("_tau").alias("_tau"), *prov)
             .select(*out)
         )
 
@@ -518,7 +523,11 @@ class SparkEvaluator:
         parts = []
         facts = [r for r in self.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
         if facts:
-            parts.append(frames.arrow_table([_stored(r) for r in facts], self.structs[name]))
+            parts.append(
+                frames.arrow_table(
+                    [record(r, self.schemas[name]) for r in facts], self.structs[name]
+                )
+            )
         if name in self.defers:
             stored = self.wh.stored_keys(name, deferred=True)
             keys = [epoch_key(e) for e in self.epochs if e.start < epoch.start]

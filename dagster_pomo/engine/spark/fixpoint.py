@@ -29,6 +29,7 @@ from dagster_pomo.plan import linear_rounds
 from dagster_pomo.plan import time as time_rules
 from dagster_pomo.plan.corpus import StratumPlan
 from dagster_pomo.plan.rules import RulePlan
+from dagster_pomo.plan.schema import PROV
 from dagster_pomo.timeline import Epoch, epoch_key
 
 if TYPE_CHECKING:
@@ -135,6 +136,12 @@ class Recursion:
         for n in names:
             if not made[n]:
                 continue
+            if self.ev.schemas[n].provenance:
+                grown = self._merged(n, reduce(DataFrame.unionByName, made[n]), current)
+                if grown is not None:
+                    new[n] = grown
+                    self.ev.hold(epoch, n, current[n])
+                continue
             if n not in fix.pieces:  # the seeds, laid out like the pieces to come
                 seeds, had = self._counted_piece(n, current[n])
                 fix.pieces[n] = []
@@ -161,6 +168,24 @@ class Recursion:
                 self._keep(fix, n, current[n])
             self.ev.hold(epoch, n, current[n])
         return new or None
+
+    def _merged(
+        self, name: str, made: DataFrame, current: dict[str, DataFrame]
+    ) -> DataFrame | None:
+        """A provenance carrier's round: its versions so far and the round's merged into one
+        stored piece, one version per key (`SparkEvaluator.dedupe`: the longest life, the
+        union of provenance), which becomes ``current[name]``; the versions that grew (new,
+        longer-living or resting on more events) are the round's new versions, or None.
+        Merging as it goes is what makes a carrier's rounds end: each version's provenance
+        only grows, and a version is new only while it does (two stored jobs a round)."""
+        before = current[name]
+        merged = self._piece(name, self.ev.dedupe(name, before.unionByName(made)))
+        same = [*self.ev.version_key(name), "exp", PROV]
+        grown, counted = self._counted_piece(
+            name, merged.join(before.select(*same), on=same, how="left_anti")
+        )
+        current[name] = merged
+        return grown if counted else None
 
     def _rounds_in_tasks(
         self,

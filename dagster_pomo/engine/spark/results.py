@@ -20,9 +20,10 @@ from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.inprocess.rules import arrow_schema
 from dagster_pomo.engine.spark.evaluator import collect_versions, struct_of
 from dagster_pomo.engine.spark.handler_events import range_events
+from dagster_pomo.engine.spark.rules import united
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.versions import Version
-from dagster_pomo.plan.schema import Schema
+from dagster_pomo.engine.versions import Version, from_record
+from dagster_pomo.plan.schema import PROV, Schema
 
 
 class Results:
@@ -88,12 +89,10 @@ class Results:
         df = self._merged(relation, keys, aggregating)
         # One sorted partition: one job streams it in order (a global sort would sample the
         # data first and pull each partition with a job of its own); Spark spills the sort.
-        df = df.repartition(1).sortWithinPartitions("t", *self.schemas[relation].columns)
-        n, k = len(self.schemas[relation].columns), len(self.schemas[relation].aggregates)
+        schema = self.schemas[relation]
+        df = df.repartition(1).sortWithinPartitions("t", *schema.columns)
         for rec in df.toLocalIterator():
-            values = tuple(rec)
-            t, kt, exp, tau = values[n + k : n + k + 4]
-            yield Version(t, values[:n], kt, exp, values[n : n + k], tau)
+            yield from_record(tuple(rec), schema)
 
     def write_events(
         self,
@@ -112,18 +111,15 @@ class Results:
             return None
         schema = self.schemas[relation]
         df = self._merged(relation, keys, aggregating).orderBy("t", *schema.columns)
-        n, k, names = len(schema.columns), len(schema.aggregates), list(aggregate_keys)
+        names = list(aggregate_keys)
 
         def lines(rows: Iterator[Any]) -> Iterator[str]:
             import json
 
-            from dagster_pomo.engine.versions import output_object
+            from dagster_pomo.engine.versions import event_object, from_record
 
             for rec in rows:
-                values = tuple(rec)
-                obj = output_object(values[:n], values[n + k], values[n + k + 2], names,
-                                    values[n : n + k])  # fmt: skip
-                yield json.dumps(obj)
+                yield json.dumps(event_object(from_record(tuple(rec), schema), names, schema))
 
         parts = path.with_name(f".{path.name}.parts")
         shutil.rmtree(parts, ignore_errors=True)
@@ -145,15 +141,21 @@ class Results:
         df = self.wh.read(relation, struct_of(schema), keys)
         identity = [*schema.columns, "t"]
         aggs = [f"_agg_{fn}" for fn, _, _ in schema.aggregates]
+        prov = [PROV] if schema.provenance else []
         if aggregating:
             latest = Window.partitionBy(*identity).orderBy(F.desc("kt"), F.desc("_tau"))
+            if prov:  # the union over all versions of the event
+                df = df.withColumn(PROV, united(PROV, Window.partitionBy(*identity)))
             df = df.withColumn("__n", F.row_number().over(latest)).filter(F.col("__n") == 1)
             df = df.drop("__n")
         else:
             df = df.groupBy(*identity).agg(  # no aggregate columns: not an aggregate
-                F.min("kt").alias("kt"), F.max("exp").alias("exp"), F.min("_tau").alias("_tau")
+                F.min("kt").alias("kt"),
+                F.max("exp").alias("exp"),
+                F.min("_tau").alias("_tau"),
+                *[united(PROV).alias(PROV) for _ in prov],
             )
-        return df.select(*schema.columns, *aggs, "t", "kt", "exp", "_tau")
+        return df.select(*schema.columns, *aggs, "t", "kt", "exp", "_tau", *prov)
 
     def stored_keys(self, relation: str) -> set[str]:
         """The epochs of ``relation`` the warehouse holds."""

@@ -34,7 +34,7 @@ from dagster_pomo.plan.rules import (
     grouped_head_of,
 )
 from dagster_pomo.plan.scans import CID, comparable
-from dagster_pomo.plan.schema import row_columns
+from dagster_pomo.plan.schema import PROV, row_columns
 from dagster_pomo.plan.time import Ops, head_times, next_stamp
 from dagster_pomo.timeline import EARLIEST, NEVER, PAST, Epoch
 
@@ -95,6 +95,11 @@ def _atom_frame(
     selected = [F.col(col).alias(_var(name)) for name, col, _ in scan.binds]
     selected += cols
     selected += [F.col("kt").alias(f"__kt{i}"), F.col("exp").alias(f"__exp{i}")]
+    if scan.provenance == "stored":
+        selected.append(F.col(PROV).alias(f"__prov{i}"))
+    elif scan.provenance == "own":
+        own = F.col(CID) if scan.reads_cid else cid_column(scan.relation, scan.identity)
+        selected.append(F.array(own).alias(f"__prov{i}"))
     if want_key:
         selected.append(F.struct(*[F.col(c) for c in scan.key]).alias(f"__key{i}"))
     out = df.select(*selected)
@@ -347,6 +352,14 @@ def time_column(expr: ast.Expr, env: Mapping[str, tuple[str, str]]) -> Column:
     return value.cast("long") if vtype == "int" else F.lit(None).cast("long")
 
 
+def provenance(rule: RulePlan) -> Column:
+    """A match's provenance: the sorted union of its atoms' (see `Scan.provenance`)."""
+    parts = [F.col(f"__prov{s.index}") for s in rule.scans if s.provenance]
+    if not parts:
+        return F.array().cast("array<string>")
+    return F.array_sort(F.array_distinct(F.concat(*parts) if len(parts) > 1 else parts[0]))
+
+
 def head_rows(
     head: Head,
     df: DataFrame,
@@ -355,8 +368,8 @@ def head_rows(
     exp: Column,
     aggregates: Sequence[Column] = (),
 ) -> DataFrame:
-    """The derived versions: head arguments, ``t``, ``kt`` and ``exp``; rows with an undefined
-    value are dropped."""
+    """The derived versions: head arguments, ``t``, ``kt`` and ``exp`` (and, for a carrier,
+    the provenance the rows hold as ``__prov``); rows with an undefined value are dropped."""
     cols = []
     for arg, name, typ in head.args:
         value, _ = compile_expr(arg, env)
@@ -370,6 +383,7 @@ def head_rows(
         kt.alias("kt"),
         expires.alias("exp"),
         tau.alias("_tau"),
+        *([F.col("__prov").alias(PROV)] if head.provenance else []),
     )
     names = [name for _, name, _ in head.args] + ["t"]
     return out.dropna(subset=names)
@@ -383,6 +397,8 @@ def derive(
     df = valid(m, rule, negated)
     df = df.filter((F.col("__tau") >= a) & (F.col("__tau") < b))
     df = chosen(df, rule, m.env)
+    if rule.head.provenance:
+        df = df.withColumn("__prov", provenance(rule))
     return head_rows(rule.head, df, m.env, F.col("__tau"), F.col("__mexp"))
 
 
@@ -418,6 +434,8 @@ def derive_next(
         df = without_negated(m.df, rule, negated, m.env, *alive)
     t, exp = next_stamp(previous, rule.head.lifetime, rule.asynchronous)
     stamp, expires = F.lit(t).cast("long"), F.lit(exp).cast("long")
+    if rule.head.provenance:
+        df = df.withColumn("__prov", provenance(rule))
     return head_rows(rule.head.uncapped(), df, m.env, stamp, expires)
 
 
@@ -483,6 +501,10 @@ def _partials(
         ("__n", F.count("__mexp"), lambda w, s: F.coalesce(w, F.lit(0)) + F.count(s)),
         ("__least_exp", F.min("__mexp"), lambda w, s: F.least(w, F.min(s))),
     ]
+    if rule.head.provenance:  # the union of the provenance of the matches alive then
+        parts.append(
+            ("__prov", F.collect_list("__prov"), lambda w, s: _unite(F.flatten(w), _sources(s)))
+        )
     assert rule.aggregate is not None
     for i, (fn, _, _, _) in enumerate(rule.aggregate.functions):
         col = F.col(values[i])
@@ -496,6 +518,25 @@ def _partials(
             }[fn]
         )
     return parts
+
+
+def _sources(column: Column) -> Column:
+    """The union of the provenance lists in ``column`` (an aggregate or a window)."""
+    return F.flatten(F.collect_list(column))
+
+
+def united(column: str, over: WindowSpec | None = None) -> Column:
+    """The union of a column of provenance lists over a group's rows (or a window's),
+    sorted."""
+    if over is None:
+        return _unite(_sources(F.col(column)))
+    return _unite(F.flatten(F.collect_list(column).over(over)))
+
+
+def _unite(*lists: Column) -> Column:
+    """Provenance lists as one: sorted, each content ID once, none for null."""
+    joined = F.concat(*[F.coalesce(x, F.array().cast("array<string>")) for x in lists])
+    return F.array_sort(F.array_distinct(joined))
 
 
 def _by_window(
@@ -513,10 +554,11 @@ def _by_window(
     on one of its rows (the short ones only mark the times to answer); short segments meet
     the times of the buckets they overlap, and of those the ones they cover."""
     parts = _partials(rule, values)
+    carried = ["__mexp", *values, *(["__prov"] if rule.head.provenance else [])]
     rows = made.filter(F.col("__full") | (F.col("__at") >= a)).select(
         *group,
         "__at",
-        *[F.when(F.col("__full"), F.col(c)).alias(c) for c in ["__mexp", *values]],
+        *[F.when(F.col("__full"), F.col(c)).alias(c) for c in carried],
     )
     frame = buckets.window(group, "__at")
     order = Window.partitionBy(*group).orderBy("__at")
@@ -531,7 +573,7 @@ def _by_window(
         *group,
         F.col("__at").alias("__s_tau"),
         F.col("__until").alias("__s_until"),
-        *[F.col(c).alias(f"__s{c}") for c in ["__mexp", *values]],
+        *[F.col(c).alias(f"__s{c}") for c in carried],
     )
     first = F.greatest(F.col("__s_tau"), F.lit(a))
     last = F.least(F.col("__s_until"), F.lit(b)) - 1
@@ -542,9 +584,9 @@ def _by_window(
     joined = asked.join(spans, on=on, how="left").select(
         *[asked[c] for c in [*group, "__at"]],
         *[asked[name] for name, _, _ in parts],
-        *[spans[f"__s{c}"] for c in ["__mexp", *values]],
+        *[spans[f"__s{c}"] for c in carried],
     )
-    short_of = {"__n": "__s__mexp", "__least_exp": "__s__mexp"}
+    short_of = {"__n": "__s__mexp", "__least_exp": "__s__mexp", "__prov": "__s__prov"}
     short_of.update({f"__part{i}": f"__s{v}" for i, v in enumerate(values)})
     return joined.groupBy(*group, "__at").agg(
         *[take(F.max(name), F.col(short_of[name])).alias(name) for name, _, take in parts]
@@ -622,7 +664,8 @@ def aggregate(
     # Sorted by the group first (what the per-group pass after it wants too), then by the
     # key's hash, so the sort seldom compares the nested key itself.
     hashed = F.xxhash64(key).alias("__hash")
-    made = df.select(*group, "__tau", "__mexp", *values, key.alias("__key"), hashed)
+    prov = [provenance(rule).alias("__prov")] if head.provenance else []
+    made = df.select(*group, "__tau", "__mexp", *values, *prov, key.alias("__key"), hashed)
     made = made.repartition(*group) if group else made
     # A combination of events may match in several versions. At time x it counts once, with
     # the latest expiry among its versions made by x and alive at x: cut its time line into
@@ -635,6 +678,9 @@ def aggregate(
     )
     until = F.least(F.coalesce(F.lead("__tau").over(versions), F.lit(NEVER)), F.col("__mexp"))
     made = made.withColumn("__until", until)
+    if head.provenance:  # a combination rests on all its versions made by then
+        running = versions.rowsBetween(Window.unboundedPreceding, 0)
+        made = made.withColumn("__prov", united("__prov", running))
     made = made.filter((F.col("__until") > F.col("__tau")) & (F.col("__until") > a))
     full = buckets.lives_fully(F.col("__tau"), F.col("__until"))
     made = made.withColumn("__full", full)
@@ -643,14 +689,15 @@ def aggregate(
         for i, (_, arg, _, _) in enumerate(functions)
         if arg is not None
     )
-    by = _by_sweep if numeric else _by_window
+    by = _by_sweep if numeric and not head.provenance else _by_window
     grouped = by(rule, made.withColumnRenamed("__tau", "__at"), group, values, a, b, buckets)
     aggs = []
     for i, (fn, _, column, typ) in enumerate(functions):
         part = F.col(f"__part{i}")
         result = part / F.col("__n") if fn == "average" else part
         aggs.append(result.cast(SPARK_TYPES[typ]).alias(column))
-    grouped = grouped.select(*group, "__at", *aggs, F.col("__least_exp").alias("__mexp"))
+    prov = [_unite(F.col("__prov")).alias("__prov")] if head.provenance else []
+    grouped = grouped.select(*group, "__at", *aggs, F.col("__least_exp").alias("__mexp"), *prov)
     # The head over the grouped columns: argument j is column __g<j>, the time __gt.
     head_env = {f"__head{j}": (f"__g{j}", typ) for j, (_, _, typ) in enumerate(head.args)}
     if head.time is not None:
@@ -667,6 +714,7 @@ __all__ = [
     "derive",
     "derive_next",
     "head_rows",
+    "united",
     "matches",
     "row_columns",
 ]
