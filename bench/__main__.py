@@ -70,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         help="W2: leave out the hand-written PySpark job (its ten-minute range window "
         "grows with the square of the readings a minute; for runs at many readings)",
     )
+    parser.add_argument(
+        "--provenance",
+        action="store_true",
+        help="W2: also run it with `@provenance` on the alerts (its cost)",
+    )
     parser.add_argument("--actions", type=int, default=100_000, help="W3 derived events")
     parser.add_argument("--json", help="write every measurement to this file")
     harness.spark_plans_option(parser)
@@ -110,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.samples,
                 batch_peer=not args.no_hand_written,
                 policy=policy,
+                provenance=args.provenance,
             )
         elif workload == "w3":
             from bench import w3_actions

@@ -30,6 +30,7 @@ from dagster_pomo.examples import CORPORA, DEFAULT_START, HOUR, water_tank_event
 MINUTE = 60_000
 if TYPE_CHECKING:
     from dagster_pomo.engine.policy import Policy
+    from dagster_pomo.lang import Program
 
 START = DEFAULT_START
 CORPUS = CORPORA / "water_tanks.pomo"
@@ -43,7 +44,10 @@ def run(
     *,
     batch_peer: bool = True,
     policy: Policy | None = None,
+    provenance: bool = False,
 ) -> list[Measurement]:
+    """With ``provenance``, also the incremental run of the corpus with `@provenance` on the
+    alerts (so every relation they rest on carries it too), its alerts checked equal."""
     from dagster_pomo.engine.driver import Driver
     from dagster_pomo.engine.inputs import RunInputs, prepare
     from dagster_pomo.engine.policy import Policy
@@ -61,15 +65,15 @@ def run(
         prepared = prepare(program, landing, HOUR, start=START, until=START + hours * HOUR)
         counter = iter(range(10**6))
 
-        def fresh(sub: RunInputs = prepared):  # noqa: ANN202
+        def fresh(sub: RunInputs = prepared, corpus: Program = program):  # noqa: ANN202
             """An evaluator over a fresh warehouse holding the inputs (set-up, not timed)."""
             where = f"{tmp}/wh{next(counter)}"
-            return Driver.for_run(program, sub, where, policy=policy or Policy(), session=spark)
+            return Driver.for_run(corpus, sub, where, policy=policy or Policy(), session=spark)
 
         per_epoch: list[dict] = []
 
-        def incremental() -> dict:
-            evaluator = fresh()
+        def incremental(corpus: Program = program) -> dict:
+            evaluator = fresh(corpus=corpus)
             rows_in: dict[tuple[str, str], int] = _input_rows(evaluator, prepared)
             per_epoch.clear()
             total = 0.0
@@ -88,8 +92,14 @@ def run(
                         "state_rows_read": sum(rows_in.get(p, 0) for p in stats.partitions_read),
                     }
                 )
-            alerts = _alerts(spark, f"{evaluator.backend.wh.root}/{program.name}/overflow_alert")
+            stored = f"{evaluator.backend.wh.root}/{program.name}/overflow_alert"
+            alerts = _alerts(spark, stored)
+            extra = {}
+            if corpus is not program:
+                sources = spark.read.parquet(stored).selectExpr("avg(size(_prov))").first()[0]
+                extra["sources_per_alert"] = round(sources or 0.0, 1)
             return {
+                **extra,
                 "seconds": total,
                 "epochs": len(per_epoch),
                 "jobs_per_epoch": round(sum(e["spark_jobs"] for e in per_epoch) / len(per_epoch)),
@@ -102,6 +112,14 @@ def run(
         ours.extra["per_epoch"] = list(per_epoch)
         ours.extra["last_epoch_over_10th"] = _ratio(per_epoch, 10)
         ours.extra["last_ten_over_6th_to_15th"] = _window_ratio(per_epoch, 6, 10)
+        if provenance:
+            asked = with_provenance(program)
+            carried = measure(case, "dagster-pomo, alerts @provenance", repeat,
+                              lambda: incremental(asked))  # fmt: skip
+            wrong = carried.extra.pop("_alerts").exceptAll(alerts).count()
+            if wrong or carried.extra["alerts"] != ours.extra["alerts"]:
+                raise AssertionError("the alerts with @provenance differ")
+            out.append(carried)
 
         def batch() -> dict:
             evaluator = fresh()  # the same Parquet inputs
@@ -138,6 +156,17 @@ def run(
         again.extra["full_history_seconds"] = round(seconds_at[max(seconds_at)], 3)
         out += [ours, again, *peers]
     return out
+
+
+def with_provenance(program: Program) -> Program:
+    """The corpus with `@provenance` on the alerts' rule."""
+    from dagster_pomo.lang import compile_corpus
+
+    plain = "overflow_alert(tank, avg) ~ notify_operator :="
+    text = CORPUS.read_text()
+    assert plain in text
+    asked = text.replace(plain, "overflow_alert(tank, avg) @provenance ~ notify_operator :=")
+    return compile_corpus(asked, CORPUS.name)
 
 
 def prepared_until(prepared, until: int):  # noqa: ANN001, ANN201
