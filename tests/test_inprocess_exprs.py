@@ -143,6 +143,10 @@ edges = st.one_of(
         max_size=6,
     ),
 )
+@example(  # the one integer quotient beyond 64 bits
+    ast.BinOp("/", ast.Const(-(2**63), "int"), ast.Const(-1, "int")),
+    [{"i": 0, "j": 1, "f": 0.5, "s": "", "b": True}],
+)
 def test_arithmetic_at_the_edges_of_64_bits_is_undefined_as_in_the_reference(
     expr: ast.Expr, data: list
 ) -> None:

@@ -163,8 +163,12 @@ def binop(op: str, left: Vec, right: Vec) -> Vec:
             zero = b == 0
             safe = np.where(zero, 1, b)
             rem = np.fmod(a, safe)
-            out = rem if op == "%" else (a - rem) // safe
-            return Vec(out, _both(ok, ~zero), "int")
+            with np.errstate(over="ignore"):
+                out = rem if op == "%" else (a - rem) // safe
+            bad = zero
+            if op == "/":  # the one quotient beyond 64 bits: the least integer by -1
+                bad = zero | ((a == np.iinfo(np.int64).min) & (b == -1))
+            return Vec(out, _both(ok, ~bad), "int")
         with np.errstate(over="ignore"):
             out = {"+": np.add, "-": np.subtract, "*": np.multiply}[op](a, b)
         return Vec(out, _both(ok, ~_overflowed(op, a, b, out)), "int")
