@@ -128,3 +128,17 @@ def outbox_handlers(corpus: str | Path, outbox: str | Path) -> dict[str, SqliteO
     from dagster_pomo.lang import load_program
 
     return {name: SqliteOutbox(outbox) for name in subscriptions(load_program(corpus))}
+
+
+def flags(a: int, b: int) -> int:
+    """A lattice of bit sets: merged by bitwise or (`@lattice("flags", bits)`)."""
+    return a | b
+
+
+def longest(a: str, b: str) -> str:
+    """A lattice of text: the longer wins, then the later in code-point order."""
+    return max(a, b, key=lambda s: (len(s), s))
+
+
+# Lattices the examples and tests register (`pomo run --lattice flags=dagster_pomo.examples:flags`).
+LATTICES = {"flags": flags, "longest": longest}

@@ -46,3 +46,13 @@ def _one_spark_session_per_run():
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _example_lattices():
+    """The examples' lattices (`flags`, `longest`), registered as a program running corpora
+    that use them would: generated corpora and the semantic cases merge with them."""
+    from dagster_pomo.engine.lattices import register_lattices
+    from dagster_pomo.examples import LATTICES
+
+    register_lattices(LATTICES)

@@ -6,7 +6,9 @@ itself positively when it is recursive. Between them they use every construct of
 the language: joins, constants, guards, negation, every aggregate (read back in
 later bodies), head expressions and functions, ``where`` definitions, unions of
 rules, explicit ``@time`` (past and future), clocks, recursion, declared
-lifetimes of derived relations, ``@next`` sequences, content IDs and body aggregates.
+lifetimes of derived relations, ``@next`` sequences, content IDs and body aggregates, sets
+(``@collect``) and a registered lattice (``@lattice``); `with_provenance` adds
+``@provenance`` to some heads.
 """
 
 from __future__ import annotations
@@ -40,7 +42,16 @@ KINDS = (
     "body_agg",
     "choose",
 )
-AGGREGATES = ("@count", "@sum(y)", "@min(y)", "@max(y)", "@average(y)")
+# `flags` is a lattice the tests register (bitwise or: `dagster_pomo.examples`).
+AGGREGATES = (
+    "@count",
+    "@sum(y)",
+    "@min(y)",
+    "@max(y)",
+    "@average(y)",
+    "@collect(y)",
+    '@lattice("flags", y)',
+)
 # Head expressions over two integers: signs, truncating division and remainder, functions.
 EXPRESSIONS = (
     "y + 1",
@@ -118,7 +129,9 @@ def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
                     f" if seen < tick ^ seen >= tick - n where o = {offset}, n = {period};"
                 )
             unary.append(d)
-            aggregated[d] = [a.split("(")[0] for a in aggs]
+            readable = [a.split("(")[0] for a in aggs if not a.startswith("@collect")]
+            if readable:  # a collected set is no value a body reads
+                aggregated[d] = readable
             continue
         if kind == "read_agg" and aggregated:
             src = draw(st.sampled_from(sorted(aggregated)))

@@ -480,3 +480,37 @@ def test_provenance_is_every_input_event_a_derived_event_rests_on(tmp_path, engi
         {**ev(["t1"], 4, 12, **{"max(level)": 8.0}), "provenance": sorted([r1, r2])},
     ]
     assert all("provenance" not in x for x in out["plain"])  # asked by no carrier
+
+
+def test_collect_and_a_registered_lattice_merge_the_matches_alive(tmp_path, engine, epoch) -> None:
+    """`@collect` (a sorted set) and `@lattice` (a registered merge: bitwise or, the longest
+    text) over the matches alive at each time, beside each other and `@provenance`; a
+    lattice's value read back in a body."""
+    corpus = """
+    .decl perm(user: str, bits: int, note: str) lifetime 10;
+    rights(user) @lattice("flags", bits) := perm(user, bits, _);
+    notes(user) @lattice("longest", note) @collect(bits) @provenance := perm(user, bits, note);
+    strong(user) := rights(user) @lattice(b) if b >= 6;
+    """
+    events = [
+        ("perm", 1, ["ann", 1, "a"]),
+        ("perm", 3, ["ann", 4, "bb"]),
+        ("perm", 5, ["ann", 2, "ab"]),
+        ("perm", 6, ["bob", 8, "zzz"]),
+        ("perm", 14, ["ann", 1, "c"]),  # the first three have expired by then
+    ]
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=30)
+    flags = [
+        (e["args"][0], e["t"], e["exp"], e["aggregates"]["flags(bits)"]) for e in out["rights"]
+    ]
+    assert flags == [("ann", 1, 11, 1), ("ann", 3, 11, 5), ("ann", 5, 11, 7), ("bob", 6, 16, 8),
+                     ("ann", 14, 15, 3)]  # fmt: skip
+    notes = [
+        (e["t"], e["aggregates"]["longest(note)"], e["aggregates"]["collect(bits)"])
+        for e in out["notes"]
+    ]
+    assert notes == [(1, "a", [1]), (3, "bb", [1, 4]), (5, "bb", [1, 2, 4]), (6, "zzz", [8]),
+                     (14, "ab", [1, 2])]  # fmt: skip
+    last = cid("perm", ["ann", 2, "ab"], 5), cid("perm", ["ann", 1, "c"], 14)
+    assert out["notes"][-1]["provenance"] == sorted(last)
+    assert [(e["args"], e["t"]) for e in out["strong"]] == [(["ann"], 5), (["bob"], 6)]

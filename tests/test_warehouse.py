@@ -89,7 +89,10 @@ def by_epoch(evaluator, relation: str, deferred: bool = False) -> dict[str, Coun
 
 
 def _digits(value: object) -> object:
-    """A float to 9 significant digits: sums in another order differ in the last bits."""
+    """A float to 9 significant digits: sums in another order differ in the last bits; a
+    list (a collected set, provenance) as a tuple of such."""
+    if isinstance(value, list):
+        return tuple(_digits(v) for v in value)
     return float(f"{value:.9g}") if isinstance(value, float) else value
 
 

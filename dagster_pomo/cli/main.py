@@ -148,6 +148,7 @@ def _evaluate(args: argparse.Namespace, out: Path | None = None) -> RunResult | 
 
     (path,) = _corpus_files([args.file])
     try:
+        _register_lattices(args)
         size = parse_duration(args.epoch)
         start = _time_option("--start", args.start, parse_time)
         until = _time_option("--until", args.until, parse_time)
@@ -200,6 +201,14 @@ def _evaluate(args: argparse.Namespace, out: Path | None = None) -> RunResult | 
     return result
 
 
+def _register_lattices(args: argparse.Namespace) -> None:
+    """The lattices ``--lattice NAME=module:function`` names, imported and registered."""
+    from dagster_pomo.engine.lattices import load_lattice, register_lattice
+
+    for spec in args.lattice:
+        register_lattice(*load_lattice(spec))
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from dagster_pomo.engine.explain import explain_run
     from dagster_pomo.engine.lines import parse_window
@@ -232,6 +241,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _explain_stored(args: argparse.Namespace, at: int | None, window: TimeWindow) -> list:
     """`explain --warehouse`: from what a pipeline stored, with no evaluation."""
+    _register_lattices(args)
     from dagster_pomo.engine.explain import explain_warehouse
     from dagster_pomo.timeline import parse_duration
 
@@ -568,6 +578,13 @@ def _run_options(command: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="extra Spark configuration (repeatable)",
+    )
+    command.add_argument(
+        "--lattice",
+        action="append",
+        default=[],
+        metavar="NAME=MODULE:FUNCTION",
+        help='the merge function of `@lattice("NAME", v)` heads, imported (repeatable)',
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dagster_pomo.engine.ingest import Ingested, corpus_facts, ingest_files, landing_files
+from dagster_pomo.engine.lattices import require as require_lattices
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.schema import Schema, infer_schemas
@@ -64,6 +65,7 @@ def prepare(
     window: TimeWindow = DEFAULT_TIMES,
 ) -> RunInputs:
     """The events read (times outside ``window`` quarantined), the schemas, the epochs."""
+    require_lattices(program)  # before any work: a corpus merging with an unknown lattice
     landed = ingest_files(program, landing_files(events) if events else [], window)
     times = landed.times  # the run starts at the first landed event, or else the first fact
     ingested = load_inputs(program, landed)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.ingest import expiry
+from dagster_pomo.engine.lattices import fold, merge_of
 from dagster_pomo.engine.versions import Version, union, value_order
 from dagster_pomo.errors import PomoError
 from dagster_pomo.lang import Program, ast
@@ -399,7 +400,8 @@ class ReferenceEvaluator:
             try:
                 args, t = self._head_values(rule, match.env, tau)
                 values = tuple(
-                    evaluate(a.args[0], match.env) if a.args else 1 for a in rule.aggregates
+                    evaluate(a.value, match.env) if a.value is not None else 1
+                    for a in rule.aggregates
                 )
             except Undefined:
                 continue
@@ -421,7 +423,7 @@ class ReferenceEvaluator:
                 )
                 try:
                     aggs = tuple(
-                        _aggregate(a.name, [v[i] for v, _ in covered.values()])
+                        _aggregate(a.name, [v[i] for v, _ in covered.values()], a.lattice)
                         for i, a in enumerate(rule.aggregates)
                     )
                 except Undefined:
@@ -484,9 +486,13 @@ def _fit(value: Value, typ: str, rule: ast.Rule) -> Value:
     )
 
 
-def _aggregate(name: str, values: list[Value]) -> Value:
+def _aggregate(name: str, values: list[Value], lattice: str | None = None) -> Value:
     if name == "count":
         return len(values)
+    if lattice is not None:  # the registered merge (order and repeats do not matter)
+        return fold(merge_of(lattice), values)  # type: ignore[return-value]
+    if name == "collect":  # a set: its distinct values in the one order of values
+        return tuple(sorted(set(values), key=value_order))  # type: ignore[return-value]
     if any(isinstance(v, bool) for v in values):
         raise Undefined("cannot aggregate booleans")
     if name == "min":

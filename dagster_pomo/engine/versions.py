@@ -47,7 +47,9 @@ def from_record(values: Sequence[object], schema: Schema) -> Version:
     n, k = len(schema.columns), len(schema.aggregates)
     t, kt, exp, tau = values[n + k : n + k + 4]
     prov = tuple(values[n + k + 4] or ()) if schema.provenance else ()
-    return Version(t, tuple(values[:n]), kt, exp, tuple(values[n : n + k]), tau, prov)  # type: ignore[arg-type]
+    # A collected set comes as a list; versions hold it as a tuple, as the reference makes it.
+    aggs = tuple(tuple(v) if isinstance(v, list) else v for v in values[n : n + k])
+    return Version(t, tuple(values[:n]), kt, exp, aggs, tau, prov)  # type: ignore[arg-type]
 
 
 def output_object(
@@ -68,7 +70,9 @@ def output_object(
         "args": list(args),
         "t": t,
         "exp": None if exp >= NEVER else exp,
-        "aggregates": dict(zip(keys, aggs, strict=True)),
+        "aggregates": {
+            k: list(v) if isinstance(v, tuple) else v for k, v in zip(keys, aggs, strict=True)
+        },
     }
     if prov is not None:
         obj["provenance"] = list(prov)

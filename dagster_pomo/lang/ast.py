@@ -103,6 +103,20 @@ class Annotation:
     args: tuple[Expr, ...] = ()
     span: Span = _span()
 
+    @property
+    def value(self) -> Expr | None:
+        """What a head aggregate aggregates: its last argument (``@lattice("name", v)``
+        names its lattice first), None for ``@count``."""
+        return self.args[-1] if self.args else None
+
+    @property
+    def lattice(self) -> str | None:
+        """The registered lattice a ``@lattice("name", v)`` merges with."""
+        if self.name != "lattice" or len(self.args) != 2:
+            return None
+        first = self.args[0]
+        return str(first.value) if isinstance(first, Const) else None
+
 
 @dataclass(frozen=True)
 class Handler:
@@ -140,6 +154,9 @@ class Atom:
 
 
 AGGREGATES = ("count", "sum", "min", "max", "average")
+# A head may also collect (the set of a value over the matches; a body cannot: no expression
+# takes a set) and merge with a lattice registered by name.
+HEAD_AGGREGATES = (*AGGREGATES, "collect", "lattice")
 
 
 @dataclass(frozen=True)
@@ -230,7 +247,7 @@ class Rule:
 
     @property
     def aggregates(self) -> tuple[Annotation, ...]:
-        return tuple(a for a in self.head.annotations if a.name in AGGREGATES)
+        return tuple(a for a in self.head.annotations if a.name in HEAD_AGGREGATES)
 
     @property
     def positive(self) -> tuple[Atom, ...]:

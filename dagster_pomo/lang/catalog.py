@@ -15,7 +15,7 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.lang.errors import Diagnostic, Severity
 
-AGGREGATE_NAMES = frozenset(ast.AGGREGATES)
+AGGREGATE_NAMES = frozenset(ast.HEAD_AGGREGATES)
 # Which constant kinds each declared column type accepts.
 ACCEPTS: dict[str, frozenset[str]] = {
     "int": frozenset({"int", "duration"}),

@@ -25,6 +25,8 @@ ANNOTATION_ARITY = {
     "min": 1,
     "max": 1,
     "average": 1,
+    "collect": 1,
+    "lattice": 2,
     "warn": 0,
     "async": 0,
     "provenance": 0,
@@ -99,6 +101,13 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
     head = rule.head
     for lit in rule.body:
         yield from _check_annotation_names(lit.atom, BODY_ARITY)
+        if (collected := lit.atom.annotation("collect")) is not None:
+            yield Diagnostic(
+                "a collected set cannot be read in a body: no expression takes a set",
+                collected.span,
+                "match the events it collects instead, or collect into a relation of "
+                "its own: `seen(k, x) := ...`",
+            )
         cid = lit.atom.annotation("cid")
         if lit.negated and cid is not None:
             yield Diagnostic(
@@ -118,6 +127,13 @@ def check_annotations(rule: ast.Rule) -> Iterator[Diagnostic]:
             "`@cid` binds the content ID of a matched event: it belongs in a body",
             cid.span,
             "give the head a column of type `cid` and bind it in the body (`C := atom`)",
+        )
+    lattice = head.annotation("lattice")
+    if lattice is not None and len(lattice.args) == 2 and lattice.lattice is None:
+        yield Diagnostic(
+            "`@lattice` names its lattice first, as text",
+            lattice.args[0].span,
+            'write `@lattice("flags", v)`: the merge function registered under that name',
         )
     if (warn := head.annotation("warn")) is not None and not rule.check:
         yield Diagnostic(

@@ -30,6 +30,8 @@ def widen(a: str | None, b: str | None) -> str | None:
         return a
     if {a, b} == _NUMERIC:
         return "float"
+    if (x := element_of(a)) is not None and (y := element_of(b)) is not None:
+        return set_of(str(widen(x, y)))
     raise ValueError(f"{a} and {b}")
 
 
@@ -128,7 +130,19 @@ def aggregate_type(function: str, arg: str | None) -> str | None:
         return "int"
     if function == "average":
         return "float"
+    if function == "collect":
+        return None if arg is None else set_of(arg)
     return arg
+
+
+def set_of(element: str) -> str:
+    """The type of a set of values of type ``element`` (a `@collect`): ``set<element>``."""
+    return f"set<{element}>"
+
+
+def element_of(typ: str) -> str | None:
+    """The element type of a set type, or None for a scalar type."""
+    return typ[4:-1] if typ.startswith("set<") else None
 
 
 def _declared(catalog: Catalog) -> Callable[[str], tuple[str | None, ...]]:

@@ -57,9 +57,12 @@ def render_expr(expr: ast.Expr, context: int = 0) -> str:
 
 
 def aggregate_key(ann: ast.Annotation) -> str:
-    """How an aggregate is named in outputs: as written, without ``@`` and spaces."""
+    """How an aggregate is named in outputs: as written, without ``@`` and spaces; a
+    lattice's by its name (``@lattice("flags", b)`` is ``flags(b)``)."""
     if not ann.args:
         return ann.name
+    if ann.lattice is not None and ann.value is not None:
+        return f"{ann.lattice}({render_expr(ann.value)})".replace(" ", "")
     return f"{ann.name}({','.join(render_expr(a) for a in ann.args)})".replace(" ", "")
 
 

@@ -32,6 +32,8 @@ from dagster import (
 
 from dagster_pomo.engine.actions import Handler, check_handlers
 from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.lattices import Merge, register_lattices
+from dagster_pomo.engine.lattices import require as require_lattices
 from dagster_pomo.engine.lines import DEFAULT_TIMES
 from dagster_pomo.engine.versions import digest
 from dagster_pomo.errors import UsageError
@@ -275,6 +277,7 @@ def pomo_definitions(
     ledger: str | None = None,
     times: str = str(DEFAULT_TIMES),
     freshness: str | int | None = "15m",
+    lattices: Mapping[str, Merge] | None = None,
 ):  # noqa: ANN201 - Definitions
     """Everything Dagster needs for one corpus file: assets (with one per action handler;
     ``handlers`` maps every handler name the corpus uses to a callable), the corpus's job,
@@ -283,7 +286,8 @@ def pomo_definitions(
     materialization within ``freshness`` after the schedule's tick for each epoch (None:
     no policy). ``ledger`` is the folder of the action ledger (default: the warehouse,
     when local); ``times`` the times input events may have (``FROM..UNTIL`` or ``any``;
-    events outside are quarantined)."""
+    events outside are quarantined); ``lattices`` maps each lattice name the corpus's
+    ``@lattice("name", v)`` heads use to its merge function."""
     from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
     from dagster_pomo.lang import load_program
@@ -292,6 +296,8 @@ def pomo_definitions(
     from dagster_pomo.timeline import parse_duration
 
     program = load_program(corpus)
+    register_lattices(lattices or {})
+    require_lattices(program)
     handlers = dict(handlers or {})
     problems = check_handlers(program, handlers)
     if problems:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -99,4 +100,7 @@ def _sources(cids: Sequence[str] | None) -> str:
 
 
 def _plain(value: object) -> object:
+    """A stored value as a preview cell: a float to 6 places, a collected set as JSON."""
+    if isinstance(value, list | tuple):
+        return json.dumps(list(value))
     return round(value, 6) if isinstance(value, float) else value

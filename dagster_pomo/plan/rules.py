@@ -112,6 +112,7 @@ class Aggregate:
 
     functions: tuple[tuple[str, ast.Expr | None, str, str], ...]
     reach_from: tuple[str, ...]
+    lattice: str | None = None  # the registered lattice a ``@lattice`` function merges with
 
 
 @dataclass(frozen=True)
@@ -220,10 +221,11 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
     aggregate = None
     if rule.aggregates:
         functions = tuple(
-            (ann.name, ann.args[0] if ann.args else None, f"_agg_{ann.name}", typ)
+            (ann.name, ann.value, f"_agg_{ann.name}", typ)
             for ann, (_, _, typ) in zip(rule.aggregates, schema.aggregates, strict=True)
         )
-        aggregate = Aggregate(functions, tuple(a.relation for a in rule.positive))
+        lattice = next((a.lattice for a in rule.aggregates if a.lattice is not None), None)
+        aggregate = Aggregate(functions, tuple(a.relation for a in rule.positive), lattice)
     return RulePlan(
         rule,
         tuple(scans),

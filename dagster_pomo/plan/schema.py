@@ -127,7 +127,7 @@ def infer_schemas(
                 if new != types[name][i]:
                     types[name][i], changed = new, True
             for i, ann in enumerate(rule.aggregates):
-                arg = expr_type(ann.args[0], env) if ann.args else None
+                arg = expr_type(ann.value, env) if ann.value is not None else None
                 new = aggregate_type(ann.name, arg)
                 if ann.name == "sum" and new not in (None, "int", "float"):
                     raise SchemaError(f"line {rule.span.line}: `@sum` needs numbers")

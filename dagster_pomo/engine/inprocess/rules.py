@@ -33,7 +33,7 @@ from dagster_pomo.engine.inprocess.exprs import (
 )
 from dagster_pomo.engine.task_rounds import NUMPY_OPS
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.kinds import expr_type
+from dagster_pomo.lang.kinds import element_of, expr_type
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import (
     BodyAggregate,
@@ -72,10 +72,16 @@ def _pairs(left: pd.DataFrame, right: pd.DataFrame, on: Sequence[str]) -> int:
 ARROW = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
 
 
+def arrow_type(typ: str) -> pa.DataType:
+    """A column type (a set's as a list) in Arrow."""
+    element = element_of(typ)
+    return ARROW[typ] if element is None else pa.list_(ARROW[element])
+
+
 def arrow_schema(schema: Schema) -> pa.Schema:
     """The stored columns of a relation as Arrow types (those of Spark's ``struct_of``)."""
     fields = [pa.field(c, ARROW[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
-    fields += [pa.field(f"_agg_{fn}", ARROW[t]) for fn, _, t in schema.aggregates]
+    fields += [pa.field(f"_agg_{fn}", arrow_type(t)) for fn, _, t in schema.aggregates]
     fields += [pa.field(m, pa.int64()) for m in META]
     if schema.provenance:
         fields.append(pa.field(PROV, pa.list_(pa.string())))
@@ -107,7 +113,11 @@ def rule_supported(plan: RulePlan) -> bool:
         if found not in (None, typ) and {found, typ} != {"int", "float"}:
             return False
     functions = plan.aggregate.functions if plan.aggregate else ()
-    return all(arg is None or expr_type(arg, types) in ("int", "float") for _, arg, *_ in functions)
+    return all(
+        fn not in ("collect", "lattice")
+        and (arg is None or expr_type(arg, types) in ("int", "float"))
+        for fn, arg, *_ in functions
+    )
 
 
 # ---------------------------------------------------------------------------- matches

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
+    DataType,
     DoubleType,
     LongType,
     StringType,
@@ -48,6 +49,7 @@ from dagster_pomo.engine.stats import EpochScope, StratumStats
 from dagster_pomo.engine.versions import Version, from_record, record
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
+from dagster_pomo.lang.kinds import element_of
 from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
 from dagster_pomo.plan.rules import RulePlan
@@ -76,9 +78,15 @@ def collect_versions(df: DataFrame, schema: Schema) -> list[Version]:
     return [from_record(tuple(rec), schema) for rec in df.collect()]
 
 
+def _spark_type(typ: str) -> DataType:
+    """A column type (a set's as an array) as Spark's."""
+    element = element_of(typ)
+    return _SPARK[typ] if element is None else ArrayType(_SPARK[element])
+
+
 def struct_of(schema: Schema) -> StructType:
     fields = [StructField(c, _SPARK[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
-    fields += [StructField(f"_agg_{fn}", _SPARK[t]) for fn, _, t in schema.aggregates]
+    fields += [StructField(f"_agg_{fn}", _spark_type(t)) for fn, _, t in schema.aggregates]
     fields += [StructField(m, LongType()) for m in META]
     if schema.provenance:
         fields.append(StructField(PROV, ArrayType(StringType())))

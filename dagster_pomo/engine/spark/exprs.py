@@ -15,9 +15,18 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from dagster_pomo.lang import ast
+from dagster_pomo.lang.kinds import element_of
 from dagster_pomo.plan.schema import expr_type
 
 SPARK_TYPES = {"int": "long", "float": "double", "str": "string", "bool": "boolean"}
+
+
+def spark_type(typ: str) -> str:
+    """A column type (a set's as a sorted array) in Spark SQL's words."""
+    element = element_of(typ)
+    return SPARK_TYPES[typ] if element is None else f"array<{SPARK_TYPES[element]}>"
+
+
 Typed = tuple[Column, str | None]
 
 

@@ -21,9 +21,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from dagster_pomo.engine import cid as content_ids
-from dagster_pomo.engine import sliding_aggregates
-from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, truthy
+from dagster_pomo.engine import lattices, sliding_aggregates
+from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, spark_type, truthy
 from dagster_pomo.lang import ast
+from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import (
     BodyAggregate,
@@ -515,6 +516,17 @@ def _partials(
                 "average": (f"__part{i}", F.sum(col.cast("double")), adds),
                 "min": (f"__part{i}", F.min(col), lambda w, s: F.least(w, F.min(s))),
                 "max": (f"__part{i}", F.max(col), lambda w, s: F.greatest(w, F.max(s))),
+                "collect": (
+                    f"__part{i}",
+                    F.collect_set(col),
+                    lambda w, s: F.array_union(w, F.collect_set(s)),
+                ),
+                # A lattice's values, merged once gathered (`_merged_by`).
+                "lattice": (
+                    f"__part{i}",
+                    F.collect_list(col),
+                    lambda w, s: F.concat(w, F.collect_list(s)),
+                ),
             }[fn]
         )
     return parts
@@ -537,6 +549,17 @@ def _unite(*lists: Column) -> Column:
     """Provenance lists as one: sorted, each content ID once, none for null."""
     joined = F.concat(*[F.coalesce(x, F.array().cast("array<string>")) for x in lists])
     return F.array_sort(F.array_distinct(joined))
+
+
+def _merged_by(name: str, typ: str) -> Callable[[Column], Column]:
+    """A column of lists of values, each merged by the lattice registered as ``name`` (in
+    Spark's Python workers, which get the function with the plan)."""
+    merge = lattices.merge_of(name)
+
+    def merged(values: list[Value]) -> Value | None:
+        return lattices.fold(merge, values)
+
+    return F.udf(merged, spark_type(typ))
 
 
 def _by_window(
@@ -689,13 +712,19 @@ def aggregate(
         for i, (_, arg, _, _) in enumerate(functions)
         if arg is not None
     )
-    by = _by_sweep if numeric and not head.provenance else _by_window
+    sets = any(fn in ("collect", "lattice") for fn, *_ in functions)
+    by = _by_sweep if numeric and not head.provenance and not sets else _by_window
     grouped = by(rule, made.withColumnRenamed("__tau", "__at"), group, values, a, b, buckets)
     aggs = []
     for i, (fn, _, column, typ) in enumerate(functions):
         part = F.col(f"__part{i}")
         result = part / F.col("__n") if fn == "average" else part
-        aggs.append(result.cast(SPARK_TYPES[typ]).alias(column))
+        if fn == "collect":  # a set: its distinct values in the one order of values
+            result = F.array_sort(part)
+        elif fn == "lattice":
+            assert rule.aggregate.lattice is not None
+            result = _merged_by(rule.aggregate.lattice, typ)(part)
+        aggs.append(result.cast(spark_type(typ)).alias(column))
     prov = [_unite(F.col("__prov")).alias("__prov")] if head.provenance else []
     grouped = grouped.select(*group, "__at", *aggs, F.col("__least_exp").alias("__mexp"), *prov)
     # The head over the grouped columns: argument j is column __g<j>, the time __gt.
