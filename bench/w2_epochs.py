@@ -72,9 +72,9 @@ def run(
 
         per_epoch: list[dict] = []
 
-        def incremental(corpus: Program = program) -> dict:
-            evaluator = fresh(corpus=corpus)
-            rows_in: dict[tuple[str, str], int] = _input_rows(evaluator, prepared)
+        def incremental(corpus: Program = program, sub: RunInputs = prepared) -> dict:
+            evaluator = fresh(sub, corpus)
+            rows_in: dict[tuple[str, str], int] = _input_rows(evaluator, sub)
             per_epoch.clear()
             total = 0.0
             for index, epoch in enumerate(prepared.epoch_range.epochs, start=1):
@@ -114,8 +114,9 @@ def run(
         ours.extra["last_ten_over_6th_to_15th"] = _window_ratio(per_epoch, 6, 10)
         if provenance:
             asked = with_provenance(program)
+            inputs = prepare(asked, landing, HOUR, start=START, until=START + hours * HOUR)
             carried = measure(case, "dagster-pomo, alerts @provenance", repeat,
-                              lambda: incremental(asked))  # fmt: skip
+                              lambda: incremental(asked, inputs))  # fmt: skip
             wrong = carried.extra.pop("_alerts").exceptAll(alerts).count()
             if wrong or carried.extra["alerts"] != ours.extra["alerts"]:
                 raise AssertionError("the alerts with @provenance differ")

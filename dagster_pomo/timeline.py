@@ -43,13 +43,13 @@ def epoch_key(epoch: Epoch) -> str:
     return str(epoch.start)
 
 
-def parse_duration(text: str) -> int:
-    """``"1h"`` -> 3600000; a bare number is milliseconds."""
+def parse_duration(text: str, zero: bool = False) -> int:
+    """``"1h"`` -> 3600000; a bare number is milliseconds. Positive, or 0 where ``zero``."""
     match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", text)
     if not match:
         raise UsageError(f"`{text}` is not a duration; write e.g. 250ms, 30s, 10m, 1h or 1d")
     value = int(match.group(1)) * _UNITS[match.group(2) or "ms"]
-    if value <= 0:
+    if value < 0 or (value == 0 and not zero):
         raise UsageError("a duration must be positive")
     return value
 

@@ -131,3 +131,42 @@ def test_the_schedule_fires_skew_after_each_epoch_and_requests_it(tmp_path: Path
         )
     ).run_requests
     assert request.partition_key == "2024-01-01-00:00" and request.run_key == request.partition_key
+
+
+def test_a_defs_yaml_registers_the_lattices_its_corpus_merges_with(tmp_path: Path) -> None:
+    """A corpus merging with `@lattice("bits", v)` loads only once `lattices:` names the
+    function; without it the error says which lattice is missing and how to give it."""
+    from dagster import load_from_defs_folder
+
+    corpus = '.decl perm(u: str, b: int);\nrights(u) @lattice("bits", b) := perm(u, b);\n'
+    attributes = """
+        corpus: perms.pomo
+        start: "2023-11-14T22:00"
+        warehouse: warehouse
+        landing: landing
+        """
+    for given in ("", "lattices:\n  bits: dagster_pomo.examples:flags\n"):
+        here = tmp_path / f"p{len(given)}"
+        here.mkdir()
+        root = _project(here, attributes.rstrip(" ") + textwrap.indent(given, " " * 8))
+        folder = root / "tanks_project" / "defs" / "tanks"
+        (folder / "water_tanks.pomo").unlink()
+        (folder / "perms.pomo").write_text(corpus)
+        for name in [m for m in sys.modules if m.startswith("tanks_project")]:
+            del sys.modules[name]  # another test's project had a package of this name
+        sys.path.insert(0, str(root))
+        try:
+            if not given:
+                with pytest.raises(Exception) as failed:  # noqa: PT011 - Dagster wraps ours
+                    load_from_defs_folder(path_within_project=root)
+                causes, error = [], failed.value
+                while error is not None:
+                    causes.append(str(error))
+                    error = error.__cause__ or error.__context__
+                assert any("no lattice registered as `bits`" in c for c in causes), causes
+                continue
+            defs = load_from_defs_folder(path_within_project=root)
+        finally:
+            sys.path.remove(str(root))
+        keys = {k for a in defs.assets for k in a.keys}
+        assert AssetKey(["perms", "rights"]) in keys

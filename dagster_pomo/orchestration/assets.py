@@ -303,7 +303,7 @@ def pomo_definitions(
     if problems:
         raise UsageError("\n".join(problems))
     translator = translator or PomoTranslator()
-    skew_ms = skew if isinstance(skew, int) else parse_duration(skew)
+    skew_ms = skew if isinstance(skew, int) else parse_duration(skew, zero=True)
     policy = None
     if freshness is not None:
         due = skew_ms + (freshness if isinstance(freshness, int) else parse_duration(freshness))

@@ -12,6 +12,8 @@
       skew: 5m
       handlers:                       # handler name -> "module:attribute"
         notify_operator: my_project.handlers:page_the_operator
+      lattices:                       # @lattice("name", v) -> "module:attribute"
+        flags: dagster_pomo.examples:flags
       spark:
         master: local[*]
         conf: {spark.sql.shuffle.partitions: "4"}
@@ -88,6 +90,10 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
     handlers: dict[str, str] = Field(
         default_factory=dict, description="action handler name -> `module:attribute`"
     )
+    lattices: dict[str, str] = Field(
+        default_factory=dict,
+        description='lattice name (`@lattice("name", v)`) -> `module:attribute` of its merge',
+    )
     ledger: str | None = Field(default=None, description="folder of the action ledger")
     times: str = Field(
         default=str(DEFAULT_TIMES),
@@ -125,4 +131,5 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
             ledger=None if self.ledger is None else local(self.ledger),
             times=self.times,
             freshness=self.freshness,
+            lattices={name: _import(target) for name, target in self.lattices.items()},  # type: ignore[misc]
         )
