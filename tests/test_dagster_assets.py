@@ -719,12 +719,18 @@ def test_a_check_violated_in_a_partition_fails_its_asset_check_there(tmp_path: P
 
 
 def test_a_partition_s_preview_shows_the_provenance_an_epoch_by_epoch_run_records(
-    tmp_path: Path,
+    tmp_path: Path, capsys
 ) -> None:
     """With `@provenance` on the alert, each materialized partition's preview carries every
     alert's sources as `pomo run` epoch by epoch records them for that epoch, and every
-    source is the content ID of a landed reading or a corpus fact."""
+    source is the content ID of a landed reading or a corpus fact. The asset's
+    `pomo/explain` command, run for a previewed alert, explains it from the warehouse down
+    to landed readings that are among its sources."""
+    import shlex
+
+    from dagster_pomo.cli.main import main
     from dagster_pomo.engine.cid import cid
+    from dagster_pomo.engine.explain import Derivation
     from dagster_pomo.engine.ingest import corpus_facts
     from dagster_pomo.orchestration.metadata import _sources
     from tests.compare import policy
@@ -767,13 +773,30 @@ def test_a_partition_s_preview_shows_the_provenance_an_epoch_by_epoch_run_record
     for i, key in enumerate(KEYS):
         start = START + i * HOUR
         mine = {
-            (datetime.fromtimestamp(v.t / 1000, UTC), v.args[0], round(v.args[1], 6)): v.prov
+            (v_when(v), v.args[0], round(v.args[1], 6)): v
             for v in alerts
             if start <= v.kt < start + HOUR
         }
         for record in previews[key].records:
             when = datetime.fromisoformat(record.data["t"])
             at = (when, record.data["tank"], record.data["average"])
-            assert record.data["provenance"] == _sources(mine[at]), at
+            assert record.data["provenance"] == _sources(mine[at].prov), at
+            assert record.data["cid"] == cid("overflow_alert", list(mine[at].args), mine[at].t)
             shown += 1
     assert shown > 0
+
+    spec = next(s for a in defs.assets for s in a.specs if s.key.path[-1] == "overflow_alert")
+    command = spec.metadata["pomo/explain"].value.split("```")[1].strip()
+    record = previews[KEYS[-1]].records[0]
+    argv = [a.replace("TIME", record.data["t"]) for a in shlex.split(command)[1:]]
+    assert main([*argv, "--json"]) == 0
+    (explained, *_) = json.loads(capsys.readouterr().out)
+    leaves = [d for d in Derivation.from_json(explained).walk() if d.how == "input"]
+    readings = {cid(d.relation, list(d.args), d.t) for d in leaves}
+    when = datetime.fromisoformat(record.data["t"])
+    (alert,) = [v for v in alerts if v.args[0] == record.data["tank"] and v_when(v) == when]
+    assert readings and readings <= set(alert.prov)
+
+
+def v_when(version) -> datetime:  # noqa: ANN001
+    return datetime.fromtimestamp(version.t / 1000, UTC)

@@ -54,12 +54,14 @@ def build_assets(
     handlers: Mapping[str, Handler] | None = None,
     warehouse: str | None = None,
     freshness: FreshnessPolicy | None = None,
+    landing: str | None = None,
 ) -> list:
     """The input multi-asset, one multi-asset per unit of strata and one asset per action
     handler in ``handlers``; ``warehouse``, where the relations are stored (for each
-    asset's ``dagster/uri``); ``freshness``, every asset's freshness policy."""
+    asset's ``dagster/uri``); ``freshness``, every asset's freshness policy; ``landing``,
+    the landing folder (for the command that explains a stored event)."""
     shared = CorpusAssets(
-        program, partitions_def, translator or PomoTranslator(), warehouse, freshness
+        program, partitions_def, translator or PomoTranslator(), warehouse, freshness, landing
     )
     assets = [_inputs_asset(shared)] if program.catalog.inputs else []
     assets += [_unit_asset(shared, unit) for unit in units(program)]
@@ -308,7 +310,7 @@ def pomo_definitions(
     if freshness is not None:
         due = skew_ms + (freshness if isinstance(freshness, int) else parse_duration(freshness))
         policy = epoch_freshness(partitions_def, due)
-    assets = build_assets(program, partitions_def, translator, handlers, warehouse, policy)
+    assets = build_assets(program, partitions_def, translator, handlers, warehouse, policy, landing)
     selection = AssetSelection.assets(*[key for a in assets for key in a.keys])
     # The whole corpus as one job: a backfill launched from its Partitions page is one run
     # over the range (every asset's backfill policy is single-run), in time order, where a

@@ -2,6 +2,7 @@
 named and specified, the driver of a run and the events it ingests."""
 
 import json
+import shlex
 import warnings
 from collections.abc import Sequence
 from datetime import datetime
@@ -19,6 +20,7 @@ from dagster import (
     CodeReferencesMetadataValue,
     FreshnessPolicy,
     LocalFileCodeReference,
+    MetadataValue,
     TableColumnDep,
     TableColumnLineage,
     TimeWindowPartitionMapping,
@@ -33,11 +35,12 @@ from dagster_pomo.lang import CorpusError, Program, ast
 from dagster_pomo.lang.catalog import CLOCK, first_use
 from dagster_pomo.lang.errors import Diagnostic
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
+from dagster_pomo.orchestration.schedules import epoch_ms
 from dagster_pomo.orchestration.translator import PomoTranslator
 from dagster_pomo.plan.corpus import compile_plan
 from dagster_pomo.plan.lineage import column_lineage
 from dagster_pomo.plan.schema import infer_schemas
-from dagster_pomo.timeline import Epoch
+from dagster_pomo.timeline import Epoch, show_duration
 
 PREVIOUS = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
 LANDING_INDEX = "_landing.json"  # what each landing file held, beside the warehouse
@@ -108,8 +111,10 @@ class CorpusAssets:
         translator: PomoTranslator,
         warehouse: str | None = None,
         freshness: FreshnessPolicy | None = None,
+        landing: str | None = None,
     ) -> None:
         self.program = program
+        self.landing = landing
         self.freshness = freshness
         self.partitions_def = partitions_def
         self.translator = translator
@@ -142,6 +147,23 @@ class CorpusAssets:
             freshness_policy=self.freshness,
         )
 
+    def explain_command(self, relation: str) -> str | None:
+        """The `pomo explain` command that explains a stored event of a derived ``relation``
+        (None where the corpus file, the warehouse or the landing folder is not known)."""
+        rel = self.program.catalog[relation]
+        path = Path(self.program.source.name)
+        if not (rel.derived or rel.inductive) or not path.is_file():
+            return None
+        if self.warehouse is None or self.landing is None:
+            return None
+        epoch = epoch_ms(self.partitions_def)
+        pattern = f"{relation}({', '.join('_' for _ in range(rel.arity))})"
+        return (
+            f"pomo explain {shlex.quote(str(path.resolve()))} --warehouse "
+            f"{shlex.quote(self.warehouse)} --events {shlex.quote(self.landing)} "
+            f"--epoch {show_duration(epoch)} {shlex.quote(pattern)} --at TIME"
+        )
+
     def table_metadata(self, relation: str) -> dict[str, Any]:
         """Where the relation is stored (``dagster/uri``, ``dagster/table_name``), the lines
         of the corpus that define it (``dagster/code_references``), and which columns of
@@ -171,6 +193,13 @@ class CorpusAssets:
                         for label, statement in defined
                     ]
                 )
+        explain = self.explain_command(relation)
+        if explain is not None:
+            meta["pomo/explain"] = MetadataValue.md(
+                "Why an event of this asset was derived, down to its landing lines, from "
+                "the warehouse (nothing is evaluated again; `TIME` is the event's `t`, as in "
+                f"a partition's preview):\n\n```\n{explain}\n```"
+            )
         lineage = column_lineage(self.plan, relation)
         if lineage:
             meta["dagster/column_lineage"] = TableColumnLineage(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
+from dagster_pomo.engine.cid import cid
 from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.timeline import show_time
 
@@ -60,6 +61,7 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
                 **{c: _plain(r[s]) for c, s in zip(columns, stored, strict=True)},
                 "t": show_time(r["t"]),
                 "exp": show_time(r["exp"]),
+                "cid": cid(relation, [r[c] for c in schema.columns], r["t"]),
                 **({"provenance": _sources(r[PROV])} if schema.provenance else {}),
             }
         )
@@ -76,6 +78,7 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
             ),
             TableColumn("t", "string"),
             TableColumn("exp", "string"),
+            TableColumn("cid", "string", description=CID),
             *(
                 [TableColumn("provenance", "string", description=PROVENANCE)]
                 if schema.provenance
@@ -86,6 +89,7 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
     return MetadataValue.table(records, schema=table_schema)
 
 
+CID = "its content ID (an action's key is handler:cid; `pomo explain` says why it was derived)"
 PROVENANCE = "content IDs of the input events it rests on (@provenance)"
 SHOWN_SOURCES = 3
 

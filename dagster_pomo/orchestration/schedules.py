@@ -53,7 +53,8 @@ def shifted_cron(epoch_minutes: int, skew_minutes: int) -> str:
     return f"{minute} {hour} * * *"
 
 
-def _epoch_ms(partitions_def: TimeWindowPartitionsDefinition) -> int:
+def epoch_ms(partitions_def: TimeWindowPartitionsDefinition) -> int:
+    """How long each partition (epoch) is, in milliseconds."""
     first = partitions_def.get_first_partition_window()
     return int(first.end.timestamp() * 1000) - int(first.start.timestamp() * 1000)
 
@@ -62,7 +63,7 @@ def epoch_cron(partitions_def: TimeWindowPartitionsDefinition, after_ms: int) ->
     """A cron firing ``after_ms`` (rounded up to minutes: cron has minutes) after the end of
     every partition."""
     minutes = -(-after_ms // 60_000)
-    size = _epoch_ms(partitions_def)
+    size = epoch_ms(partitions_def)
     if 60_000 <= size <= DAY and DAY % size == 0 and size % 60_000 == 0:
         return shifted_cron(size // 60_000, minutes)
     if getattr(partitions_def.schedule_type, "name", None) == "HOURLY":
@@ -79,7 +80,7 @@ def epoch_freshness(partitions_def: TimeWindowPartitionsDefinition, due_ms: int)
     epochs counts too."""
     cron = epoch_cron(partitions_def, due_ms)
     due = -(-due_ms // 60_000) * 60_000
-    window = 60_000 if cron == "* * * * *" else min(due, _epoch_ms(partitions_def))
+    window = 60_000 if cron == "* * * * *" else min(due, epoch_ms(partitions_def))
     return FreshnessPolicy.cron(
         deadline_cron=cron, lower_bound_delta=timedelta(milliseconds=window), timezone="UTC"
     )
