@@ -38,6 +38,14 @@ HORIZON_END = 48  # every stream ends before this; a multiple of the epoch sizes
 SPARK_EXAMPLES = int(os.environ.get("POMO_SPARK_EXAMPLES", "10"))
 TIMELESS = tuple(k for k in KINDS if k not in ("next", "async"))
 timeless_cases = st.builds(Case, corpora(TIMELESS), event_streams())
+# The settings of the Spark property tests on one construct: half the examples, the same
+# ones every run.
+few_spark_examples = settings(
+    max_examples=max(1, SPARK_EXAMPLES // 2),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
 
 
 def _normal(value: Any) -> Any:
@@ -132,12 +140,7 @@ def _same_on_every_engine(case: Case, tmp: Path) -> None:
     assert outcome(case, tmp, 16, "spark", policy(in_process=True, one_pass=False)) == batch
 
 
-@settings(
-    max_examples=max(1, SPARK_EXAMPLES // 2),
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    derandomize=True,
-)
+@few_spark_examples
 @given(st.builds(Case, corpora(("cid", "join", "const", "cid")), event_streams()))
 def test_content_ids_are_the_same_on_every_engine_and_epoch_size(
     tmp_path_factory, case: Case
@@ -148,12 +151,7 @@ def test_content_ids_are_the_same_on_every_engine_and_epoch_size(
     _same_on_every_engine(case, tmp_path_factory.mktemp("cids"))
 
 
-@settings(
-    max_examples=max(1, SPARK_EXAMPLES // 2),
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    derandomize=True,
-)
+@few_spark_examples
 @given(st.builds(Case, corpora(("body_agg", "join", "negate", "body_agg")), event_streams()))
 def test_body_aggregates_are_the_same_on_every_engine_and_epoch_size(
     tmp_path_factory, case: Case
@@ -164,12 +162,7 @@ def test_body_aggregates_are_the_same_on_every_engine_and_epoch_size(
     _same_on_every_engine(case, tmp_path_factory.mktemp("summaries"))
 
 
-@settings(
-    max_examples=max(1, SPARK_EXAMPLES // 2),
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    derandomize=True,
-)
+@few_spark_examples
 @given(
     st.builds(
         Case,
@@ -189,12 +182,7 @@ def test_provenance_is_the_same_on_every_engine_and_epoch_size(
     _same_on_every_engine(case, tmp_path_factory.mktemp("provenance"))
 
 
-@settings(
-    max_examples=max(1, SPARK_EXAMPLES // 2),
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    derandomize=True,
-)
+@few_spark_examples
 @given(
     st.builds(
         Case,
@@ -218,12 +206,7 @@ def test_async_messages_are_the_same_on_spark_and_the_reference(
         assert outcome(case, tmp, size, "spark", policy(False, False)) == expected, size
 
 
-@settings(
-    max_examples=max(1, SPARK_EXAMPLES // 2),
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    derandomize=True,
-)
+@few_spark_examples
 @given(timeless_cases)
 def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     tmp_path_factory, case: Case
