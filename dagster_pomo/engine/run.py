@@ -17,7 +17,7 @@ from dagster_pomo.engine.ingest import Ingested
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.versions import Version, merge_versions, output_object, value_order
+from dagster_pomo.engine.versions import Version, event_object, merge_versions, value_order
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.render import aggregate_key
 from dagster_pomo.timeline import NEVER
@@ -120,10 +120,7 @@ def run(
 
 def event_json(program: Program, relation: str, row: Version) -> dict[str, Any]:
     rel = program.catalog[relation]
-    keys = [aggregate_key(a) for a in rel.aggregates]
-    return output_object(
-        row.args, row.t, row.exp, keys, row.aggs, row.prov if rel.provenance else None
-    )
+    return event_object(row, [aggregate_key(a) for a in rel.aggregates], rel.provenance)
 
 
 def write_outputs(result: RunResult, out: Path) -> dict[str, int]:

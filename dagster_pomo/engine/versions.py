@@ -79,15 +79,21 @@ def output_object(
     return obj
 
 
-def event_object(row: Version, keys: Iterable[str], schema: Schema) -> dict[str, object]:
-    """`output_object` of a merged version of a relation of ``schema``."""
-    prov = row.prov if schema.provenance else None
+def event_object(row: Version, keys: Iterable[str], provenance: bool) -> dict[str, object]:
+    """`output_object` of a merged version, with its provenance where its relation carries
+    it."""
+    prov = row.prov if provenance else None
     return output_object(row.args, row.t, row.exp, keys, row.aggs, prov)
 
 
-def union(*sets: Iterable[str]) -> tuple[str, ...]:
-    """Provenance merged: the sorted distinct content IDs of all ``sets``."""
-    return tuple(sorted({c for s in sets for c in s}))
+def union(*sets: tuple[str, ...]) -> tuple[str, ...]:
+    """Provenance merged: the sorted distinct content IDs of all ``sets`` (each sorted and
+    distinct already, as a version's is). Relations without provenance merge empty sets
+    on every version, so that costs nothing."""
+    given = [s for s in sets if s]
+    if len(given) <= 1:
+        return given[0] if given else ()
+    return tuple(sorted({c for s in given for c in s}))
 
 
 def value_order(value: Value) -> tuple[int, Value]:
@@ -111,7 +117,8 @@ def merge_versions(rows: Iterable[Version], aggregating: bool) -> list[Version]:
             merged[row.identity] = row
         elif aggregating:
             latest = row if (row.kt, row.tau) > (seen.kt, seen.tau) else seen
-            merged[row.identity] = replace(latest, prov=union(seen.prov, row.prov))
+            prov = union(seen.prov, row.prov)
+            merged[row.identity] = latest if prov == latest.prov else replace(latest, prov=prov)
         else:
             merged[row.identity] = Version(
                 row.t,

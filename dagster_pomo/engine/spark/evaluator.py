@@ -176,19 +176,13 @@ class SparkEvaluator:
             for r in events.get(rel.name, []):
                 if (key := self.key_for(r.kt)) is not None:
                     by_key.setdefault(key, []).append(r)
-            struct = self.structs[rel.name]
+            struct, schema = self.structs[rel.name], self.schemas[rel.name]
             if here:
                 for key, part in by_key.items():
-                    table = frames.arrow_table(
-                        [record(r, self.schemas[rel.name]) for r in part], struct
-                    )
+                    table = frames.arrow_table([record(r, schema) for r in part], struct)
                     self.wh.put(rel.name, key, table)
             elif by_key:
-                rows = [
-                    (*record(r, self.schemas[rel.name]), key)
-                    for key, part in by_key.items()
-                    for r in part
-                ]
+                rows = [(*record(r, schema), key) for key, part in by_key.items() for r in part]
                 struct = StructType([*struct.fields, StructField("epoch", StringType())])
                 self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
 

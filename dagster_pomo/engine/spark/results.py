@@ -119,7 +119,8 @@ class Results:
             from dagster_pomo.engine.versions import event_object, from_record
 
             for rec in rows:
-                yield json.dumps(event_object(from_record(tuple(rec), schema), names, schema))
+                row = from_record(tuple(rec), schema)
+                yield json.dumps(event_object(row, names, schema.provenance))
 
         parts = path.with_name(f".{path.name}.parts")
         shutil.rmtree(parts, ignore_errors=True)

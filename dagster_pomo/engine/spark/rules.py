@@ -356,9 +356,7 @@ def time_column(expr: ast.Expr, env: Mapping[str, tuple[str, str]]) -> Column:
 def provenance(rule: RulePlan) -> Column:
     """A match's provenance: the sorted union of its atoms' (see `Scan.provenance`)."""
     parts = [F.col(f"__prov{s.index}") for s in rule.scans if s.provenance]
-    if not parts:
-        return F.array().cast("array<string>")
-    return F.array_sort(F.array_distinct(F.concat(*parts) if len(parts) > 1 else parts[0]))
+    return _unite(*parts) if parts else F.array().cast("array<string>")
 
 
 def head_rows(
@@ -725,7 +723,7 @@ def aggregate(
             assert rule.aggregate.lattice is not None
             result = _merged_by(rule.aggregate.lattice, typ)(part)
         aggs.append(result.cast(spark_type(typ)).alias(column))
-    prov = [_unite(F.col("__prov")).alias("__prov")] if head.provenance else []
+    prov = ["__prov"] if head.provenance else []  # united by `_by_window` already
     grouped = grouped.select(*group, "__at", *aggs, F.col("__least_exp").alias("__mexp"), *prov)
     # The head over the grouped columns: argument j is column __g<j>, the time __gt.
     head_env = {f"__head{j}": (f"__g{j}", typ) for j, (_, _, typ) in enumerate(head.args)}
