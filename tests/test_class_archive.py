@@ -37,11 +37,17 @@ def test_an_archive_is_used_only_by_the_java_and_settings_it_was_made_for(
     more = {"spark.driver.memory": "4g", "spark.driver.extraClassPath": "/opt/jdbc.jar"}
     assert archive_for(JAVA, more) != archive
     assert archive_for(JAVA, {"spark.driver.memory": "4g"}) == archive
+    with monkeypatch.context() as elsewhere:  # the same PySpark in another environment
+        import pyspark
+
+        elsewhere.setattr(pyspark, "__file__", "/opt/other-venv/pyspark/__init__.py")
+        assert archive_for(JAVA, {"spark.driver.memory": "4g"}) != archive
 
     conf = {"spark.driver.memory": "4g"}
     assert with_archive(conf, JAVA, OUR_JAVA_OPTIONS) == conf, "no archive yet"
     archive.write_bytes(b"made by pomo jvm-cache")
-    option = f"-XX:SharedArchiveFile={archive}"
+    # A JVM that cannot map it after all says so on stdout, where pomo prints: not at all.
+    option = f"-XX:SharedArchiveFile={archive} -Xlog:cds*=off"
     assert with_archive(conf, JAVA, OUR_JAVA_OPTIONS)[JAVA_OPTIONS] == option
     quick = {**conf, JAVA_OPTIONS: QUICK_JIT}
     assert with_archive(quick, JAVA, OUR_JAVA_OPTIONS)[JAVA_OPTIONS] == f"{QUICK_JIT} {option}"

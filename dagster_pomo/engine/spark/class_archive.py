@@ -35,11 +35,13 @@ def cache_dir() -> Path:
 
 
 def archive_for(java: Java, conf: Mapping[str, str]) -> Path:
-    """Where the archive for this Java, this PySpark, this driver memory and class path
-    lives (a JVM with another heap or class path cannot use it, and says so)."""
+    """Where the archive for this Java, this PySpark installation (its jars' paths are the
+    class path: another environment's copy of the same version cannot use it), this driver
+    memory and class path lives (a JVM with another heap or class path cannot use it)."""
     import pyspark
 
-    parts = [str(java.path.resolve()), java.banner, pyspark.__version__]
+    home = str(Path(pyspark.__file__).resolve().parent)
+    parts = [str(java.path.resolve()), java.banner, pyspark.__version__, home]
     parts += [conf.get("spark.driver.memory", ""), conf.get("spark.driver.extraClassPath", "")]
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return cache_dir() / f"spark-classes-{java.major}-{digest}.jsa"
@@ -53,7 +55,9 @@ def with_archive(conf: Mapping[str, str], java: Java, ours: frozenset[str]) -> d
     archive = archive_for(java, out)
     if not archive.is_file() or (given and given not in ours):
         return out
-    out[JAVA_OPTIONS] = f"{given} -XX:SharedArchiveFile={archive}".strip()
+    # An archive the JVM cannot map after all is only slower; its warning would otherwise go
+    # to stdout, into what `pomo` prints there (`explain --json`, tables).
+    out[JAVA_OPTIONS] = f"{given} -XX:SharedArchiveFile={archive} -Xlog:cds*=off".strip()
     return out
 
 
