@@ -366,7 +366,7 @@ def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: P
     """Group membership is recursive, what uses it is not: the multi-assets of the strata
     without recursion run their small epochs' plans interpreted, the recursive one keeps
     generated code, each says so in its metadata, and the range equals `pomo run`."""
-    from dagster_pomo.orchestration.strata_units import units
+    from dagster_pomo.plan.units import units
 
     corpus = RULES / "access_control.pomo"
     program = load_program(corpus)

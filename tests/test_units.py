@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dagster_pomo.lang import compile_corpus, load_program
-from dagster_pomo.orchestration.strata_units import units
+from dagster_pomo.plan.units import units
 from tests.conftest import RULES
 
 FEEDBACK = """

@@ -10,8 +10,6 @@ running the step again retries exactly the failed ones.
 """
 
 from collections.abc import Iterator, Mapping
-from itertools import groupby
-from typing import Any
 
 from dagster import (
     AssetCheckResult,
@@ -26,20 +24,13 @@ from dagster import (
 )
 
 from dagster_pomo.engine.actions import (
-    ActionReport,
     Handler,
-    Ledger,
     Subscription,
-    run_actions,
     subscriptions,
 )
-from dagster_pomo.engine.driver import open_results
-from dagster_pomo.engine.emit import Emitter, generation_of_epochs
-from dagster_pomo.lang import Program
-from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets, landing_index
+from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import code_version
-from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
 
 
 def action_key(shared: CorpusAssets, handler: str) -> AssetKey:
@@ -93,50 +84,27 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult | AssetCheckResult]:
         settings = spark.settings(len(context.partition_keys))
-        results = open_results(program, shared.schemas, storage.warehouse, settings)
-        ledger = Ledger(storage.ledger_path(program.name))
-        total = ActionReport(name)
-        try:
-            # The range's events in one read; handed over and reported epoch by epoch.
-            epochs = {epoch_key(e): e for e in shared.epochs_of(context)}
-            events = results.handler_events(subs, list(epochs))
-            reports = {at: ActionReport(name) for at in epochs}
-            emitter = _emitter(program, results, storage, list(epochs.values()))
-            for at, of_epoch in groupby(events, key=lambda event: event.epoch):
-                report = run_actions(handler, of_epoch, ledger, emit=emitter)
-                context.log.info(
-                    f"{show_epoch(epochs[at])}: {report.ran} ran, {report.skipped} done "
-                    f"before, {len(report.failed)} failed"
-                    + (f", {report.held} held by another run" if report.held else "")
-                )
-                reports[at] = report
-                total.merge(report)
-            # What each partition's events came to: a range run reports each partition as
-            # a run of it alone would.
-            for partition, at in zip(context.partition_keys, epochs, strict=True):
-                report = reports[at]
-                context.add_asset_metadata(
-                    {
-                        "pomo/actions_ran": report.ran,
-                        "pomo/actions_done_before": report.skipped,
-                        "pomo/actions_failed": len(report.failed),
-                        # Claimed by an overlapping run at the time, which hands them over.
-                        "pomo/actions_held": report.held,
-                        # What the handler returned, landed as input events.
-                        "pomo/events_emitted": report.emitted,
-                    },
-                    asset_key=key,
-                    partition_key=partition,
-                )
-            states = ledger.counts(name)
-            if emitter.held_back:
-                context.log.warning(
-                    f"`{name}` returned {emitter.held_back} event(s) not landed: they descend "
-                    f"from {emitter.max_generation} generations of emitted events already (a "
-                    "loop through the handler?)"
-                )
-        finally:
-            ledger.close()
+        pipeline = shared.pipeline(storage)
+        acted = pipeline.act(name, handler, shared.epochs_of(context), settings, context.log.info)
+        total = acted.total
+        # What each partition's events came to: a range run reports each partition as a run
+        # of it alone would.
+        for partition, report in zip(context.partition_keys, acted.by_epoch.values(), strict=True):
+            context.add_asset_metadata(
+                {
+                    "pomo/actions_ran": report.ran,
+                    "pomo/actions_done_before": report.skipped,
+                    "pomo/actions_failed": len(report.failed),
+                    # Claimed by an overlapping run at the time, which hands them over.
+                    "pomo/actions_held": report.held,
+                    # What the handler returned, landed as input events.
+                    "pomo/events_emitted": report.emitted,
+                },
+                asset_key=key,
+                partition_key=partition,
+            )
+        if (warning := acted.held_back_warning()) is not None:
+            context.log.warning(warning)
         yield AssetCheckResult(
             check_name=handed_over.name,
             asset_key=key,
@@ -145,18 +113,15 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
                 "pomo/actions_ran": total.ran,
                 "pomo/actions_failed": len(total.failed),
                 "pomo/actions_held": total.held,
-                "pomo/ledger_done": states.get("done", 0),
+                "pomo/ledger_done": acted.ledger_done,
                 "pomo/events_emitted": total.emitted,
-                "pomo/events_held_back": emitter.held_back,
+                "pomo/events_held_back": acted.held_back,
             },
         )
-        if total.failed:
-            shown = "\n".join(f"- {e.describe()}: {err}" for e, err in total.failed[:10])
-            more = len(total.failed) - 10
+        failure = acted.failure()
+        if failure is not None:
             raise Failure(
-                description=f"handler `{name}` failed on {len(total.failed)} event(s); "
-                f"materialize again to retry them (finished ones are not re-run):\n{shown}"
-                + (f"\n... and {more} more" if more > 0 else ""),
+                description=failure,
                 metadata={"pomo/actions_ran": total.ran, "pomo/actions_failed": len(total.failed)},
             )
         yield MaterializeResult(
@@ -167,16 +132,8 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
                 if total.seconds and total.ran
                 else 0.0,
                 "pomo/ledger": MetadataValue.path(str(storage.ledger_path(program.name))),
-                "pomo/ledger_done": states.get("done", 0),
+                "pomo/ledger_done": acted.ledger_done,
             },
         )
 
     return act
-
-
-def _emitter(program: Program, results: Any, storage: PomoStorage, epochs: list[Epoch]) -> Emitter:
-    """Lands what the handler returns in the landing folder, one generation after the
-    landing files of the run's epochs (see `emit`)."""
-    files = landing_index(results, str(storage.window()))
-    start = None if epochs[0].previous is None else epochs[0].start
-    return Emitter(program, storage.landing, generation_of_epochs(files, start, epochs[-1].end))

@@ -42,8 +42,8 @@ from dagster_pomo.orchestration.action_assets import action_assets
 from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets, epochs_through
 from dagster_pomo.orchestration.metadata import partition_metadata
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
-from dagster_pomo.orchestration.strata_units import Unit, units
 from dagster_pomo.orchestration.translator import PomoTranslator
+from dagster_pomo.plan.units import Unit, units
 from dagster_pomo.timeline import Epoch, epoch_key
 
 
@@ -90,17 +90,9 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
     def inputs(
         context: AssetExecutionContext, spark: SparkResource, storage: PomoStorage
     ) -> Iterator[MaterializeResult | AssetCheckResult]:
-        driver, epochs = shared.driver(context, spark, storage)
-        ingested = shared.ingest(storage, driver, epochs)
-        chosen = {epoch_key(e) for e in epochs}
-        selected = {}
-        for name in names:
-            rows = [r for r in ingested.events.get(name, []) if driver.key_for(r.kt) in chosen]
-            selected[name] = rows
-        driver.write_inputs(selected)
-        quarantine_file = driver.results.write_text(
-            "_quarantine.jsonl", ingested.quarantine_jsonl()
-        )
+        pipeline, driver, epochs = shared.driver(context, spark, storage)
+        landed = pipeline.land(driver, epochs)
+        ingested, selected = landed.ingested, landed.selected
         reasons = [f"{q.file}:{q.line}: {q.reason}" for q in ingested.quarantined[:20]]
         _report_partitions(context, shared, driver, names, epochs)
         for name in names:
@@ -129,7 +121,7 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
             severity=AssetCheckSeverity.WARN,
             metadata={
                 "pomo/quarantined": len(ingested.quarantined),
-                "pomo/quarantine_file": MetadataValue.path(quarantine_file),
+                "pomo/quarantine_file": MetadataValue.path(landed.quarantine_file),
             },
         )
 
@@ -187,10 +179,8 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
         for name in unit.relations:
             for warning in shared.program.warnings_about(name):
                 context.log.warning(warning.render(shared.program.source))
-        driver, epochs = shared.driver(context, spark, storage)
-        strata = [driver.plan.stratum(s.index) for s in unit.strata]
-        # A range's epochs at once where that stores the same (see `Driver.evaluate_strata`).
-        made = driver.evaluate_strata(strata, epochs, unit.carries, context.log.info)
+        pipeline, driver, epochs = shared.driver(context, spark, storage)
+        made = pipeline.evaluate(driver, unit, epochs, context.log.info)
         found = _report_partitions(context, shared, driver, unit.relations, epochs)
         for name in unit.relations:
             yield MaterializeResult(

@@ -1,7 +1,6 @@
 """What the assets of one corpus share: the checked program, its schemas, how assets are
 named and specified, the driver of a run and the events it ingests."""
 
-import json
 import shlex
 import warnings
 from collections.abc import Sequence
@@ -29,11 +28,9 @@ from dagster import (
 )
 
 from dagster_pomo.engine.driver import Driver
-from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
-from dagster_pomo.errors import UsageError
-from dagster_pomo.lang import CorpusError, Program, ast
-from dagster_pomo.lang.catalog import CLOCK, first_use
-from dagster_pomo.lang.errors import Diagnostic
+from dagster_pomo.engine.pipeline import Pipeline, undeclared_inputs
+from dagster_pomo.lang import Program
+from dagster_pomo.lang.catalog import CLOCK
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.schedules import epoch_ms
 from dagster_pomo.orchestration.translator import PomoTranslator
@@ -43,31 +40,6 @@ from dagster_pomo.plan.schema import infer_schemas
 from dagster_pomo.timeline import Epoch, show_duration
 
 PREVIOUS = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
-LANDING_INDEX = "_landing.json"  # what each landing file held, beside the warehouse
-
-
-class UndeclaredInputError(CorpusError, UsageError):
-    """A pipeline's input relation has no ``.decl``: its column types would come from each
-    run's data, and epochs stored by different runs could disagree."""
-
-
-def undeclared_input(program: Program, relation: str) -> Diagnostic | None:
-    """An error at the first use of ``relation`` when it is an input with no ``.decl``, with
-    the declaration to add (columns named after the variables of that use)."""
-    if program.catalog[relation].decl is not None:
-        return None
-    first = first_use(program.corpus, relation)
-    columns = [
-        a.name if isinstance(a, ast.Var) and not a.name.startswith("_") else f"c{i}"
-        for i, a in enumerate(first.args)
-    ]
-    decl = f".decl {relation}({', '.join(f'{c}: TYPE' for c in columns)});"
-    return Diagnostic(
-        f"`{relation}` is an input of this pipeline but has no `.decl`: every epoch is "
-        "stored with the same column types, so they must be declared",
-        first.name_span,
-        f"add `{decl}` with each TYPE one of int, float, str, bool, time, cid",
-    )
 
 
 def _ms(moment: datetime) -> int:
@@ -90,17 +62,6 @@ def epochs_through(partitions_def: TimeWindowPartitionsDefinition, last_key: str
     return out
 
 
-def landing_index(results: Any, times: str) -> dict[str, Landed]:
-    """What each landing file held (``_landing.json`` beside the warehouse), as judged with
-    the accepted ``times``; empty when it was judged with others or cannot be read."""
-    try:
-        index = json.loads(results.read_text(LANDING_INDEX) or "{}")
-        files = index["files"] if index.get("times") == times else {}
-        return {file: Landed.from_json(entry) for file, entry in files.items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return {}
-
-
 class CorpusAssets:
     """What the assets of one corpus share: the checked program and how to name things."""
 
@@ -119,9 +80,7 @@ class CorpusAssets:
         self.partitions_def = partitions_def
         self.translator = translator
         self.warehouse = warehouse
-        undeclared = [d for r in program.catalog.inputs if (d := undeclared_input(program, r.name))]
-        if undeclared:
-            raise UndeclaredInputError(program.source, undeclared)
+        undeclared_inputs(program)
         self.schemas = infer_schemas(program, {})
         self.plan = compile_plan(program, self.schemas)
 
@@ -233,44 +192,23 @@ class CorpusAssets:
             backfill_policy=BackfillPolicy.single_run(),
         )
 
-    def ingest(self, storage: PomoStorage, driver: Driver, epochs: Sequence[Epoch]) -> Ingested:
-        """The landing files' events that may fall in ``epochs``, with the corpus's facts.
-        What each file held is kept beside the warehouse (``_landing.json``), so files known
-        unchanged to hold nothing in ``epochs`` are not read again."""
-        wh = driver.results
-        window = storage.window()
-        known = landing_index(wh, str(window))
-        start = None if epochs[0] == driver.epochs[0] else epochs[0].start
-        ingested = ingest_span(
-            self.program, landing_files(storage.landing), known, start, epochs[-1].end, window
-        )
-        files = {file: entry.to_json() for file, entry in ingested.landed.items()}
-        wh.write_text(LANDING_INDEX, json.dumps({"times": str(window), "files": files}))
-        for name, rows in corpus_facts(self.program).items():
-            ingested.events.setdefault(name, []).extend(rows)
-        return ingested
+    def pipeline(self, storage: PomoStorage) -> Pipeline:
+        """The engine's steps of a run of this corpus on ``storage``."""
+        return Pipeline(self.program, storage.storage(), self.schemas, self.plan)
 
     def driver(
         self,
         context: AssetExecutionContext,
         spark: SparkResource,
         storage: PomoStorage,
-    ) -> tuple[Driver, list[Epoch]]:
-        """A driver over every epoch up to the end of the run's range, and the range's
-        epochs in time order."""
-        epochs = epochs_through(self.partitions_def, context.partition_keys[-1])
-        driver = Driver.open(
-            self.program,
-            self.schemas,
-            storage.warehouse,
-            epochs,
-            epochs[0].start,
-            corpus_facts(self.program),
-            policy=spark.policy(),
-            settings=spark.settings(len(context.partition_keys)),
-            plan=self.plan,
-        )
-        return driver, epochs[-len(context.partition_keys) :]
+    ) -> tuple[Pipeline, Driver, list[Epoch]]:
+        """The run's pipeline, a driver over every epoch up to the end of the run's range,
+        and the range's epochs in time order."""
+        pipeline = self.pipeline(storage)
+        count = len(context.partition_keys)
+        history = epochs_through(self.partitions_def, context.partition_keys[-1])
+        driver, epochs = pipeline.driver(history, count, spark.policy(), spark.settings(count))
+        return pipeline, driver, epochs
 
     def epochs_of(self, context: AssetExecutionContext) -> list[Epoch]:
         """The epochs of the run's partition range, in time order."""

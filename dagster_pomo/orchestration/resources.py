@@ -9,6 +9,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, parse_window
+from dagster_pomo.engine.pipeline import Storage
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import JAVA_OPTIONS, QUICK_JIT, SparkSettings
 from dagster_pomo.errors import UsageError
@@ -100,6 +101,10 @@ class PomoStorage(ConfigurableResource):
         "or `any`; an event outside is quarantined (a time in seconds, a sentinel)",
     )
 
+    def storage(self) -> Storage:
+        """The same places, as the engine's pipeline steps take them."""
+        return Storage(self.warehouse, self.landing, self.ledger, self.times)
+
     def window(self) -> TimeWindow:
         """The accepted times, or a ``UsageError`` saying how to write them."""
         try:
@@ -109,18 +114,8 @@ class PomoStorage(ConfigurableResource):
 
     def local_folder(self, corpus: str) -> Path | None:
         """``corpus``'s folder in the warehouse when the warehouse is a local path."""
-        if "://" in self.warehouse and not self.warehouse.startswith("file:"):
-            return None
-        return Path(self.warehouse.removeprefix("file://").removeprefix("file:")) / corpus
+        return self.storage().local_folder(corpus)
 
     def ledger_path(self, corpus: str) -> Path:
         """Where ``corpus``'s action ledger lives."""
-        if self.ledger is not None:
-            return Path(self.ledger) / f"{corpus}_actions.sqlite"
-        folder = self.local_folder(corpus)
-        if folder is None:
-            raise UsageError(
-                f"the warehouse {self.warehouse} is not a local path, so the action ledger "
-                "cannot live beside it: set `ledger` to a local folder"
-            )
-        return folder / "_actions.sqlite"
+        return self.storage().ledger_path(corpus)

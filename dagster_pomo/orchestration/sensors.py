@@ -13,7 +13,6 @@ annotations at runtime.)
 """
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster import (
@@ -32,25 +31,9 @@ if TYPE_CHECKING:  # not exported by dagster: for the type checker only
     )
 
 from dagster_pomo.engine.ingest import file_signature, landing_files
-from dagster_pomo.engine.lines import TimeWindow, decode, event_time, read_lines
+from dagster_pomo.engine.pipeline import event_times
 from dagster_pomo.lang import Program
-from dagster_pomo.orchestration.corpus import LANDING_INDEX
 from dagster_pomo.orchestration.resources import PomoStorage
-
-
-def event_times(path: Path, window: TimeWindow) -> list[int]:
-    """The times of a landing file's readable events within ``window``. Bad lines are the
-    inputs step's business (it quarantines them): whatever the file holds, this never
-    raises on it, so the sensor's cursor moves on."""
-    times = []
-    for _, text, _ in read_lines(path):
-        if text is None:
-            continue
-        try:
-            times.append(event_time(decode(text), window))
-        except ValueError:
-            continue
-    return times
 
 
 def partitions_for(partitions_def: TimeWindowPartitionsDefinition, times: list[int]) -> set[str]:
@@ -62,21 +45,6 @@ def partitions_for(partitions_def: TimeWindowPartitionsDefinition, times: list[i
     start = partitions_def.time_window_for_partition_key(first).start.timestamp() * 1000
     keys = {partitions_def.get_partition_key_for_timestamp(max(t, start) / 1000) for t in times}
     return {k for k in keys if partitions_def.has_partition_key(k)}
-
-
-def read_files(storage: PomoStorage, corpus: str) -> dict[str, str]:
-    """The landing files the inputs step has read, by path, with the signature each had
-    then (from the record it keeps beside the warehouse; empty when the warehouse is not
-    on this machine's disk or the record is unreadable, and then every file counts as
-    new, as before)."""
-    folder = storage.local_folder(corpus)
-    if folder is None:
-        return {}
-    try:
-        record = json.loads((folder / LANDING_INDEX).read_text(encoding="utf-8"))
-        return {file: entry["signature"] for file, entry in record["files"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
 
 
 def landing_sensor(
@@ -103,7 +71,7 @@ def landing_sensor(
             return SkipReason("no new or changed landing files")
         # Files the inputs step has already read as they are now (a backfill ran before the
         # sensor was turned on): their events are stored for every materialized epoch.
-        ingested = read_files(storage, program.name) if not context.cursor else {}
+        ingested = storage.storage().read_files(program.name) if not context.cursor else {}
         done = context.instance.get_materialized_partitions(input_key)
         touched: set[str] = set()
         late_files: set[str] = set()

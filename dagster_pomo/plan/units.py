@@ -1,16 +1,15 @@
-"""Which strata materialize together, so that the asset graph has no cycle.
+"""Which strata an orchestrator runs as one step, so that its graph of steps has no cycle.
 
 A stratum reads the relations of earlier strata in the same epoch, and an
 ``@next`` rule reads its body relations in the *previous* epoch. Dagster's
-asset graph must be acyclic apart from an asset's dependency on its own
-previous partition, and a run materializes one asset over its whole partition
-range before the next asset starts. So when an ``@next`` rule carries a
+asset graph and Airflow's task graph must be acyclic (apart from a step's
+dependency on its own previous epoch), and a step runs over its whole range of
+epochs before the next step starts. So when an ``@next`` rule carries a
 relation back to a stratum that fed it (``a`` from the previous ``b``, ``b``
-from this epoch's ``a``), those strata become one *unit*: one multi-asset that
-evaluates them epoch by epoch, in stratum order. Every other stratum is a unit
-of its own, and so are the relations that only ``@next`` rules derive.
-
-(No Dagster here: this is a plain analysis of the program.)
+from this epoch's ``a``), those strata become one *unit*: one step (a Dagster
+multi-asset, an Airflow task) that evaluates them epoch by epoch, in stratum
+order. Every other stratum is a unit of its own, and so are the relations that
+only ``@next`` rules derive.
 """
 
 from __future__ import annotations

@@ -1,0 +1,350 @@
+"""One corpus as a scheduled pipeline, whichever orchestrator schedules it.
+
+Where it lives (warehouse, landing folder, action ledger) and what each step of a run
+does over a range of epochs: read the landing files into the inputs, evaluate a unit of
+strata, hand a handler its events. The Dagster assets and the Airflow tasks are thin
+wrappers around these steps, so both store the same partitions and share one ledger, with
+the same keys: a team can move a corpus from one orchestrator to the other without
+evaluating or acting again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+from dagster_pomo.engine.actions import ActionReport, Handler, Ledger, run_actions
+from dagster_pomo.engine.actions import subscriptions as handler_subscriptions
+from dagster_pomo.engine.driver import Driver, PassStats, open_results
+from dagster_pomo.engine.emit import Emitter, generation_of_epochs
+from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
+from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, decode, event_time, read_lines
+from dagster_pomo.engine.policy import DEFAULT, Policy
+from dagster_pomo.engine.settings import SparkSettings
+from dagster_pomo.engine.versions import Version
+from dagster_pomo.errors import UsageError
+from dagster_pomo.lang import CorpusError, Program, ast
+from dagster_pomo.lang.catalog import first_use
+from dagster_pomo.lang.errors import Diagnostic
+from dagster_pomo.plan.corpus import CorpusPlan, compile_plan
+from dagster_pomo.plan.schema import Schema, infer_schemas
+from dagster_pomo.plan.units import Unit
+from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
+
+LANDING_INDEX = "_landing.json"  # what each landing file held, beside the warehouse
+Log = Callable[[str], None]
+
+
+class UndeclaredInputError(CorpusError, UsageError):
+    """A pipeline's input relation has no ``.decl``: its column types would come from each
+    run's data, and epochs stored by different runs could disagree."""
+
+
+def undeclared_input(program: Program, relation: str) -> Diagnostic | None:
+    """An error at the first use of ``relation`` when it is an input with no ``.decl``, with
+    the declaration to add (columns named after the variables of that use)."""
+    if program.catalog[relation].decl is not None:
+        return None
+    first = first_use(program.corpus, relation)
+    columns = [
+        a.name if isinstance(a, ast.Var) and not a.name.startswith("_") else f"c{i}"
+        for i, a in enumerate(first.args)
+    ]
+    decl = f".decl {relation}({', '.join(f'{c}: TYPE' for c in columns)});"
+    return Diagnostic(
+        f"`{relation}` is an input of this pipeline but has no `.decl`: every epoch is "
+        "stored with the same column types, so they must be declared",
+        first.name_span,
+        f"add `{decl}` with each TYPE one of int, float, str, bool, time, cid",
+    )
+
+
+def undeclared_inputs(program: Program) -> None:
+    """Raise `UndeclaredInputError` for every input relation of ``program`` with no
+    ``.decl``."""
+    found = [d for r in program.catalog.inputs if (d := undeclared_input(program, r.name))]
+    if found:
+        raise UndeclaredInputError(program.source, found)
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The warehouse root (any Spark-readable URI), the landing folder of input events, the
+    folder of the action ledgers (default: the warehouse, when it is a local path) and the
+    times input events may have (``FROM..UNTIL`` or ``any``)."""
+
+    warehouse: str
+    landing: str
+    ledger: str | None = None
+    times: str = str(DEFAULT_TIMES)
+
+    def window(self) -> TimeWindow:
+        """The accepted times, or a ``UsageError`` saying how to write them."""
+        from dagster_pomo.engine.lines import parse_window
+
+        try:
+            return parse_window(self.times)
+        except ValueError as exc:
+            raise UsageError(f"the accepted times {self.times!r}: {exc}") from None
+
+    def local_folder(self, corpus: str) -> Path | None:
+        """``corpus``'s folder in the warehouse when the warehouse is a local path."""
+        if "://" in self.warehouse and not self.warehouse.startswith("file:"):
+            return None
+        return Path(self.warehouse.removeprefix("file://").removeprefix("file:")) / corpus
+
+    def ledger_path(self, corpus: str) -> Path:
+        """Where ``corpus``'s action ledger lives."""
+        if self.ledger is not None:
+            return Path(self.ledger) / f"{corpus}_actions.sqlite"
+        folder = self.local_folder(corpus)
+        if folder is None:
+            raise UsageError(
+                f"the warehouse {self.warehouse} is not a local path, so the action ledger "
+                "cannot live beside it: set `ledger` to a local folder"
+            )
+        return folder / "_actions.sqlite"
+
+    def beside_ledger(self, corpus: str, name: str) -> Path:
+        """A file of ``corpus``'s own state kept on this machine, beside its ledger."""
+        ledger = self.ledger_path(corpus)
+        prefix = "" if self.ledger is None else corpus
+        return ledger.parent / f"{prefix}{name}"
+
+    def stored_keys(self, corpus: str, relation: str) -> set[str]:
+        """The epochs of ``relation`` the warehouse holds (one listing of its folder, through
+        pyarrow's file systems: no Spark)."""
+        from pyarrow import fs
+
+        root = self.warehouse.rstrip("/")
+        uri = f"{root}/{corpus}/{relation}"
+        if "://" not in root:
+            uri = str(Path(root.removeprefix("file:")).resolve() / corpus / relation)
+        filesystem, path = fs.FileSystem.from_uri(uri)
+        infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+        names = (i.base_name for i in infos if i.type == fs.FileType.Directory)
+        return {n.removeprefix("epoch=") for n in names if n.startswith("epoch=")}
+
+    def read_files(self, corpus: str) -> dict[str, str]:
+        """The landing files the inputs step has read, by path, with the signature each had
+        then (empty when the warehouse is not on this machine's disk or the record cannot
+        be read: then every file counts as new)."""
+        folder = self.local_folder(corpus)
+        if folder is None:
+            return {}
+        try:
+            record = json.loads((folder / LANDING_INDEX).read_text(encoding="utf-8"))
+            return {file: entry["signature"] for file, entry in record["files"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+
+def landing_index(results: Any, times: str) -> dict[str, Landed]:
+    """What each landing file held (``_landing.json`` beside the warehouse), as judged with
+    the accepted ``times``; empty when it was judged with others or cannot be read."""
+    try:
+        index = json.loads(results.read_text(LANDING_INDEX) or "{}")
+        files = index["files"] if index.get("times") == times else {}
+        return {file: Landed.from_json(entry) for file, entry in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def event_times(path: Path, window: TimeWindow) -> list[int]:
+    """The times of a landing file's readable events within ``window``. Bad lines are the
+    inputs step's business (it quarantines them): whatever the file holds, this never
+    raises on it, so a watcher of the landing folder moves on."""
+    times = []
+    for _, text, _ in read_lines(path):
+        if text is None:
+            continue
+        try:
+            times.append(event_time(decode(text), window))
+        except ValueError:
+            continue
+    return times
+
+
+@dataclass
+class Landing:
+    """What the inputs step read: the landing files' events, and those of the run's epochs
+    by input relation (stored); where the quarantined lines were written."""
+
+    ingested: Ingested
+    selected: dict[str, list[Version]]
+    quarantine_file: str
+
+
+@dataclass
+class Acted:
+    """What a handler's step did: a report per epoch key (in time order) and in all; the
+    ledger's count of the handler's finished events; emitted events not landed."""
+
+    by_epoch: dict[str, ActionReport]
+    total: ActionReport
+    ledger_done: int
+    held_back: int = 0
+    max_generation: int = 0
+
+    def held_back_warning(self) -> str | None:
+        """What to tell about emitted events not landed, or None."""
+        if not self.held_back:
+            return None
+        return (
+            f"`{self.total.handler}` returned {self.held_back} event(s) not landed: they "
+            f"descend from {self.max_generation} generations of emitted events already (a "
+            "loop through the handler?)"
+        )
+
+    def failure(self) -> str | None:
+        """Why the step fails (some events failed: the next run retries them), or None."""
+        failed = self.total.failed
+        if not failed:
+            return None
+        shown = "\n".join(f"- {e.describe()}: {err}" for e, err in failed[:10])
+        more = len(failed) - 10
+        return (
+            f"handler `{self.total.handler}` failed on {len(failed)} event(s); run the epoch "
+            f"again to retry them (finished ones are not re-run):\n{shown}"
+            + (f"\n... and {more} more" if more > 0 else "")
+        )
+
+
+class Pipeline:
+    """A checked corpus over a `Storage`: the steps of a run over consecutive epochs (the
+    epochs from the pipeline's first through the run's last: each epoch reads the one
+    before)."""
+
+    def __init__(
+        self,
+        program: Program,
+        storage: Storage,
+        schemas: Mapping[str, Schema] | None = None,
+        plan: CorpusPlan | None = None,
+    ) -> None:
+        self.program = program
+        self.storage = storage
+        self.schemas = dict(schemas) if schemas is not None else infer_schemas(program, {})
+        self.plan = plan or compile_plan(program, self.schemas)
+
+    def driver(
+        self,
+        history: list[Epoch],
+        count: int,
+        policy: Policy = DEFAULT,
+        settings: SparkSettings | None = None,
+    ) -> tuple[Driver, list[Epoch]]:
+        """A driver over ``history`` (every epoch from the first through the run's last),
+        and the run's ``count`` last epochs of it, in time order."""
+        driver = Driver.open(
+            self.program,
+            self.schemas,
+            self.storage.warehouse,
+            history,
+            history[0].start,
+            corpus_facts(self.program),
+            policy=policy,
+            settings=settings,
+            plan=self.plan,
+        )
+        return driver, history[-count:]
+
+    def ingest(self, driver: Driver, epochs: Sequence[Epoch]) -> Ingested:
+        """The landing files' events that may fall in ``epochs``, with the corpus's facts.
+        What each file held is kept beside the warehouse (``_landing.json``), so files known
+        unchanged to hold nothing in ``epochs`` are not read again."""
+        wh = driver.results
+        window = self.storage.window()
+        known = landing_index(wh, str(window))
+        start = None if epochs[0] == driver.epochs[0] else epochs[0].start
+        ingested = ingest_span(
+            self.program, landing_files(self.storage.landing), known, start, epochs[-1].end, window
+        )
+        files = {file: entry.to_json() for file, entry in ingested.landed.items()}
+        wh.write_text(LANDING_INDEX, json.dumps({"times": str(window), "files": files}))
+        for name, rows in corpus_facts(self.program).items():
+            ingested.events.setdefault(name, []).extend(rows)
+        return ingested
+
+    def land(self, driver: Driver, epochs: Sequence[Epoch]) -> Landing:
+        """The inputs step: the events of ``epochs`` stored as the input relations' epochs
+        (every epoch of the range written, empty or not); bad lines quarantined."""
+        ingested = self.ingest(driver, epochs)
+        chosen = {epoch_key(e) for e in epochs}
+        selected = {
+            rel.name: [
+                e for e in ingested.events.get(rel.name, []) if driver.key_for(e.kt) in chosen
+            ]
+            for rel in self.program.catalog.inputs
+        }
+        driver.write_inputs(selected)
+        quarantine_file = driver.results.write_text(
+            "_quarantine.jsonl", ingested.quarantine_jsonl()
+        )
+        return Landing(ingested, selected, quarantine_file)
+
+    def evaluate(
+        self, driver: Driver, unit: Unit, epochs: Sequence[Epoch], log: Log | None = None
+    ) -> PassStats:
+        """A unit's step: its strata over ``epochs`` (a range at once where that stores what
+        epoch by epoch stores; see `Driver.evaluate_strata`)."""
+        strata = [driver.plan.stratum(s.index) for s in unit.strata]
+        return driver.evaluate_strata(strata, epochs, bool(unit.carries), log)
+
+    def act(
+        self,
+        name: str,
+        handler: Handler,
+        epochs: Sequence[Epoch],
+        settings: SparkSettings | None = None,
+        log: Log | None = None,
+    ) -> Acted:
+        """A handler's step: every event of ``epochs`` it listens to that the ledger does not
+        hold as done, handed over epoch by epoch; what it returns landed as input events,
+        one generation after the landing files of the epochs."""
+        subs = handler_subscriptions(self.program)[name]
+        results = open_results(self.program, self.schemas, self.storage.warehouse, settings)
+        ledger = Ledger(self.storage.ledger_path(self.program.name))
+        try:
+            by_key = {epoch_key(e): e for e in epochs}
+            events = results.handler_events(subs, list(by_key))  # the range in one read
+            reports = {at: ActionReport(name) for at in by_key}
+            total = ActionReport(name)
+            files = landing_index(results, str(self.storage.window()))
+            start = None if epochs[0].previous is None else epochs[0].start
+            emitter = Emitter(
+                self.program,
+                self.storage.landing,
+                generation_of_epochs(files, start, epochs[-1].end),
+            )
+            for at, of_epoch in groupby(events, key=lambda event: event.epoch):
+                report = run_actions(handler, of_epoch, ledger, emit=emitter)
+                if log is not None:
+                    log(
+                        f"{show_epoch(by_key[at])}: {report.ran} ran, {report.skipped} done "
+                        f"before, {len(report.failed)} failed"
+                        + (f", {report.held} held by another run" if report.held else "")
+                    )
+                reports[at] = report
+                total.merge(report)
+            done = ledger.counts(name).get("done", 0)
+        finally:
+            ledger.close()
+        return Acted(reports, total, done, emitter.held_back, emitter.max_generation)
+
+
+__all__ = [
+    "LANDING_INDEX",
+    "UndeclaredInputError",
+    "undeclared_inputs",
+    "Acted",
+    "Landing",
+    "Pipeline",
+    "Storage",
+    "event_times",
+    "landing_index",
+]

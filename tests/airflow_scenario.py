@@ -1,0 +1,146 @@
+"""Runs the water tanks' DAG on a real Airflow (``dag.test``: its metadata DB in
+``$AIRFLOW_HOME``, the task runner of Airflow 3) through a scenario, for tests/test_airflow.py.
+
+Run as ``python -m tests.airflow_scenario WORKDIR`` from the repository, with
+``AIRFLOW_HOME`` set, the database migrated and ``AIRFLOW__CORE__DAGS_FOLDER`` empty (the
+DAG file goes there: ``dag.test`` finds the DAG in it). In ``WORKDIR``: ``landing/`` (the
+first file already there); it writes ``snap-<stage>/`` (a copy of the warehouse after each
+stage), ``calls.txt`` (each handler call's key) and ``report.json``.
+
+Stages: ``three``, the first three epochs in time order; ``rerun``, the second again;
+``late``, after a late file lands, the range the landing watcher asks for, run with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from airflow.exceptions import AirflowSkipException
+from airflow.sdk import DAG
+
+from dagster_pomo.airflow import pomo_dag
+from dagster_pomo.airflow.dag import PomoCorpus
+from dagster_pomo.airflow.landing import LandingSensor
+from dagster_pomo.engine.actions import ActionEvent, Handler
+from dagster_pomo.examples import DEFAULT_START, outbox_handlers
+from tests.conftest import RULES
+
+HOURS = 3
+
+
+def _counting(calls: Path, handler: Callable[[ActionEvent], object]) -> Handler:
+    """``handler``, every call of it recorded (its key) in ``calls``, one line per call."""
+
+    def call(event: ActionEvent) -> object:
+        with calls.open("a", encoding="utf-8") as out:
+            out.write(event.key + "\n")
+        return handler(event)
+
+    return call
+
+
+def _calls(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split() if path.exists() else []
+
+
+START = datetime.fromtimestamp(DEFAULT_START / 1000, UTC)
+DAG_FILE = """from pathlib import Path
+from tests.airflow_scenario import build
+dag = build(Path({work!r}))
+"""
+
+
+def build(work: Path) -> DAG:
+    """The water tanks' DAG over ``work``'s warehouse and landing folder, every handler
+    recording its calls."""
+    warehouse, landing = work / "warehouse", work / "landing"
+    corpus = RULES / "water_tanks.pomo"
+    outbox, calls = work / "outbox.sqlite", work / "calls.txt"
+    handlers = {n: _counting(calls, h) for n, h in outbox_handlers(corpus, outbox).items()}
+    return pomo_dag(
+        corpus,
+        warehouse=str(warehouse),
+        landing=str(landing),
+        start=START,
+        epoch="1h",
+        handlers=handlers,
+        retries=0,
+    )
+
+
+def late_events() -> list[dict[str, object]]:
+    """North at 120 (capacity 100) every second from 23:30 to 23:40 on the first day (the
+    second epoch): its ten-minute average passes 90; and south's maintenance from 23:15."""
+    second = DEFAULT_START + 3_600_000
+    readings = [
+        {"relation": "water_level", "t": t, "args": {"tank": "north", "level": 120.0}}
+        for t in range(second + 1_800_000, second + 2_400_000, 1_000)
+    ]
+    south = {"relation": "maintenance", "t": second + 900_000, "args": ["south", "valve"]}
+    return [*readings, south]
+
+
+def build_corpus(dag: DAG) -> PomoCorpus:
+    """What the DAG's tasks share (the watcher's sensor takes it)."""
+    return dag.task_dict["inputs"].corpus  # type: ignore[attr-defined]
+
+
+def main(work: Path) -> None:
+    folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "water_tanks.py").write_text(DAG_FILE.format(work=str(work)))
+    dag = build(work)
+    warehouse, landing, calls, start = (
+        work / "warehouse",
+        work / "landing",
+        work / "calls.txt",
+        START,
+    )
+    report: dict[str, object] = {"states": [], "calls": {}}
+
+    def run(stage: str, **kwargs: object) -> None:
+        result = dag.test(**kwargs)
+        tis = result.get_task_instances()
+        report["states"].append(  # type: ignore[union-attr]
+            {
+                "stage": stage,
+                "state": str(result.state),
+                "interval": [str(result.data_interval_start), str(result.data_interval_end)],
+                "tasks": {ti.task_id: str(ti.state) for ti in tis},
+            }
+        )
+
+    for hour in range(1, HOURS + 1):  # a run's logical date ends its interval
+        run("three", logical_date=start + timedelta(hours=hour))
+    shutil.copytree(warehouse, work / "snap-three")
+    report["calls"]["three"] = _calls(calls)  # type: ignore[index]
+
+    run("rerun", logical_date=start + timedelta(hours=2))
+    shutil.copytree(warehouse, work / "snap-rerun")
+    report["calls"]["rerun"] = _calls(calls)  # type: ignore[index]
+
+    # A late file: the second hour's readings of a tank near capacity, and a maintenance
+    # window, landing after every epoch ran; the landing watcher's sensor finds it.
+    late_file = landing / "late.jsonl"
+    late_file.write_text("".join(json.dumps(e) + "\n" for e in late_events()))
+    sensor = LandingSensor(task_id="wait_for_landing_files", corpus=build_corpus(dag))
+    try:
+        conf = sensor.execute({})
+    except AirflowSkipException:
+        conf = None
+    report["late"] = conf
+    if conf is not None:
+        run("late", run_conf=conf, logical_date=start + timedelta(hours=HOURS + 1))
+    shutil.copytree(warehouse, work / "snap-late")
+    report["calls"]["late"] = _calls(calls)  # type: ignore[index]
+    (work / "report.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

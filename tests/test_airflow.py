@@ -1,0 +1,260 @@
+"""The water tanks as an Airflow 3 DAG, on a real Airflow (a metadata DB of its own in a
+temporary ``AIRFLOW_HOME``, runs through ``dag.test``, Airflow 3's task runner) and real
+Spark: a run of each interval stores what `pomo run` and a Dagster run store over the same
+events, a re-run repeats no action, and a late landing file re-runs the epochs it changes.
+
+Airflow runs in child processes (its configuration is read when it is imported); the
+stored epochs are read back here, on the test run's Spark session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, HourlyPartitionsDefinition, materialize
+
+from dagster_pomo.engine.actions import idempotency_key, subscriptions
+from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.run import run
+from dagster_pomo.engine.versions import merge_versions
+from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
+from dagster_pomo.lang import load_program
+from dagster_pomo.orchestration import pomo_definitions
+from dagster_pomo.plan.schema import infer_schemas
+from dagster_pomo.timeline import epochs
+from tests.airflow_scenario import HOURS, late_events
+from tests.compare import rounded
+from tests.conftest import RULES
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = RULES / "water_tanks.pomo"
+PROGRAM = load_program(CORPUS)
+SCHEMAS = infer_schemas(PROGRAM, {})
+
+
+def airflow_env(home: Path) -> dict[str, str]:
+    """The environment of an Airflow of its own in ``home`` (SQLite, no example DAGs)."""
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def _run(args: list[str], env: dict[str, str], log: Path, timeout: float = 600) -> None:
+    with log.open("w") as out:
+        done = subprocess.run(
+            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+        )
+    assert done.returncode == 0, log.read_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The scenario of `tests.airflow_scenario` run once: its folder and report."""
+    work = tmp_path_factory.mktemp("airflow")
+    (work / "landing").mkdir()
+    water_tank_events(work / "landing" / "tanks.jsonl", 9_000, tanks=3, hours=HOURS)
+    env = airflow_env(work / "home")
+    _run([sys.executable, "-m", "airflow", "db", "migrate"], env, work / "migrate.log")
+    _run([sys.executable, "-m", "tests.airflow_scenario", str(work)], env, work / "run.log")
+    return work, json.loads((work / "report.json").read_text())
+
+
+def stored(warehouse: Path, hours: int = HOURS) -> dict[str, list]:
+    """Each derived relation's events as ``warehouse`` holds them through ``hours``."""
+    history = epochs(DEFAULT_START, DEFAULT_START + hours * HOUR, HOUR)
+    driver = Driver.open(
+        PROGRAM, infer_schemas(PROGRAM, {}), str(warehouse), history, DEFAULT_START
+    )
+    return {
+        r.name: sorted(
+            (v.t, rounded(v.args), v.exp, rounded(v.aggs))
+            for v in merge_versions(driver.versions(r.name), bool(r.aggregates))
+        )
+        for r in PROGRAM.catalog
+        if r.derived
+    }
+
+
+def pomo_run(landing: Path, hours: int = HOURS) -> dict[str, list]:
+    """What `pomo run` derives from every file of ``landing`` over the first ``hours``."""
+    result = run(PROGRAM, landing, HOUR, DEFAULT_START, DEFAULT_START + hours * HOUR)
+    return {
+        name: sorted((v.t, rounded(v.args), v.exp, rounded(v.aggs)) for v in result.events(name))
+        for name in (r.name for r in PROGRAM.catalog if r.derived)
+    }
+
+
+def listened_keys(warehouse: Path) -> set[str]:
+    """The ledger key of every event a handler of the corpus listens to, as stored."""
+    history = epochs(DEFAULT_START, DEFAULT_START + HOURS * HOUR, HOUR)
+    driver = Driver.open(
+        PROGRAM, infer_schemas(PROGRAM, {}), str(warehouse), history, DEFAULT_START
+    )
+    keys = set()
+    for handler, subs in subscriptions(PROGRAM).items():
+        for relation in {s.relation for s in subs}:
+            rel = PROGRAM.catalog[relation]
+            for v in merge_versions(driver.versions(relation), bool(rel.aggregates)):
+                keys.add(idempotency_key(handler, relation, v.args, v.t))
+    return keys
+
+
+def test_each_interval_stores_what_pomo_run_and_a_dagster_run_store(
+    scenario: tuple[Path, dict], tmp_path: Path
+) -> None:
+    work, report = scenario
+    first = [s for s in report["states"] if s["stage"] == "three"]
+    assert [s["interval"][0][:16] for s in first] == [
+        "2023-11-14 22:00",
+        "2023-11-14 23:00",
+        "2023-11-15 00:00",
+    ], "one run per epoch, in time order"
+    for state in first:
+        assert state["state"] == "success", state
+        assert set(state["tasks"].values()) == {"success"}, state
+    airflow = stored(work / "snap-three")
+    assert any(airflow["overflow_alert"]), "the data raises alerts"
+
+    # `pomo run` over the same file.
+    only_first = tmp_path / "landing"
+    only_first.mkdir()
+    (only_first / "tanks.jsonl").write_bytes((work / "landing" / "tanks.jsonl").read_bytes())
+    assert airflow == pomo_run(only_first)
+
+    # A Dagster run of the same three partitions, into a warehouse of its own.
+    partitions = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
+    warehouse = tmp_path / "dagster-warehouse"
+    handlers = outbox_handlers(CORPUS, tmp_path / "outbox.sqlite")
+    defs = pomo_definitions(CORPUS, partitions, str(warehouse), str(only_first), handlers=handlers)
+    keys = partitions.get_partition_keys()[:HOURS]
+    (tmp_path / "home").mkdir()
+    result = materialize(
+        list(defs.assets),
+        instance=DagsterInstance.local_temp(str(tmp_path / "home")),
+        resources=dict(defs.resources),
+        tags={
+            "dagster/asset_partition_range_start": keys[0],
+            "dagster/asset_partition_range_end": keys[-1],
+        },
+    )
+    assert result.success
+    assert stored(warehouse) == airflow
+
+    # Every event a handler listens to was handed over once.
+    calls = report["calls"]["three"]
+    assert len(calls) == len(set(calls))
+    assert set(calls) == listened_keys(work / "snap-three")
+
+
+def test_running_an_interval_again_stores_the_same_and_repeats_no_action(
+    scenario: tuple[Path, dict],
+) -> None:
+    work, report = scenario
+    (again,) = [s for s in report["states"] if s["stage"] == "rerun"]
+    assert again["state"] == "success" and again["interval"][0].startswith("2023-11-14 23:00")
+    assert report["calls"]["rerun"] == report["calls"]["three"], "no handler call repeated"
+    assert stored(work / "snap-rerun") == stored(work / "snap-three")
+
+
+def test_a_late_landing_file_reruns_the_epochs_it_changes(
+    scenario: tuple[Path, dict], tmp_path: Path
+) -> None:
+    work, report = scenario
+    # Its events are of the second epoch: that one and the later stored one run again.
+    assert report["late"] == {"from": "2023-11-14T23:00:00Z", "through": "2023-11-15T00:00:00Z"}
+    (late,) = [s for s in report["states"] if s["stage"] == "late"]
+    assert late["state"] == "success", late
+    after = stored(work / "snap-late")
+    assert after == pomo_run(work / "landing")
+    north = [e for e in after["overflow_alert"] if e[1][0] == "north"]
+    assert any(DEFAULT_START + HOUR <= e[0] < DEFAULT_START + 2 * HOUR for e in north)
+    assert len(late_events()) > 1
+
+    # The new events were handed over; none twice.
+    calls = report["calls"]["late"]
+    assert len(calls) == len(set(calls)), "no handler call repeated"
+    assert listened_keys(work / "snap-late") <= set(calls)
+    assert len(calls) > len(report["calls"]["rerun"])
+
+
+STRUCTURE = """
+import builtins, json, sys
+real_import = builtins.__import__
+def guarded(name, *args, **kwargs):
+    if name == "dagster" or name.startswith("dagster."):
+        raise ImportError(f"no Dagster here: {name}")
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = guarded
+sys.path.insert(0, "pipelines/airflow")
+import water_tanks
+dag = water_tanks.dag
+tasks = {
+    t.task_id: {
+        "upstream": sorted(t.upstream_task_ids),
+        "inlets": sorted(a.name for a in t.inlets),
+        "outlets": sorted(a.name for a in t.outlets),
+        "depends_on_past": t.depends_on_past,
+        "retries": t.retries,
+    }
+    for t in dag.tasks
+}
+print(json.dumps({
+    "tasks": tasks,
+    "max_active_runs": dag.max_active_runs,
+    "catchup": dag.catchup,
+    "interval": str(dag.timetable._delta),
+    "start": dag.start_date.isoformat(),
+    "uri": next(iter(dag.task_dict["inputs"].outlets)).uri,
+    "dagster": sorted(m for m in sys.modules if m == "dagster" or m.startswith("dagster.")),
+}))
+"""
+
+
+def test_the_dag_has_the_units_as_tasks_and_the_relations_as_assets_without_dagster(
+    tmp_path: Path,
+) -> None:
+    """The example DAG file, loaded where Dagster cannot be imported: a task for the
+    inputs, one per unit of strata (the Dagster multi-assets), one per handler; each
+    relation an asset, each task's outlets what it stores and inlets what it reads; one
+    run at a time, each task after its own previous interval."""
+    env = {**airflow_env(tmp_path / "home"), "POMO_WAREHOUSE": str(tmp_path / "wh")}
+    env["POMO_LANDING"] = str(tmp_path / "landing")
+    done = subprocess.run(
+        [sys.executable, "-c", STRUCTURE], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["dagster"] == []
+    tasks = found["tasks"]
+    assert set(tasks) == {
+        "inputs",
+        "level_per_minute",
+        "level_10m",
+        "near_capacity",
+        "overflow_alert",
+        "action__notify_operator",
+        "action__log_maintenance",
+    }
+    inputs = ["water_tanks.capacity", "water_tanks.maintenance", "water_tanks.water_level"]
+    assert tasks["inputs"]["outlets"] == inputs
+    assert tasks["near_capacity"]["upstream"] == ["inputs", "level_10m"]
+    assert tasks["near_capacity"]["inlets"] == ["water_tanks.capacity", "water_tanks.level_10m"]
+    assert tasks["near_capacity"]["outlets"] == ["water_tanks.near_capacity"]
+    assert tasks["overflow_alert"]["upstream"] == ["inputs", "near_capacity"]
+    assert tasks["action__notify_operator"]["upstream"] == ["overflow_alert"]
+    assert tasks["action__log_maintenance"]["upstream"] == ["inputs"]
+    assert all(t["depends_on_past"] for t in tasks.values())
+    assert all(t["retries"] == 3 for t in tasks.values())
+    assert (found["max_active_runs"], found["catchup"]) == (1, True)
+    assert found["interval"] == "1:00:00"
+    assert found["start"].startswith("2023-11-14T22:00:00")
+    assert found["uri"].startswith(f"file://{tmp_path / 'wh'}/water_tanks/")

@@ -1,0 +1,192 @@
+"""The example DAG on a real Airflow (``airflow standalone``: API server and UI, scheduler,
+DAG processor, triggerer, local executor, SQLite) with real Spark: the scheduler catches up
+on two hourly intervals in time order, one run at a time, and stores what `pomo run`
+derives; a late landing file wakes the landing watcher's deferred sensor, which re-runs
+the epochs it changes; the UI shows the DAG's tasks and the relations as assets with
+their lineage, in headless Chromium (screenshots in the test's temporary folder).
+
+Skips, saying why, without Chromium or Playwright (as tests/test_ui.py does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from dagster_pomo.examples import water_tank_events
+from tests.airflow_scenario import late_events
+from tests.test_airflow import ROOT, airflow_env, pomo_run, stored
+from tests.test_ui import CHROMIUM, _assert_nothing_left, _browser, _free_port
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PATH")
+pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+
+AIRFLOW = [sys.executable, "-m", "airflow"]
+HOURS = 2
+RELATIONS = [
+    "water_level",
+    "maintenance",
+    "capacity",
+    "level_10m",
+    "level_per_minute",
+    "near_capacity",
+    "overflow_alert",
+]
+TASKS = [
+    "inputs",
+    "level_per_minute",
+    "level_10m",
+    "near_capacity",
+    "overflow_alert",
+    "action__notify_operator",
+    "action__log_maintenance",
+]
+
+
+def _up(url: str, server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"airflow standalone exited with {server.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=5) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(2)
+    pytest.fail(f"airflow standalone did not answer within 300 s:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """``airflow standalone`` over the example DAG folder, a temporary home, warehouse and
+    landing folder (three hours of readings); its URL and environment. No process is left
+    behind (its process group is killed)."""
+    landing = tmp_path / "landing"
+    (landing / "water_tanks").mkdir(parents=True)
+    water_tank_events(landing / "water_tanks" / "r.jsonl", 1_000, hours=HOURS)
+    port = _free_port()
+    env = {
+        **airflow_env(tmp_path / "home"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "pipelines" / "airflow"),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "POMO_WAREHOUSE": str(tmp_path / "wh"),
+        "POMO_LANDING": str(landing),
+        "POMO_AIRFLOW_HOURS": str(HOURS),
+        "POMO_AIRFLOW_POLL_SECONDS": "2",
+        # `airflow standalone` starts its parts as `airflow ...` commands.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    log_path = tmp_path / "standalone.log"
+    log = log_path.open("w")
+    server = subprocess.Popen(
+        [*AIRFLOW, "standalone"],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _up(url, server, log_path)
+        yield url, env
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+        log.close()
+        _assert_nothing_left(server.pid)
+
+
+def _runs(env: dict[str, str], dag: str) -> list[dict]:
+    done = subprocess.run(
+        [*AIRFLOW, "dags", "list-runs", dag, "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = done.stdout[done.stdout.find("[") :]
+    return json.loads(text) if text else []
+
+
+def _finished(env: dict[str, str], dag: str, count: int, log: Path) -> list[dict]:
+    deadline = time.monotonic() + 600
+    runs: list[dict] = []
+    while time.monotonic() < deadline:
+        runs = _runs(env, dag)
+        if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
+            return runs
+        time.sleep(5)
+    pytest.fail(f"{dag}: {count} runs did not finish in 600 s: {runs}\n{log.read_text()[-3000:]}")
+
+
+def test_airflow_catches_up_in_time_order_reruns_late_epochs_and_shows_tasks_and_lineage(
+    standalone: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    url, env = standalone
+    log, landing = tmp_path / "standalone.log", tmp_path / "landing" / "water_tanks"
+    runs = _finished(env, "water_tanks", HOURS, log)
+    runs.sort(key=lambda r: r["logical_date"])
+    assert [r["state"] for r in runs] == ["success"] * HOURS, runs
+    assert [r["logical_date"][:16] for r in runs] == ["2023-11-14T22:00", "2023-11-14T23:00"]
+    # One run at a time, in time order: each started after the one before ended.
+    for before, after in zip(runs, runs[1:], strict=False):
+        ended = datetime.fromisoformat(before["end_date"])
+        assert datetime.fromisoformat(after["start_date"]) >= ended, (before, after)
+    assert stored(tmp_path / "wh", HOURS) == pomo_run(landing, HOURS)
+
+    # A late file (events of the second hour): the watcher, deferred in the triggerer,
+    # wakes and runs the corpus's DAG again over that hour, as its configuration says.
+    (landing / "late.jsonl").write_text("".join(json.dumps(e) + "\n" for e in late_events()))
+    runs = _finished(env, "water_tanks", HOURS + 1, log)
+    (rerun,) = [r for r in runs if r["run_id"].startswith("manual__")]
+    assert rerun["state"] == "success", rerun
+    assert stored(tmp_path / "wh", HOURS) == pomo_run(landing, HOURS)
+    watcher = _runs(env, "water_tanks__landing")
+    assert any(r["state"] == "success" for r in watcher), watcher
+
+    with _browser() as page:
+        # The first visit signs in (every user an admin here) and lands on the home page.
+        page.goto(url)
+        page.get_by_text("Dags").first.wait_for()
+        # The DAG's page: every task (inputs, the units, the handlers) and its runs.
+        page.goto(f"{url}/dags/water_tanks")
+        for task in TASKS:
+            page.get_by_text(task, exact=True).first.wait_for()
+        page.screenshot(path=str(tmp_path / "airflow_dag.png"), full_page=True)
+        # The assets: every relation, made by its task.
+        page.goto(f"{url}/assets")
+        page.get_by_text("water_tanks.level_10m").first.wait_for()
+        body = page.inner_text("body")
+        for relation in RELATIONS:
+            assert f"water_tanks.{relation}" in body, body
+        page.screenshot(path=str(tmp_path / "airflow_assets.png"), full_page=True)
+        # One relation's lineage: the DAG that makes it, every relation of the DAG, and
+        # the watcher that re-runs it; a producing and a consuming task.
+        page.get_by_text("water_tanks.near_capacity", exact=True).first.click()
+        page.get_by_text("Producing Tasks").first.wait_for()
+        page.get_by_text("rerun_late_epochs").first.wait_for()
+        body = page.inner_text("body")
+        page.screenshot(path=str(tmp_path / "airflow_lineage.png"), full_page=True)
+        for shown in ("water_tanks__landing", *(f"water_tanks.{r}" for r in RELATIONS)):
+            assert shown in body, (shown, body)
+        assert re.search(r"Producing Tasks\s+1 Task\s+Consuming Tasks\s+1 Task", body), body
