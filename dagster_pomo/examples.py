@@ -112,6 +112,13 @@ class SqliteOutbox:
                 (event.key, event.handler, event.relation, json.dumps(dict(event.args)), event.t),
             )
 
+    def keys(self) -> set[str]:
+        """The key of every recorded effect."""
+        if not self.path.exists():
+            return set()
+        with closing(sqlite3.connect(self.path)) as db:
+            return {key for (key,) in db.execute("SELECT key FROM effects")}
+
     def effects(self) -> list[tuple[str, str, str, int]]:
         """``(handler, relation, args JSON, t)`` of every recorded effect, in time order."""
         if not self.path.exists():

@@ -7,8 +7,9 @@ DAG file goes there: ``dag.test`` finds the DAG in it). In ``WORKDIR``: ``landin
 first file already there); it writes ``snap-<stage>/`` (a copy of the warehouse after each
 stage), ``calls.txt`` (each handler call's key) and ``report.json``.
 
-Stages: ``three``, the first three epochs in time order; ``rerun``, the second again;
-``late``, after a late file lands, the range the landing watcher asks for, run with it.
+Stages: ``three``, the first three epochs in time order; ``rerun``, the second again.
+(The landing watcher re-running late epochs runs under a real scheduler, in
+tests/test_airflow_ui.py.)
 """
 
 from __future__ import annotations
@@ -21,12 +22,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from airflow.exceptions import AirflowSkipException
 from airflow.sdk import DAG
 
 from dagster_pomo.airflow import pomo_dag
-from dagster_pomo.airflow.dag import PomoCorpus
-from dagster_pomo.airflow.landing import LandingSensor
 from dagster_pomo.engine.actions import ActionEvent, Handler
 from dagster_pomo.examples import DEFAULT_START, outbox_handlers
 from tests.conftest import RULES
@@ -74,34 +72,12 @@ def build(work: Path) -> DAG:
     )
 
 
-def late_events() -> list[dict[str, object]]:
-    """North at 120 (capacity 100) every second from 23:30 to 23:40 on the first day (the
-    second epoch): its ten-minute average passes 90; and south's maintenance from 23:15."""
-    second = DEFAULT_START + 3_600_000
-    readings = [
-        {"relation": "water_level", "t": t, "args": {"tank": "north", "level": 120.0}}
-        for t in range(second + 1_800_000, second + 2_400_000, 1_000)
-    ]
-    south = {"relation": "maintenance", "t": second + 900_000, "args": ["south", "valve"]}
-    return [*readings, south]
-
-
-def build_corpus(dag: DAG) -> PomoCorpus:
-    """What the DAG's tasks share (the watcher's sensor takes it)."""
-    return dag.task_dict["inputs"].corpus  # type: ignore[attr-defined]
-
-
 def main(work: Path) -> None:
     folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "water_tanks.py").write_text(DAG_FILE.format(work=str(work)))
     dag = build(work)
-    warehouse, landing, calls, start = (
-        work / "warehouse",
-        work / "landing",
-        work / "calls.txt",
-        START,
-    )
+    warehouse, calls, start = work / "warehouse", work / "calls.txt", START
     report: dict[str, object] = {"states": [], "calls": {}}
 
     def run(stage: str, **kwargs: object) -> None:
@@ -125,20 +101,6 @@ def main(work: Path) -> None:
     shutil.copytree(warehouse, work / "snap-rerun")
     report["calls"]["rerun"] = _calls(calls)  # type: ignore[index]
 
-    # A late file: the second hour's readings of a tank near capacity, and a maintenance
-    # window, landing after every epoch ran; the landing watcher's sensor finds it.
-    late_file = landing / "late.jsonl"
-    late_file.write_text("".join(json.dumps(e) + "\n" for e in late_events()))
-    sensor = LandingSensor(task_id="wait_for_landing_files", corpus=build_corpus(dag))
-    try:
-        conf = sensor.execute({})
-    except AirflowSkipException:
-        conf = None
-    report["late"] = conf
-    if conf is not None:
-        run("late", run_conf=conf, logical_date=start + timedelta(hours=HOURS + 1))
-    shutil.copytree(warehouse, work / "snap-late")
-    report["calls"]["late"] = _calls(calls)  # type: ignore[index]
     (work / "report.json").write_text(json.dumps(report, indent=1))
 
 

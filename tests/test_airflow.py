@@ -1,7 +1,8 @@
 """The water tanks as an Airflow 3 DAG, on a real Airflow (a metadata DB of its own in a
 temporary ``AIRFLOW_HOME``, runs through ``dag.test``, Airflow 3's task runner) and real
 Spark: a run of each interval stores what `pomo run` and a Dagster run store over the same
-events, a re-run repeats no action, and a late landing file re-runs the epochs it changes.
+events, and a re-run repeats no action. (A real scheduler's catch-up, the landing watcher
+and the UI: tests/test_airflow_ui.py.)
 
 Airflow runs in child processes (its configuration is read when it is imported); the
 stored epochs are read back here, on the test run's Spark session.
@@ -21,13 +22,14 @@ from dagster import DagsterInstance, HourlyPartitionsDefinition, materialize
 from dagster_pomo.engine.actions import idempotency_key, subscriptions
 from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.run import run
+from dagster_pomo.engine.settings import JAVA_OPTIONS, QUICK_JIT
 from dagster_pomo.engine.versions import merge_versions
 from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
 from dagster_pomo.lang import load_program
 from dagster_pomo.orchestration import pomo_definitions
 from dagster_pomo.plan.schema import infer_schemas
 from dagster_pomo.timeline import epochs
-from tests.airflow_scenario import HOURS, late_events
+from tests.airflow_scenario import HOURS
 from tests.compare import rounded
 from tests.conftest import RULES
 
@@ -93,9 +95,9 @@ def pomo_run(landing: Path, hours: int = HOURS) -> dict[str, list]:
     }
 
 
-def listened_keys(warehouse: Path) -> set[str]:
+def listened_keys(warehouse: Path, hours: int = HOURS) -> set[str]:
     """The ledger key of every event a handler of the corpus listens to, as stored."""
-    history = epochs(DEFAULT_START, DEFAULT_START + HOURS * HOUR, HOUR)
+    history = epochs(DEFAULT_START, DEFAULT_START + hours * HOUR, HOUR)
     driver = Driver.open(
         PROGRAM, infer_schemas(PROGRAM, {}), str(warehouse), history, DEFAULT_START
     )
@@ -165,27 +167,6 @@ def test_running_an_interval_again_stores_the_same_and_repeats_no_action(
     assert stored(work / "snap-rerun") == stored(work / "snap-three")
 
 
-def test_a_late_landing_file_reruns_the_epochs_it_changes(
-    scenario: tuple[Path, dict], tmp_path: Path
-) -> None:
-    work, report = scenario
-    # Its events are of the second epoch: that one and the later stored one run again.
-    assert report["late"] == {"from": "2023-11-14T23:00:00Z", "through": "2023-11-15T00:00:00Z"}
-    (late,) = [s for s in report["states"] if s["stage"] == "late"]
-    assert late["state"] == "success", late
-    after = stored(work / "snap-late")
-    assert after == pomo_run(work / "landing")
-    north = [e for e in after["overflow_alert"] if e[1][0] == "north"]
-    assert any(DEFAULT_START + HOUR <= e[0] < DEFAULT_START + 2 * HOUR for e in north)
-    assert len(late_events()) > 1
-
-    # The new events were handed over; none twice.
-    calls = report["calls"]["late"]
-    assert len(calls) == len(set(calls)), "no handler call repeated"
-    assert listened_keys(work / "snap-late") <= set(calls)
-    assert len(calls) > len(report["calls"]["rerun"])
-
-
 STRUCTURE = """
 import builtins, json, sys
 real_import = builtins.__import__
@@ -207,7 +188,15 @@ tasks = {
     }
     for t in dag.tasks
 }
+corpus = dag.task_dict["inputs"].corpus
+spark = {}
+for conn in ("pomo_spark", "pomo_connect", None):
+    corpus.spark_conn_id = conn
+    for epochs in (1, 24):
+        made = corpus.settings(epochs)
+        spark[f"{conn}/{epochs}"] = [made.master, made.remote, dict(made.conf)]
 print(json.dumps({
+    "spark": spark,
     "tasks": tasks,
     "max_active_runs": dag.max_active_runs,
     "catchup": dag.catchup,
@@ -225,9 +214,24 @@ def test_the_dag_has_the_units_as_tasks_and_the_relations_as_assets_without_dags
     """The example DAG file, loaded where Dagster cannot be imported: a task for the
     inputs, one per unit of strata (the Dagster multi-assets), one per handler; each
     relation an asset, each task's outlets what it stores and inlets what it reads; one
-    run at a time, each task after its own previous interval."""
+    run at a time, each task after its own previous interval; Spark where an Airflow
+    connection says."""
     env = {**airflow_env(tmp_path / "home"), "POMO_WAREHOUSE": str(tmp_path / "wh")}
     env["POMO_LANDING"] = str(tmp_path / "landing")
+    env.pop("POMO_SPARK_MASTER", None)
+    env.pop("POMO_SPARK_REMOTE", None)
+    # Where Spark runs, from an Airflow connection (here in the environment).
+    env["AIRFLOW_CONN_POMO_SPARK"] = json.dumps(
+        {
+            "conn_type": "spark",
+            "host": "spark://10.0.0.5",
+            "port": 7077,
+            "extra": {"conf": {"spark.executor.memory": "2g"}},
+        }
+    )
+    env["AIRFLOW_CONN_POMO_CONNECT"] = json.dumps(
+        {"conn_type": "spark_connect", "host": "sc://spark-connect", "port": 15002}
+    )
     done = subprocess.run(
         [sys.executable, "-c", STRUCTURE], cwd=ROOT, env=env, capture_output=True, text=True
     )
@@ -258,3 +262,15 @@ def test_the_dag_has_the_units_as_tasks_and_the_relations_as_assets_without_dags
     assert found["interval"] == "1:00:00"
     assert found["start"].startswith("2023-11-14T22:00:00")
     assert found["uri"].startswith(f"file://{tmp_path / 'wh'}/water_tanks/")
+    # Spark: a master or a Spark Connect URL from a connection, its conf passed through;
+    # a short run in a new local JVM with the JIT's quick tier only, as in Dagster.
+    quick = {JAVA_OPTIONS: QUICK_JIT}
+    memory = {"spark.executor.memory": "2g"}
+    assert found["spark"] == {
+        "pomo_spark/1": ["spark://10.0.0.5:7077", None, memory],
+        "pomo_spark/24": ["spark://10.0.0.5:7077", None, memory],
+        "pomo_connect/1": ["local[*]", "sc://spark-connect:15002", {}],
+        "pomo_connect/24": ["local[*]", "sc://spark-connect:15002", {}],
+        "None/1": ["local[*]", None, quick],
+        "None/24": ["local[*]", None, {}],
+    }

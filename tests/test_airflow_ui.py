@@ -2,10 +2,10 @@
 DAG processor, triggerer, local executor, SQLite) with real Spark: the scheduler catches up
 on two hourly intervals in time order, one run at a time, and stores what `pomo run`
 derives; a late landing file wakes the landing watcher's deferred sensor, which re-runs
-the epochs it changes; the UI shows the DAG's tasks and the relations as assets with
-their lineage, in headless Chromium (screenshots in the test's temporary folder).
-
-Skips, saying why, without Chromium or Playwright (as tests/test_ui.py does).
+the epochs it changes, handing the new events over; the UI shows the DAG's tasks and the
+relations as assets with their lineage, in headless Chromium (screenshots in the test's
+temporary folder). The UI test skips, saying why, without Chromium or Playwright (as
+tests/test_ui.py does); the scheduler's does not need them.
 """
 
 from __future__ import annotations
@@ -24,16 +24,20 @@ from pathlib import Path
 
 import pytest
 
-from dagster_pomo.examples import water_tank_events
-from tests.airflow_scenario import late_events
-from tests.test_airflow import ROOT, airflow_env, pomo_run, stored
+from dagster_pomo.examples import DEFAULT_START, HOUR, SqliteOutbox, water_tank_events
+from tests.test_airflow import ROOT, airflow_env, listened_keys, pomo_run, stored
 from tests.test_ui import CHROMIUM, _assert_nothing_left, _browser, _free_port
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PATH")
-pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+try:
+    import playwright.sync_api  # noqa: F401
+except ImportError:  # the UI test skips, saying so
+    PLAYWRIGHT = False
+else:
+    PLAYWRIGHT = True
 
 AIRFLOW = [sys.executable, "-m", "airflow"]
 HOURS = 2
+Standalone = tuple[str, dict[str, str], Path]  # URL, environment, folder
 RELATIONS = [
     "water_level",
     "maintenance",
@@ -54,6 +58,18 @@ TASKS = [
 ]
 
 
+def late_events() -> list[dict[str, object]]:
+    """North at 120 (capacity 100) every second from 23:30 to 23:40 on the first day (the
+    second epoch): its ten-minute average passes 90; and south's maintenance from 23:15."""
+    second = DEFAULT_START + 3_600_000
+    readings = [
+        {"relation": "water_level", "t": t, "args": {"tank": "north", "level": 120.0}}
+        for t in range(second + 1_800_000, second + 2_400_000, 1_000)
+    ]
+    south = {"relation": "maintenance", "t": second + 900_000, "args": ["south", "valve"]}
+    return [*readings, south]
+
+
 def _up(url: str, server: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -69,11 +85,12 @@ def _up(url: str, server: subprocess.Popen, log: Path) -> None:
     pytest.fail(f"airflow standalone did not answer within 300 s:\n{log.read_text()[-4000:]}")
 
 
-@pytest.fixture
-def standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     """``airflow standalone`` over the example DAG folder, a temporary home, warehouse and
     landing folder (three hours of readings); its URL and environment. No process is left
     behind (its process group is killed)."""
+    tmp_path = tmp_path_factory.mktemp("standalone")
     landing = tmp_path / "landing"
     (landing / "water_tanks").mkdir(parents=True)
     water_tank_events(landing / "water_tanks" / "r.jsonl", 1_000, hours=HOURS)
@@ -107,7 +124,7 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     url = f"http://127.0.0.1:{port}"
     try:
         _up(url, server, log_path)
-        yield url, env
+        yield url, env, tmp_path
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=30)
@@ -139,10 +156,10 @@ def _finished(env: dict[str, str], dag: str, count: int, log: Path) -> list[dict
     pytest.fail(f"{dag}: {count} runs did not finish in 600 s: {runs}\n{log.read_text()[-3000:]}")
 
 
-def test_airflow_catches_up_in_time_order_reruns_late_epochs_and_shows_tasks_and_lineage(
-    standalone: tuple[str, dict[str, str]], tmp_path: Path
+def test_airflow_catches_up_in_time_order_and_reruns_the_epochs_a_late_file_changes(
+    standalone: Standalone,
 ) -> None:
-    url, env = standalone
+    _, env, tmp_path = standalone
     log, landing = tmp_path / "standalone.log", tmp_path / "landing" / "water_tanks"
     runs = _finished(env, "water_tanks", HOURS, log)
     runs.sort(key=lambda r: r["logical_date"])
@@ -163,7 +180,22 @@ def test_airflow_catches_up_in_time_order_reruns_late_epochs_and_shows_tasks_and
     assert stored(tmp_path / "wh", HOURS) == pomo_run(landing, HOURS)
     watcher = _runs(env, "water_tanks__landing")
     assert any(r["state"] == "success" for r in watcher), watcher
+    # Every event a handler listens to was handed over, the late file's new ones too:
+    # north's alert in the second hour among them.
+    outbox = SqliteOutbox(tmp_path / "wh" / "water_tanks" / "outbox.sqlite")
+    assert listened_keys(tmp_path / "wh", HOURS) <= outbox.keys()
+    second = range(DEFAULT_START + HOUR, DEFAULT_START + 2 * HOUR)
+    alerts = [
+        (json.loads(a)["tank"], t) for h, _, a, t in outbox.effects() if h == "notify_operator"
+    ]
+    assert any(tank == "north" and t in second for tank, t in alerts), alerts
 
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PATH")
+@pytest.mark.skipif(not PLAYWRIGHT, reason="Playwright is not installed")
+def test_the_airflow_ui_shows_the_tasks_and_the_relations_lineage(standalone: Standalone) -> None:
+    url, env, tmp_path = standalone
+    _finished(env, "water_tanks", HOURS, tmp_path / "standalone.log")
     with _browser() as page:
         # The first visit signs in (every user an admin here) and lands on the home page.
         page.goto(url)

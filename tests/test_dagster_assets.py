@@ -537,7 +537,8 @@ def test_short_runs_start_spark_with_the_quick_compiler_only() -> None:
     """A run of one to three epochs in a new local JVM is over before the JIT's optimizing
     tier pays for itself (bench/cold_start.py); longer runs, remote Spark and Java options
     the user sets are left as they are."""
-    from dagster_pomo.orchestration.resources import JAVA_OPTIONS, QUICK_JIT, SparkResource
+    from dagster_pomo.engine.settings import JAVA_OPTIONS, QUICK_JIT
+    from dagster_pomo.orchestration.resources import SparkResource
 
     local = SparkResource()
     assert local.settings(1).conf[JAVA_OPTIONS] == QUICK_JIT

@@ -131,9 +131,13 @@ class PomoCorpus:
         return self.start + max(0, (t - self.start) // self.epoch) * self.epoch
 
     def settings(self, epochs: int) -> SparkSettings:
-        """Where Spark runs: the given settings, else the Airflow connection's (a Spark
-        master URL in its host, or a Spark Connect URL, ``sc://...``; Spark settings in
-        its extra's ``conf``), else ``POMO_SPARK_MASTER``/``POMO_SPARK_REMOTE`` or local."""
+        """Where Spark runs for a run of ``epochs`` (see `SparkSettings.for_epochs`): the
+        given settings, else the Airflow connection's (a Spark master URL in its host, or a
+        Spark Connect URL, ``sc://...``; Spark settings in its extra's ``conf``), else
+        ``POMO_SPARK_MASTER``/``POMO_SPARK_REMOTE`` or local."""
+        return self._where().for_epochs(epochs)
+
+    def _where(self) -> SparkSettings:
         if self.spark is not None:
             return self.spark
         if self.spark_conn_id is None:

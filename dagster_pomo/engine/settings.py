@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # The Spark setting that holds the driver JVM's options.
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -18,6 +18,7 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # Driver Java options the project picks; a class-data archive is added to these, never
 # to options the user sets (see `engine.spark.class_archive`).
 OUR_JAVA_OPTIONS = frozenset({QUICK_JIT})
+SHORT_RUN = 3  # epochs: a fresh process's first three were a fifth faster with QUICK_JIT
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,13 @@ class SparkSettings:
             master=os.environ.get("POMO_SPARK_MASTER", "local[*]"),
             remote=os.environ.get("POMO_SPARK_REMOTE") or None,
         )
+
+    def for_epochs(self, epochs: int | None) -> SparkSettings:
+        """These settings for a run of ``epochs`` epochs: a run of a few in a new local JVM
+        is over before the JIT's optimizing tier pays for itself, so such runs compile with
+        its quick tier only, unless ``conf`` sets the driver's Java options (measured in
+        ``bench/cold_start.py``). What the Dagster resource and the Airflow tasks start."""
+        local = not self.remote and self.master.startswith("local")
+        if not local or epochs is None or epochs > SHORT_RUN or JAVA_OPTIONS in self.conf:
+            return self
+        return replace(self, conf={**self.conf, JAVA_OPTIONS: QUICK_JIT})

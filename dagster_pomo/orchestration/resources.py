@@ -11,14 +11,11 @@ from pydantic import Field
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, parse_window
 from dagster_pomo.engine.pipeline import Storage
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.settings import JAVA_OPTIONS, QUICK_JIT, SparkSettings
+from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.errors import UsageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-SHORT_RUN = 3  # epochs: a fresh process's first three were a fifth faster with QUICK_JIT
 
 
 class SparkResource(ConfigurableResource):
@@ -72,17 +69,11 @@ class SparkResource(ConfigurableResource):
         return session(self.settings(epochs))
 
     def settings(self, epochs: int | None = None) -> SparkSettings:
-        """A run of a few epochs in a new local JVM is over before the JIT's optimizing
-        tier pays for itself: such runs compile with its quick tier only, unless ``conf``
-        sets the driver's Java options (measured in ``bench/cold_start.py``)."""
-        conf = dict(self.conf)
+        """Where Spark runs, for a run of ``epochs`` (see `SparkSettings.for_epochs`)."""
         env = SparkSettings.from_env()  # what `pomo run` follows too
         remote = self.remote or (None if self.master else env.remote)
         master = self.master or env.master
-        local = not remote and master.startswith("local")
-        if local and epochs is not None and epochs <= SHORT_RUN and JAVA_OPTIONS not in conf:
-            conf[JAVA_OPTIONS] = QUICK_JIT
-        return SparkSettings(master=master, remote=remote, conf=conf)
+        return SparkSettings(master=master, remote=remote, conf=dict(self.conf)).for_epochs(epochs)
 
 
 class PomoStorage(ConfigurableResource):
