@@ -36,6 +36,16 @@ from tests.conftest import RULES
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = RULES / "water_tanks.pomo"
 PROGRAM = load_program(CORPUS)
+# The example DAG's tasks: the inputs, the units of strata, the handlers.
+TASKS = [
+    "inputs",
+    "level_per_minute",
+    "level_10m",
+    "near_capacity",
+    "overflow_alert",
+    "action__notify_operator",
+    "action__log_maintenance",
+]
 SCHEMAS = infer_schemas(PROGRAM, {})
 
 
@@ -167,14 +177,18 @@ def test_running_an_interval_again_stores_the_same_and_repeats_no_action(
     assert stored(work / "snap-rerun") == stored(work / "snap-three")
 
 
-STRUCTURE = """
+WITHOUT = """
 import builtins, json, sys
 real_import = builtins.__import__
 def guarded(name, *args, **kwargs):
-    if name == "dagster" or name.startswith("dagster."):
-        raise ImportError(f"no Dagster here: {name}")
+    if name == "{package}" or name.startswith("{package}."):
+        raise ImportError(f"no {package} here: {{name}}")
     return real_import(name, *args, **kwargs)
 builtins.__import__ = guarded
+"""
+STRUCTURE = (
+    WITHOUT.format(package="dagster")
+    + """
 sys.path.insert(0, "pipelines/airflow")
 import water_tanks
 dag = water_tanks.dag
@@ -206,6 +220,24 @@ print(json.dumps({
     "dagster": sorted(m for m in sys.modules if m == "dagster" or m.startswith("dagster.")),
 }))
 """
+)
+
+
+def test_the_dagster_layer_loads_and_runs_without_airflow(tmp_path: Path) -> None:
+    """The Dagster code location of the same corpus, where Airflow cannot be imported."""
+    script = WITHOUT.format(package="airflow") + (
+        "from dagster import materialize\n"
+        "sys.path.insert(0, '.')\n"
+        "from pipelines.water_tanks import defs\n"
+        "print(len(list(defs.assets)), any(m.startswith('airflow') for m in sys.modules))\n"
+    )
+    env = {**airflow_env(tmp_path / "home"), "POMO_WAREHOUSE": str(tmp_path / "wh")}
+    env["POMO_LANDING"] = str(tmp_path / "landing")
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.split()[-2:] == ["7", "False"], done.stdout
 
 
 def test_the_dag_has_the_units_as_tasks_and_the_relations_as_assets_without_dagster(
@@ -239,15 +271,7 @@ def test_the_dag_has_the_units_as_tasks_and_the_relations_as_assets_without_dags
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["dagster"] == []
     tasks = found["tasks"]
-    assert set(tasks) == {
-        "inputs",
-        "level_per_minute",
-        "level_10m",
-        "near_capacity",
-        "overflow_alert",
-        "action__notify_operator",
-        "action__log_maintenance",
-    }
+    assert set(tasks) == set(TASKS)
     inputs = ["water_tanks.capacity", "water_tanks.maintenance", "water_tanks.water_level"]
     assert tasks["inputs"]["outlets"] == inputs
     assert tasks["near_capacity"]["upstream"] == ["inputs", "level_10m"]

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -25,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from dagster_pomo.examples import DEFAULT_START, HOUR, SqliteOutbox, water_tank_events
-from tests.test_airflow import ROOT, airflow_env, listened_keys, pomo_run, stored
-from tests.test_ui import CHROMIUM, _assert_nothing_left, _browser, _free_port
+from tests.test_airflow import ROOT, TASKS, airflow_env, listened_keys, pomo_run, stored
+from tests.test_ui import CHROMIUM, _assert_nothing_left, _browser, _free_port, _wait_until_up
 
 try:
     import playwright.sync_api  # noqa: F401
@@ -47,15 +46,6 @@ RELATIONS = [
     "near_capacity",
     "overflow_alert",
 ]
-TASKS = [
-    "inputs",
-    "level_per_minute",
-    "level_10m",
-    "near_capacity",
-    "overflow_alert",
-    "action__notify_operator",
-    "action__log_maintenance",
-]
 
 
 def late_events() -> list[dict[str, object]]:
@@ -68,21 +58,6 @@ def late_events() -> list[dict[str, object]]:
     ]
     south = {"relation": "maintenance", "t": second + 900_000, "args": ["south", "valve"]}
     return [*readings, south]
-
-
-def _up(url: str, server: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"airflow standalone exited with {server.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=5) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(2)
-    pytest.fail(f"airflow standalone did not answer within 300 s:\n{log.read_text()[-4000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +98,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _up(url, server, log_path)
+        health = f"{url}/api/v2/monitor/health"
+        _wait_until_up(health, server, log_path, "airflow standalone", 300)
         yield url, env, tmp_path
     finally:
         os.killpg(server.pid, signal.SIGKILL)

@@ -119,7 +119,7 @@ def _serving(workspace: Path, env: dict[str, str], tmp_path: Path) -> Iterator[s
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_up(url, server, tmp_path / "dagster_dev.log")
+        _wait_until_up(f"{url}/server_info", server, tmp_path / "dagster_dev.log")
         yield url
     finally:
         os.killpg(server.pid, signal.SIGKILL)  # `dagster dev` may ignore SIGTERM for a while
@@ -128,18 +128,21 @@ def _serving(workspace: Path, env: dict[str, str], tmp_path: Path) -> Iterator[s
         _assert_nothing_left(server.pid)
 
 
-def _wait_until_up(url: str, server: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 240
+def _wait_until_up(
+    url: str, server: subprocess.Popen, log: Path, name: str = "dagster dev", seconds: int = 240
+) -> None:
+    """Wait until ``url`` answers 200 (``server``, which writes to ``log``, is ``name``)."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            pytest.fail(f"dagster dev exited with {server.returncode}:\n{log.read_text()}")
+            pytest.fail(f"{name} exited with {server.returncode}:\n{log.read_text()}")
         try:
-            with urllib.request.urlopen(f"{url}/server_info", timeout=5) as reply:
+            with urllib.request.urlopen(url, timeout=5) as reply:
                 if reply.status == 200:
                     return
         except OSError:
             time.sleep(1)
-    pytest.fail(f"dagster dev did not answer within 240 s:\n{log.read_text()}")
+    pytest.fail(f"{name} did not answer within {seconds} s:\n{log.read_text()[-4000:]}")
 
 
 def _assert_nothing_left(group: int) -> None:
