@@ -46,3 +46,52 @@ def test_a_column_function_is_one_call_into_the_jvm() -> None:
         assert jvm.java.lang.Integer.MAX_VALUE == 2**31 - 1
         assert jvm.java.lang.Integer.MAX_VALUE == 2**31 - 1
     assert calls.lookups >= 2, "a field's value is asked for each time"
+
+
+SMALL_EPOCH = """
+import json, sys
+from pathlib import Path
+from dagster_pomo.engine.actions import subscriptions
+from dagster_pomo.engine.pipeline import Pipeline, Storage
+from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
+from dagster_pomo.lang import load_program
+from dagster_pomo.plan.units import units
+from dagster_pomo.timeline import epochs
+
+work, corpus = Path(sys.argv[1]), Path(sys.argv[2])
+water_tank_events(work / "landing" / "r.jsonl", 2_000, hours=2)
+program = load_program(corpus)
+pipeline = Pipeline(program, Storage(str(work / "wh"), str(work / "landing")))
+handlers = outbox_handlers(corpus, work / "outbox.sqlite")
+history = epochs(DEFAULT_START, DEFAULT_START + 2 * HOUR, HOUR)
+made = {}
+for last in (1, 2):  # as Airflow tasks or scheduled Dagster runs do, epoch by epoch
+    driver, run = pipeline.driver(history[:last], 1)
+    pipeline.land(driver, run)
+    for unit in units(program):
+        for name, n in pipeline.evaluate(driver, unit, run).rows.items():
+            made[name] = made.get(name, 0) + n
+    for name in subscriptions(program):
+        pipeline.act(name, handlers[name], run)
+from pyspark import SparkContext
+print(json.dumps({"spark": SparkContext._active_spark_context is not None, "made": made}))
+"""
+
+
+def test_small_epochs_run_their_steps_without_starting_spark(tmp_path) -> None:
+    """A fresh process running a scheduled step of small epochs (inputs, every unit, the
+    handlers: an Airflow task, a Dagster run of one partition) works them out here and
+    starts no JVM: Spark starts only when a plan needs it."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, RULES
+
+    (tmp_path / "landing").mkdir()
+    script = [sys.executable, "-c", SMALL_EPOCH, str(tmp_path), str(RULES / "water_tanks.pomo")]
+    done = subprocess.run(script, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["spark"] is False, "no Spark context in the process"
+    assert found["made"]["level_10m"] == 2_000 and found["made"]["level_per_minute"] > 0

@@ -112,10 +112,11 @@ class Driver:
         ``plan``, the corpus's plan when the caller has compiled it already."""
         from dagster_pomo.engine.spark.evaluator import SparkEvaluator
         from dagster_pomo.engine.spark.results import Results
-        from dagster_pomo.engine.spark.session import spark_session
+        from dagster_pomo.engine.spark.session import lazy_session
         from dagster_pomo.engine.spark.warehouse import Warehouse
 
-        spark = session or spark_session(settings)
+        # Spark starts when a plan first needs it: small epochs never may (see LazySession).
+        spark = session or lazy_session(settings)
         wh = Warehouse(spark, warehouse, program.name)
         backend = SparkEvaluator(
             spark, program, schemas, wh, epochs, clock_start, facts, plan=plan, policy=policy
@@ -305,10 +306,10 @@ def open_results(
 ) -> Results:
     """What ``warehouse`` holds of ``program``, without evaluating anything."""
     from dagster_pomo.engine.spark.results import Results
-    from dagster_pomo.engine.spark.session import spark_session
+    from dagster_pomo.engine.spark.session import lazy_session
     from dagster_pomo.engine.spark.warehouse import Warehouse
 
-    return Results(Warehouse(spark_session(settings), warehouse, program.name), schemas)
+    return Results(Warehouse(lazy_session(settings), warehouse, program.name), schemas)
 
 
 def session(settings: SparkSettings | None = None) -> Any:

@@ -44,6 +44,7 @@ from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
 from dagster_pomo.engine.spark.range_pass import RangePass
+from dagster_pomo.engine.spark.session import LazySession, started
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.stats import EpochScope, StratumStats
 from dagster_pomo.engine.versions import Version, from_record, record
@@ -144,7 +145,9 @@ class SparkEvaluator:
         self.carried_rows: dict[str, int] = {}
         self._epoch = _EpochCaches()  # what the epoch under way has read (see `epoch_scope`)
         self._ends = [e.end for e in epochs]
-        self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+        shuffle = "spark.sql.shuffle.partitions"
+        lazy = isinstance(spark, LazySession)
+        self.partitions = int((spark.conf_value(shuffle) if lazy else spark.conf.get(shuffle)) or 2)
         self._nothing: dict[str, DataFrame] = {}  # see `empty`
         self._spans: dict[tuple[int, int], RangePass] = {}  # ranges evaluated as one, see `span`
         inputs = [r.name for r in self.catalog.inputs]
@@ -188,6 +191,8 @@ class SparkEvaluator:
 
     def local_spark(self) -> bool:
         """Whether Spark runs in this process's machine (local mode, not Connect)."""
+        if isinstance(self.spark, LazySession):  # only ever local
+            return True
         return not is_connect(self.spark) and self.spark.sparkContext.master.startswith("local")
 
     # ------------------------------------------------------------------ state
@@ -274,28 +279,40 @@ class SparkEvaluator:
         epoch's job group, counted when the block ends, with the partitions it read. The
         epoch's state starts empty (what it read of earlier epochs may have changed)."""
         scope = EpochScope()
-        group = f"pomo-{self.program.name}-{epoch_key(epoch)}"
+        group = (f"pomo-{self.program.name}-{epoch_key(epoch)}", f"epoch {epoch}")
+        lazy = self.spark if isinstance(self.spark, LazySession) else None
+        if lazy is not None:
+            lazy.job_group = group  # the session gets it if it starts within the epoch
+        running = started(self.spark)
         classic = not is_connect(self.spark)
-        if classic:
-            tracker = self.spark.sparkContext.statusTracker()
-            self.spark.sparkContext.setJobGroup(group, f"epoch {epoch}")
+        earlier: set[int] = set()
+        if classic and running is not None:
+            running.sparkContext.setJobGroup(*group)
             # Spark keeps the jobs of a group across evaluations of the same epoch: count ours.
-            earlier = set(tracker.getJobIdsForGroup(group))
+            earlier = set(running.sparkContext.statusTracker().getJobIdsForGroup(group[0]))
         # Earlier epochs' entries are no longer needed, nor what this process read of them
         # (their inputs may have changed).
         self._epoch = _EpochCaches(read=scope.partitions_read)
         try:
             yield scope
         finally:
-            if classic:
-                scope.spark_jobs = len(set(tracker.getJobIdsForGroup(group)) - earlier)
-                self.spark.sparkContext.setJobGroup("pomo", "idle")
-            else:
+            if lazy is not None:
+                lazy.job_group = None
+            running = started(self.spark)
+            if not classic:
                 scope.spark_jobs = None
+            elif running is None:
+                scope.spark_jobs = 0  # worked out in this process: Spark never started
+            else:
+                tracker = running.sparkContext.statusTracker()
+                scope.spark_jobs = len(set(tracker.getJobIdsForGroup(group[0])) - earlier)
+                running.sparkContext.setJobGroup("pomo", "idle")
 
     def concurrent(self, task: Callable[..., StratumStats]) -> Callable[..., StratumStats]:
         """``task`` as a thread started now runs it: with this thread's Spark job group."""
-        return inheritable_thread_target(self.spark)(task)
+        running = started(self.spark)
+        # Not started: a thread that starts it puts its jobs in the epoch's group itself.
+        return task if running is None else inheritable_thread_target(running)(task)
 
     @contextmanager
     def plans_for(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> Iterator[bool]:

@@ -11,9 +11,15 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription, idempotency_key
+from dagster_pomo.engine.inprocess.rules import arrow_schema
 from dagster_pomo.engine.spark.evaluator import struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.versions import value_order
 from dagster_pomo.plan.schema import Schema
+
+# A relation's versions in a handler's range that this process reads itself (a local
+# warehouse): a Spark job costs more than reading so few, and Spark may not run at all.
+LOCAL_ROWS = 100_000
 
 
 def _matches(sub: Subscription) -> Column:
@@ -29,9 +35,10 @@ def range_events(
     keys: Sequence[str],
 ) -> Iterator[ActionEvent]:
     """Each distinct ``(relation, args, t)`` stored in the epochs ``keys`` that ``subs`` (all
-    of one handler) match, once, with the first of those epochs that holds it: epoch by
-    epoch, and within an epoch relation by relation, in time order. One Spark read per
-    relation for the whole range, streamed to the driver a Spark partition at a time."""
+        of one handler) match, once, with the first of those epochs that holds it: epoch by
+        epoch, and within an epoch relation by relation, in time order. One Spark read per
+        relation for the whole range, streamed to the driver a Spark partition at a time (or,
+    on a local warehouse holding few of them, read here: see `LOCAL_ROWS`)."""
     ordered = sorted(subs, key=lambda s: s.relation)
     streams = [
         _relation_events(wh, schemas[relation], relation, list(group), keys)
@@ -41,10 +48,20 @@ def range_events(
     yield from heapq.merge(*streams, key=lambda event: int(event.epoch))
 
 
+def _event(sub: Subscription, columns: list[str], args: tuple, t: int, epoch: str) -> ActionEvent:
+    key = idempotency_key(sub.handler, sub.relation, args, t)
+    return ActionEvent(
+        key, sub.handler, sub.relation, dict(zip(columns, args, strict=True)), t, epoch
+    )
+
+
 def _relation_events(
     wh: Warehouse, schema: Schema, relation: str, subs: list[Subscription], keys: Sequence[str]
 ) -> Iterator[ActionEvent]:
     columns = list(schema.columns)
+    if wh.is_local and sum(wh.stored_rows(relation, k) for k in keys) <= LOCAL_ROWS:
+        yield from _read_here(wh, schema, relation, subs, keys)
+        return
     df = wh.read(relation, struct_of(schema), keys)
     df = df.filter(reduce(Column.__or__, (_matches(s) for s in subs)))
     epoch = F.regexp_extract(F.input_file_name(), "/epoch=([^/]+)/", 1).cast("long")
@@ -56,12 +73,28 @@ def _relation_events(
     )
     for row in df.toLocalIterator():
         values = tuple(row)
-        args, t = values[:-2], int(values[-2])
-        yield ActionEvent(
-            idempotency_key(subs[0].handler, relation, args, t),
-            subs[0].handler,
-            relation,
-            dict(zip(columns, args, strict=True)),
-            t,
-            str(values[-1]),
-        )
+        yield _event(subs[0], columns, values[:-2], int(values[-2]), str(values[-1]))
+
+
+def _read_here(
+    wh: Warehouse, schema: Schema, relation: str, subs: list[Subscription], keys: Sequence[str]
+) -> Iterator[ActionEvent]:
+    """`_relation_events` for a local warehouse holding few versions in ``keys``: read by
+    this process (no Spark), in the same order."""
+    columns = list(schema.columns)
+    first: dict[tuple, int] = {}  # (args, t) -> the first epoch holding it
+    for key in sorted(keys, key=int):
+        table = wh.read_table(relation, [key], arrow_schema(schema)).select([*columns, "t"])
+        for row in table.to_pylist():
+            if any(_holds(s, row) for s in subs):
+                first.setdefault((tuple(row[c] for c in columns), row["t"]), int(key))
+    found = sorted(first.items(), key=lambda i: (i[1], i[0][1], [value_order(v) for v in i[0][0]]))
+    for (args, t), epoch in found:
+        yield _event(subs[0], columns, args, int(t), str(epoch))
+
+
+def _holds(sub: Subscription, row: Mapping[str, object]) -> bool:
+    """Whether a stored version ``row`` is an event ``sub`` listens to."""
+    return all(row[c] == v for c, v in sub.equals) and all(
+        row[c] == row[cols[0]] for cols in sub.same for c in cols[1:]
+    )

@@ -85,6 +85,62 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     return session
 
 
+class LazySession:
+    """The process's Spark session, started when something first needs it.
+
+    A small epoch is worked out in this process, its inputs written and its reports read
+    with pyarrow (`engine.inprocess`, `Warehouse.put`, `read_table`): a run of such epochs
+    needs no JVM, and a fresh process (an Airflow task, a Dagster run, `pomo run` on a
+    little data) would otherwise spend seconds starting one. Anything else asked of this
+    object starts the session and is asked of it. Only for local mode: a cluster or a
+    Spark Connect server runs every plan (see `EpochStore.local`)."""
+
+    def __init__(self, settings: SparkSettings) -> None:
+        self.settings = settings
+        self._session: SparkSession | None = None
+        # The job group of the epoch under way, given to the session when it starts.
+        self.job_group: tuple[str, str] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def get(self) -> SparkSession:
+        """The session (started now if it is not yet, in the epoch's job group)."""
+        if self._session is None:
+            self._session = spark_session(self.settings)
+            if self.job_group is not None:
+                self._session.sparkContext.setJobGroup(*self.job_group)
+        return self._session
+
+    def conf_value(self, key: str) -> str | None:
+        """A setting the session has or will have, without starting it."""
+        if self._session is not None:
+            return self._session.conf.get(key, None)
+        return session_conf(self.settings).get(key)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.get(), name)
+
+
+def lazy_session(settings: SparkSettings | None = None) -> SparkSession | LazySession:
+    """The process's session when one runs or Spark is not local; else a `LazySession`."""
+    from pyspark.sql import SparkSession
+
+    settings = settings or SparkSettings.from_env()
+    active = SparkSession.getActiveSession()
+    if active is not None or settings.remote or not settings.master.startswith("local"):
+        return spark_session(settings)
+    return LazySession(settings)
+
+
+def started(spark: object) -> object | None:
+    """``spark`` as a running session, or None for a `LazySession` not started yet."""
+    if isinstance(spark, LazySession):
+        return spark.get() if spark.started else None
+    return spark
+
+
 def session_conf(settings: SparkSettings) -> dict[str, str]:
     """The conf a new session is given: the defaults, then the user's.
 
