@@ -321,15 +321,11 @@ def session(settings: SparkSettings | None = None) -> Any:
 
 
 def describe_session(settings: SparkSettings | None = None) -> str:
-    """Where the process's Spark session runs, and the settings given to it (started now
-    when it is not yet)."""
-    from dagster_pomo.engine.spark.session import spark_session
-
+    """Where Spark runs, and the settings given to it (without starting it: a run starts
+    it when a plan first needs it)."""
     settings = settings or SparkSettings()
-    spark = spark_session(settings)
-    where = settings.remote or spark.sparkContext.master
-    confs = ", ".join(f"{k}={spark.conf.get(k)}" for k in settings.conf)
-    return where + (f" ({confs})" if confs else "")
+    confs = ", ".join(f"{k}={v}" for k, v in settings.conf.items())
+    return (settings.remote or settings.master) + (f" ({confs})" if confs else "")
 
 
 def run_epochs(

@@ -45,7 +45,7 @@ from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
 from dagster_pomo.engine.spark.range_pass import RangePass
 from dagster_pomo.engine.spark.session import LazySession, started
-from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.spark.warehouse import LOCAL_ROWS, Warehouse
 from dagster_pomo.engine.stats import EpochScope, StratumStats
 from dagster_pomo.engine.versions import Version, from_record, record
 from dagster_pomo.lang import Program
@@ -663,5 +663,14 @@ class SparkEvaluator:
     # ------------------------------------------------------------------ results
 
     def versions(self, name: str) -> list[Version]:
-        df = self.wh.read(name, self.structs[name], [epoch_key(e) for e in self.epochs])
-        return collect_versions(df, self.schemas[name])
+        """Every stored version of ``name``: read by this process when the warehouse is
+        local and holds few (no Spark job, and no Spark at all if none ran yet)."""
+        keys = [epoch_key(e) for e in self.epochs]
+        schema = self.schemas[name]
+        if self.store.local:
+            stored = self.wh.stored_keys(name)
+            here = [k for k in keys if k in stored]
+            if sum(self.wh.stored_rows(name, k) for k in here) <= LOCAL_ROWS:
+                table = self.wh.read_table(name, here, local_rules.arrow_schema(schema))
+                return [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
+        return collect_versions(self.wh.read(name, self.structs[name], keys), schema)

@@ -13,13 +13,9 @@ from pyspark.sql import functions as F
 from dagster_pomo.engine.actions import ActionEvent, Subscription, idempotency_key
 from dagster_pomo.engine.inprocess.rules import arrow_schema
 from dagster_pomo.engine.spark.evaluator import struct_of
-from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.spark.warehouse import LOCAL_ROWS, Warehouse
 from dagster_pomo.engine.versions import value_order
 from dagster_pomo.plan.schema import Schema
-
-# A relation's versions in a handler's range that this process reads itself (a local
-# warehouse): a Spark job costs more than reading so few, and Spark may not run at all.
-LOCAL_ROWS = 100_000
 
 
 def _matches(sub: Subscription) -> Column:

@@ -27,6 +27,9 @@ from pyspark.sql.types import StructType
 from dagster_pomo.engine.spark.frames import empty
 
 STALE_SECONDS = 24 * 3600  # a staging folder this old was left by a run that died
+# Stored versions this process reads itself from a local warehouse, rather than through a
+# Spark job: a job costs more than reading so few, and Spark may not have started at all.
+LOCAL_ROWS = 100_000
 
 
 class Warehouse:
