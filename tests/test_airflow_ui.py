@@ -2,10 +2,11 @@
 DAG processor, triggerer, local executor, SQLite) with real Spark: the scheduler catches up
 on two hourly intervals in time order, one run at a time, and stores what `pomo run`
 derives; a late landing file wakes the landing watcher's deferred sensor, which re-runs
-the epochs it changes, handing the new events over; the UI shows the DAG's tasks and the
-relations as assets with their lineage, in headless Chromium (screenshots in the test's
-temporary folder). The UI test skips, saying why, without Chromium or Playwright (as
-tests/test_ui.py does); the scheduler's does not need them.
+the epochs it changes, handing the new events over; a backfill of both hours runs them
+again, each task after its own previous hour, storing the same and handing no event over
+again; the UI shows the DAG's tasks and the relations as assets with their lineage, in
+headless Chromium (screenshots in the test's temporary folder). The UI test skips, saying why, without
+Chromium or Playwright (as tests/test_ui.py does); the scheduler's does not need them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,34 @@ def _finished(env: dict[str, str], dag: str, count: int, log: Path) -> list[dict
     pytest.fail(f"{dag}: {count} runs did not finish in 600 s: {runs}\n{log.read_text()[-3000:]}")
 
 
+def _at(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp)
+
+
+def _task_times(env: dict[str, str], run_id: str) -> dict[str, tuple[datetime, datetime]]:
+    """When each task of a run of the corpus's DAG started and ended."""
+    args = [*AIRFLOW, "tasks", "states-for-dag-run", "water_tanks", run_id, "-o", "json"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout[done.stdout.find("[") :])
+    return {t["task_id"]: (_at(t["start_date"]), _at(t["end_date"])) for t in found}
+
+
+def _rerun(env: dict[str, str], began: datetime, log: Path) -> list[dict]:
+    """The corpus's scheduled runs once each has run again since ``began``, in time order."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = [r for r in _runs(env, "water_tanks") if r["run_id"].startswith("scheduled__")]
+        fresh = [
+            r for r in runs if r["start_date"] and datetime.fromisoformat(r["start_date"]) > began
+        ]
+        if len(fresh) == HOURS and all(r["state"] in ("success", "failed") for r in fresh):
+            assert all(r["state"] == "success" for r in fresh), fresh
+            return sorted(fresh, key=lambda r: r["logical_date"])
+        time.sleep(3)
+    pytest.fail(f"the backfill did not finish in 300 s:\n{log.read_text()[-3000:]}")
+
+
 def test_airflow_catches_up_in_time_order_and_reruns_the_epochs_a_late_file_changes(
     standalone: Standalone,
 ) -> None:
@@ -165,6 +194,31 @@ def test_airflow_catches_up_in_time_order_and_reruns_the_epochs_a_late_file_chan
         (json.loads(a)["tank"], t) for h, _, a, t in outbox.effects() if h == "notify_operator"
     ]
     assert any(tank == "north" and t in second for tank, t in alerts), alerts
+
+    # A backfill of both hours over the runs that exist (`airflow backfill create`): the
+    # scheduler runs them again, up to the backfill's own number of runs at once, but
+    # every task after its own previous hour (the epochs pipelined in time order); they
+    # store the same, and the handlers' steps find every event done.
+    stored_before = stored(tmp_path / "wh", HOURS)
+    began = datetime.now(UTC)
+    backfill = [*AIRFLOW, "backfill", "create", "--dag-id", "water_tanks"]
+    backfill += ["--from-date", "2023-11-14T22:00:00+00:00"]
+    backfill += ["--to-date", "2023-11-14T23:00:00+00:00", "--reprocess-behavior", "completed"]
+    done = subprocess.run(backfill, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    again = _rerun(env, began, log)
+    tasks = [_task_times(env, run["run_id"]) for run in again]
+    for before, after in zip(tasks, tasks[1:], strict=False):
+        for task in TASKS:
+            assert after[task][0] >= before[task][1], (task, before, after)
+    assert stored(tmp_path / "wh", HOURS) == stored_before
+    home = Path(env["AIRFLOW_HOME"]) / "logs" / "dag_id=water_tanks"
+    for run in again:
+        logs = sorted((home / f"run_id={run['run_id']}").glob("task_id=action__*/attempt=*.log"))
+        latest = {p.parent.name: p for p in logs}  # attempts sort in order: the last wins
+        assert len(latest) == 2, logs
+        for path in latest.values():  # each epoch's line: "N ran, M done before, F failed"
+            assert not re.search(r"[1-9]\d* ran, ", path.read_text()), path.read_text()
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PATH")

@@ -13,7 +13,7 @@ from dagster_pomo.lang.pomologic import render_pomologic
 from dagster_pomo.lang.stratify import precedence_edges
 from tests.strategies import corpora, dependency_programs, pomologic_corpora
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY
