@@ -5,8 +5,9 @@ derives; a late landing file wakes the landing watcher's deferred sensor, which 
 the epochs it changes, handing the new events over; a backfill of both hours runs them
 again, each task after its own previous hour, storing the same and handing no event over
 again; the UI shows the DAG's tasks and the relations as assets with their lineage, in
-headless Chromium (screenshots in the test's temporary folder). The UI test skips, saying why, without
-Chromium or Playwright (as tests/test_ui.py does); the scheduler's does not need them.
+headless Chromium (screenshots in the test's temporary folder). The UI test skips,
+saying why, without Chromium or Playwright (as tests/test_ui.py does); the scheduler's
+does not need them.
 """
 
 from __future__ import annotations
