@@ -7,7 +7,8 @@ can carry on where the other stopped. See the README's "In Airflow" section.
 
 The example covers the hours `pomo generate water-tanks` writes (``POMO_AIRFLOW_HOURS``,
 default 3, from 2023-11-14 22:00 UTC): Airflow catches up on them, in time order, as soon
-as the DAG is on. A live pipeline leaves ``end_date`` out.
+as the DAG is on. A live pipeline leaves ``end_date`` out. The landing watcher looks for
+new files every ``POMO_AIRFLOW_POLL_SECONDS`` (default 30).
 """
 
 from __future__ import annotations
