@@ -45,7 +45,7 @@ from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
 from dagster_pomo.engine.spark.range_pass import RangePass
 from dagster_pomo.engine.spark.session import LazySession, started
-from dagster_pomo.engine.spark.warehouse import LOCAL_ROWS, Warehouse
+from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.stats import EpochScope, StratumStats
 from dagster_pomo.engine.versions import Version, from_record, record
 from dagster_pomo.lang import Program
@@ -188,6 +188,12 @@ class SparkEvaluator:
                 rows = [(*record(r, schema), key) for key, part in by_key.items() for r in part]
                 struct = StructType([*struct.fields, StructField("epoch", StringType())])
                 self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
+
+    def on_spark(self) -> None:
+        """Start the session before building Spark plans: PySpark's column functions
+        (``F.col``, ``F.lit``) need a running one, and may come before any use of it."""
+        if isinstance(self.spark, LazySession):
+            self.spark.get()
 
     def local_spark(self) -> bool:
         """Whether Spark runs in this process's machine (local mode, not Connect)."""
@@ -347,6 +353,7 @@ class SparkEvaluator:
     def evaluate_next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """The ``@next`` rules over the previous epoch. Relations that only ``@next`` rules derive
         are written to this epoch's partition; all results are returned for the strata."""
+        self.on_spark()
         carried = self._next(epoch) if epoch.previous is not None else {}
         for rel in self.catalog:
             if rel.inductive and not rel.derived:
@@ -597,6 +604,7 @@ class SparkEvaluator:
                 return self._stratum_in_process(stratum, epoch)
             except local_rules.TooLarge:
                 pass  # nothing is stored before every relation is worked out: Spark's turn
+        self.on_spark()
         stats = StratumStats(stratum.index, stratum.relations)
         started = time.perf_counter()
         names = list(stratum.relations)
@@ -667,10 +675,7 @@ class SparkEvaluator:
         local and holds few (no Spark job, and no Spark at all if none ran yet)."""
         keys = [epoch_key(e) for e in self.epochs]
         schema = self.schemas[name]
-        if self.store.local:
-            stored = self.wh.stored_keys(name)
-            here = [k for k in keys if k in stored]
-            if sum(self.wh.stored_rows(name, k) for k in here) <= LOCAL_ROWS:
-                table = self.wh.read_table(name, here, local_rules.arrow_schema(schema))
-                return [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
+        if self.store.local and self.wh.holds_few(name, keys):
+            table = self.wh.read_table(name, keys, local_rules.arrow_schema(schema))
+            return [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
         return collect_versions(self.wh.read(name, self.structs[name], keys), schema)

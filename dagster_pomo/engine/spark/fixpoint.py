@@ -74,7 +74,7 @@ class Recursion:
         stable = {n: j for s in evaluator.plan.strata for n, j in s.stable}
         self._stable = {n for n, j in stable.items() if j is not None}
         self._spread = {n: self._spread_on(n, j) for n, j in stable.items()}
-        self._covers = {n: self._covering(n) for n in stable}
+        self._covers: dict[str, Column] = {}  # a relation's anti-join condition, once needed
 
     def evaluate(
         self, stratum: StratumPlan, epoch: Epoch, seeds: Mapping[str, DataFrame | None]
@@ -152,6 +152,8 @@ class Recursion:
             made_n = reduce(DataFrame.unionByName, made[n]).repartition(self.ev.partitions, *spread)
             fresh = self.ev.dedupe(n, made_n)  # Spark drops the repartition where rows already are
             for _, seen in fix.pieces[n]:
+                if n not in self._covers:  # built once Spark runs (see `SparkEvaluator.on_spark`)
+                    self._covers[n] = self._covering(n)
                 fresh = fresh.join(seen, on=self._covers[n], how="left_anti")
             fresh, counted = self._counted_piece(n, fresh)
             if not counted:

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from dagster_pomo.engine.actions import ActionEvent, Subscription, idempotency_key
 from dagster_pomo.engine.inprocess.rules import arrow_schema
 from dagster_pomo.engine.spark.evaluator import struct_of
-from dagster_pomo.engine.spark.warehouse import LOCAL_ROWS, Warehouse
+from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import value_order
 from dagster_pomo.plan.schema import Schema
 
@@ -31,10 +31,10 @@ def range_events(
     keys: Sequence[str],
 ) -> Iterator[ActionEvent]:
     """Each distinct ``(relation, args, t)`` stored in the epochs ``keys`` that ``subs`` (all
-        of one handler) match, once, with the first of those epochs that holds it: epoch by
-        epoch, and within an epoch relation by relation, in time order. One Spark read per
-        relation for the whole range, streamed to the driver a Spark partition at a time (or,
-    on a local warehouse holding few of them, read here: see `LOCAL_ROWS`)."""
+    of one handler) match, once, with the first of those epochs that holds it: epoch by
+    epoch, and within an epoch relation by relation, in time order. One Spark read per
+    relation for the whole range, streamed to the driver a Spark partition at a time (or,
+    on a local warehouse holding few of them, read here: see `Warehouse.holds_few`)."""
     ordered = sorted(subs, key=lambda s: s.relation)
     streams = [
         _relation_events(wh, schemas[relation], relation, list(group), keys)
@@ -55,7 +55,7 @@ def _relation_events(
     wh: Warehouse, schema: Schema, relation: str, subs: list[Subscription], keys: Sequence[str]
 ) -> Iterator[ActionEvent]:
     columns = list(schema.columns)
-    if wh.is_local and sum(wh.stored_rows(relation, k) for k in keys) <= LOCAL_ROWS:
+    if wh.holds_few(relation, keys):
         yield from _read_here(wh, schema, relation, subs, keys)
         return
     df = wh.read(relation, struct_of(schema), keys)
