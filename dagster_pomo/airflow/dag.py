@@ -86,14 +86,11 @@ class PomoCorpus:
 
     def asset(self, relation: str) -> Asset:
         """The relation as an Airflow asset: ``<corpus>.<relation>``, at its warehouse URI."""
-        root = self.storage.warehouse.rstrip("/")
-        if "://" not in root:
-            root = Path(root.removeprefix("file:")).resolve().as_uri()
         rel = self.program.catalog[relation]
         kind = "input" if rel.is_input else "derived"
         return Asset(
             name=f"{self.name}.{relation}",
-            uri=f"{root}/{self.name}/{relation}",
+            uri=self.storage.relation_uri(self.name, relation),
             group="pomo",
             extra={"corpus": self.name, "relation": relation, "kind": kind},
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,27 +27,13 @@ from airflow.exceptions import AirflowSkipException
 from airflow.sdk import DAG, BaseOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from dagster_pomo.engine.ingest import file_signature, landing_files
-from dagster_pomo.engine.pipeline import Storage, event_times
+from dagster_pomo.engine.pipeline import event_times, fresh_files
 from dagster_pomo.timeline import show_time
 
 if TYPE_CHECKING:
     from dagster_pomo.airflow.dag import PomoCorpus
 
 SEEN = "_airflow_landing.json"  # what the watcher has seen, beside the ledger
-
-
-def fresh_files(landing: str, seen: Mapping[str, str]) -> dict[str, str]:
-    """The landing files that are new or changed since ``seen`` (name -> signature)."""
-    out = {}
-    for path in landing_files(landing):
-        try:
-            signature = file_signature(path)
-        except OSError:  # removed since it was listed
-            continue
-        if seen.get(path.name) != signature:
-            out[path.name] = signature
-    return out
 
 
 @dataclass(frozen=True)
@@ -62,21 +49,22 @@ class Late:
 
 
 def late_range(
-    storage: Storage, corpus: PomoCorpus, files: Mapping[str, str]
+    corpus: PomoCorpus, files: Mapping[Path, str]
 ) -> tuple[Late | None, dict[str, list[int]]]:
     """The stored epochs that ``files`` (fresh landing files) hold events of, and every
     later stored one, as one range (None: nothing late); and the epochs each file touches,
     by start."""
+    storage = corpus.storage
     first_input = corpus.program.catalog.inputs[0].name
     stored = sorted(int(k) for k in storage.stored_keys(corpus.name, first_input))
     window = storage.window()
     touched: dict[str, list[int]] = {}
-    for name in files:
+    for path in files:
         try:
-            times = event_times(Path(storage.landing) / name, window)
+            times = event_times(path, window)
         except OSError:
             continue
-        touched[name] = sorted({corpus.epoch_start(t) for t in times})
+        touched[path.name] = sorted({corpus.epoch_start(t) for t in times})
     late = {k for ks in touched.values() for k in ks} & set(stored)
     if not late:
         return None, touched
@@ -101,7 +89,7 @@ class LandingTrigger(BaseTrigger):
         while True:
             fresh = await asyncio.to_thread(fresh_files, self.landing, self.seen)
             if fresh:
-                yield TriggerEvent({"fresh": fresh})
+                yield TriggerEvent({"fresh": sorted(p.name for p in fresh)})
                 return
             await asyncio.sleep(self.poll_seconds)
 
@@ -146,22 +134,20 @@ class LandingSensor(BaseOperator):
                     trigger=LandingTrigger(landing, seen, self.poll_seconds),
                     method_name="execute_complete",
                 )
-            import time
-
             time.sleep(self.poll_seconds)
             fresh = fresh_files(landing, seen)
         return self._late(seen, fresh)
 
     def execute_complete(self, context: Any, event: Mapping[str, Any]) -> dict[str, str]:
-        seen = self._seen()
-        return self._late(seen, fresh_files(self.corpus.storage.landing, seen) or event["fresh"])
+        seen = self._seen()  # the files as they are now (the event names them as they were)
+        return self._late(seen, fresh_files(self.corpus.storage.landing, seen))
 
-    def _late(self, seen: dict[str, str], fresh: Mapping[str, str]) -> dict[str, str]:
-        late, touched = late_range(self.corpus.storage, self.corpus, fresh)
+    def _late(self, seen: dict[str, str], fresh: Mapping[Path, str]) -> dict[str, str]:
+        late, touched = late_range(self.corpus, fresh)
         for name, keys in sorted(touched.items()):
             when = f"{show_time(keys[0])} to {show_time(keys[-1])}" if keys else "no epoch"
             self.log.info(f"{name}: events of {len(keys)} epoch(s), {when}")
-        seen.update(fresh)
+        seen.update({path.name: signature for path, signature in fresh.items()})
         self._seen_file.parent.mkdir(parents=True, exist_ok=True)
         self._seen_file.write_text(json.dumps(seen, sort_keys=True), encoding="utf-8")
         if late is None:

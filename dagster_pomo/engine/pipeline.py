@@ -21,7 +21,14 @@ from dagster_pomo.engine.actions import ActionReport, Handler, Ledger, run_actio
 from dagster_pomo.engine.actions import subscriptions as handler_subscriptions
 from dagster_pomo.engine.driver import Driver, PassStats, open_results
 from dagster_pomo.engine.emit import Emitter, generation_of_epochs
-from dagster_pomo.engine.ingest import Ingested, Landed, corpus_facts, ingest_span, landing_files
+from dagster_pomo.engine.ingest import (
+    Ingested,
+    Landed,
+    corpus_facts,
+    file_signature,
+    ingest_span,
+    landing_files,
+)
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, decode, event_time, read_lines
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import SparkSettings
@@ -115,16 +122,19 @@ class Storage:
         prefix = "" if self.ledger is None else corpus
         return ledger.parent / f"{prefix}{name}"
 
+    def relation_uri(self, corpus: str, relation: str) -> str:
+        """Where the warehouse keeps ``relation``: its URI (``file://`` for a local path)."""
+        root = self.warehouse.rstrip("/")
+        if "://" not in root:
+            root = Path(root.removeprefix("file:")).resolve().as_uri()
+        return f"{root}/{corpus}/{relation}"
+
     def stored_keys(self, corpus: str, relation: str) -> set[str]:
         """The epochs of ``relation`` the warehouse holds (one listing of its folder, through
         pyarrow's file systems: no Spark)."""
         from pyarrow import fs
 
-        root = self.warehouse.rstrip("/")
-        uri = f"{root}/{corpus}/{relation}"
-        if "://" not in root:
-            uri = str(Path(root.removeprefix("file:")).resolve() / corpus / relation)
-        filesystem, path = fs.FileSystem.from_uri(uri)
+        filesystem, path = fs.FileSystem.from_uri(self.relation_uri(corpus, relation))
         infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
         names = (i.base_name for i in infos if i.type == fs.FileType.Directory)
         return {n.removeprefix("epoch=") for n in names if n.startswith("epoch=")}
@@ -152,6 +162,20 @@ def landing_index(results: Any, times: str) -> dict[str, Landed]:
         return {file: Landed.from_json(entry) for file, entry in files.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return {}
+
+
+def fresh_files(landing: str, seen: Mapping[str, str]) -> dict[Path, str]:
+    """The landing files that are new or changed since ``seen`` (file name -> signature),
+    with their signatures; one removed since it was listed is left out."""
+    out = {}
+    for path in landing_files(landing):
+        try:
+            signature = file_signature(path)
+        except OSError:
+            continue
+        if seen.get(path.name) != signature:
+            out[path] = signature
+    return out
 
 
 def event_times(path: Path, window: TimeWindow) -> list[int]:
@@ -346,5 +370,6 @@ __all__ = [
     "Pipeline",
     "Storage",
     "event_times",
+    "fresh_files",
     "landing_index",
 ]

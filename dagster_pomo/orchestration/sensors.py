@@ -30,8 +30,7 @@ if TYPE_CHECKING:  # not exported by dagster: for the type checker only
         UnresolvedAssetJobDefinition,
     )
 
-from dagster_pomo.engine.ingest import file_signature, landing_files
-from dagster_pomo.engine.pipeline import event_times
+from dagster_pomo.engine.pipeline import event_times, fresh_files
 from dagster_pomo.lang import Program
 from dagster_pomo.orchestration.resources import PomoStorage
 
@@ -66,7 +65,7 @@ def landing_sensor(
     )
     def watch(context: SensorEvaluationContext, storage: PomoStorage):
         seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-        fresh = [p for p in landing_files(storage.landing) if seen.get(p.name) != file_signature(p)]
+        fresh = fresh_files(storage.landing, seen)
         if not fresh:
             return SkipReason("no new or changed landing files")
         # Files the inputs step has already read as they are now (a backfill ran before the
@@ -76,9 +75,8 @@ def landing_sensor(
         touched: set[str] = set()
         late_files: set[str] = set()
         window = storage.window()
-        for path in fresh:
+        for path, signature in fresh.items():
             try:
-                signature = file_signature(path)
                 keys = partitions_for(partitions_def, event_times(path, window))
             except OSError as exc:  # removed or unreadable since it was listed: next tick
                 context.log.warning(f"{path.name}: {exc}")
@@ -98,7 +96,7 @@ def landing_sensor(
                 cursor=json.dumps(seen, sort_keys=True),
             )
         first, last = min(touched), max(touched)
-        stamp = ",".join(f"{p.name}@{file_signature(p)}" for p in fresh)
+        stamp = ",".join(f"{path.name}@{signature}" for path, signature in fresh.items())
         # One run over the whole range keeps the epochs in time order (a run per epoch could
         # run concurrently); epochs in between are evaluated again, which changes nothing.
         request = RunRequest(
