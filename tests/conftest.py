@@ -6,6 +6,7 @@ Set ``POMO_UPDATE_GOLDENS=1`` to rewrite golden files from the current output
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from dagster_pomo.examples import CORPORA
 ROOT = Path(__file__).resolve().parent.parent
 RULES = CORPORA
 GOLDEN = Path(__file__).resolve().parent / "golden"
+# py4j logs each connection it closes, the last ones at exit after pytest closed its
+# streams (a "Logging error" traceback under the summary): only its warnings are kept.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 class Golden:

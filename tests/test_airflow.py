@@ -57,6 +57,9 @@ def airflow_env(home: Path) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "PYTHONPATH": str(ROOT),
+        # Every part waits for SQLite's lock instead of failing after five seconds.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "tests.airflow_db.CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "tests.airflow_db.CONNECT_ARGS",
     }
 
 
