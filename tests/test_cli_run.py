@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 POMO = Path(sys.executable).with_name("pomo")
@@ -267,11 +269,16 @@ def test_a_violated_check_is_reported_and_fails_the_run_with_exit_code_4(tmp_pat
     assert "check high: warning, 1 violation" in done.stderr
 
 
-def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(tmp_path: Path) -> None:
-    """`--out` on Spark merges, sorts and streams each relation's events from the warehouse;
-    the files are byte for byte those of the versions merged in this process (aggregates,
-    versions of one event, future-stamped and deferred events, expiry included)."""
+def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--out` on Spark merges, sorts and streams each relation's events from the warehouse,
+    by Spark's workers, or read into this process when the warehouse holds few of them;
+    either way the files are byte for byte those of the versions merged in this process
+    (aggregates, versions of one event, future-stamped and deferred events, expiry
+    included)."""
     from dagster_pomo.engine.run import run, write_outputs
+    from dagster_pomo.engine.spark import warehouse
     from dagster_pomo.examples import water_tank_events
     from dagster_pomo.lang import load_program
     from tests.conftest import RULES
@@ -281,10 +288,15 @@ def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(tmp_pat
     program = load_program(RULES / "water_tanks.pomo")
     collected = run(program, landing, 3_600_000)
     write_outputs(collected, tmp_path / "collected")
+    read_here = run(program, landing, 3_600_000, out=tmp_path / "here")
+    monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # no relation is few: Spark writes
     streamed = run(program, landing, 3_600_000, out=tmp_path / "streamed")
-    assert streamed.written == {n: len(collected.events(n)) for n in collected.outputs}
+    assert list((tmp_path / "streamed").glob(".*.parts")) == [], "Spark's parts cleaned up"
+    for done in (read_here, streamed):
+        assert done.written == {n: len(collected.events(n)) for n in collected.outputs}
     assert sum(streamed.written.values()) > 3000
     for name in [*collected.outputs, "_quarantine"]:
         file = f"{name}.jsonl"
         expected = (tmp_path / "collected" / file).read_bytes()
+        assert (tmp_path / "here" / file).read_bytes() == expected, name
         assert (tmp_path / "streamed" / file).read_bytes() == expected, name

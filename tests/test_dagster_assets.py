@@ -32,10 +32,12 @@ PARTITIONS = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
 KEYS = ["2023-11-14-22:00", "2023-11-14-23:00", "2023-11-15-00:00"]
 
 
-def _defs(corpus: Path, partitions, warehouse: Path, landing: Path):
+def _defs(corpus: Path, partitions, warehouse: Path, landing: Path, spark=None):
     """The corpus's definitions, every handler recording into an outbox beside the warehouse."""
     handlers = outbox_handlers(corpus, warehouse.parent / "outbox.sqlite")
-    return pomo_definitions(corpus, partitions, str(warehouse), str(landing), handlers=handlers)
+    return pomo_definitions(
+        corpus, partitions, str(warehouse), str(landing), handlers=handlers, spark=spark
+    )
 
 
 def _normal(rows):
@@ -80,9 +82,10 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     assert [e.partition for e in events] == KEYS, "one materialization per partition"
     meta = events[0].metadata
     assert meta["pomo/rows_total"].value == meta["pomo/new_rows"].value > 0
-    # Without `@next` or recursion, the range's epochs are evaluated in one pass.
-    assert (meta["pomo/run_partitions"].value, meta["pomo/run_passes"].value) == (len(KEYS), 1)
-    assert meta["pomo/run_passes_in_process"].value == 0, "a range in one pass is Spark's"
+    # A range this small (three epochs, 2,000 readings) is worked out epoch by epoch in the
+    # run's process: Spark's jobs for one pass would cost more than its rows.
+    assert (meta["pomo/run_partitions"].value, meta["pomo/run_passes"].value) == (3, 3)
+    assert meta["pomo/run_passes_in_process"].value == len(KEYS)
     for event in events:
         # Each partition's preview holds its own rows: UTC ISO times within its hour.
         preview = event.metadata["pomo/preview"].value
@@ -363,9 +366,12 @@ def test_next_rules_feeding_back_into_strata_run_epoch_by_epoch(tmp_path: Path) 
 
 
 def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: Path) -> None:
-    """Group membership is recursive, what uses it is not: the multi-assets of the strata
-    without recursion run their small epochs' plans interpreted, the recursive one keeps
-    generated code, each says so in its metadata, and the range equals `pomo run`."""
+    """Group membership is recursive, what uses it is not: over a range in one Spark pass
+    (asked for: a range this small goes epoch by epoch in the run's process by default),
+    the multi-assets of the strata without recursion run their small epochs' plans
+    interpreted, the recursive one keeps generated code, each says so in its metadata, and
+    the range equals `pomo run`."""
+    from dagster_pomo.orchestration.resources import SparkResource
     from dagster_pomo.plan.units import units
 
     corpus = RULES / "access_control.pomo"
@@ -388,7 +394,7 @@ def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: P
         )
     )
     warehouse = tmp_path / "warehouse"
-    defs = _defs(corpus, PARTITIONS, warehouse, landing)
+    defs = _defs(corpus, PARTITIONS, warehouse, landing, SparkResource(in_process_epochs=0))
     home = tmp_path / "dagster_home"
     home.mkdir()
     result = _materialize_range(defs, DagsterInstance.local_temp(str(home)), KEYS)

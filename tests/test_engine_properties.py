@@ -216,7 +216,7 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     and as a schedule does, epoch by epoch; a later run of one epoch then changes nothing."""
     from dagster_pomo.engine.driver import Driver
     from dagster_pomo.engine.inputs import prepare
-    from tests.test_warehouse import _over_range, by_epoch, partitions
+    from tests.test_warehouse import RANGES, _over_range, by_epoch, partitions
 
     tmp = tmp_path_factory.mktemp("ranges")
     program = compile_corpus(case.corpus, "generated.pomo")
@@ -224,7 +224,10 @@ def test_a_range_in_one_pass_stores_what_epoch_by_epoch_stores(
     stored = {}
     for way in ("stepwise", "ranged"):
         evaluator = Driver.for_run(
-            program, prepare(program, path, 12, 0, HORIZON_END, ANY_TIME), str(tmp / way)
+            program,
+            prepare(program, path, 12, 0, HORIZON_END, ANY_TIME),
+            str(tmp / way),
+            policy=RANGES,
         )
         if way == "stepwise":
             for epoch in evaluator.epochs:

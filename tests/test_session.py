@@ -136,3 +136,45 @@ def test_a_fresh_process_starts_spark_for_its_first_plans(tmp_path) -> None:
     assert outs["reference"]["path.jsonl"].count("\n") == 78  # 12 edges: 12 + 11 + ... + 1
     assert outs["one-pass"] == outs["reference"]
     assert outs["epoch-by-epoch"] == outs["reference"]
+
+
+SMALL_RUN = """
+import json, sys
+from pyspark import SparkContext
+from dagster_pomo.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "spark": SparkContext._active_spark_context is not None}))
+"""
+
+
+def test_a_small_range_runs_and_writes_its_outputs_without_starting_spark(tmp_path) -> None:
+    """`pomo run --out` over a few small hours of a corpus this process can work out (no
+    recursion, no `@next`) takes them epoch by epoch here rather than in one Spark pass,
+    and writes the few events it derived from here: no JVM starts, and the files hold
+    what the reference evaluator writes."""
+    import json
+    import subprocess
+    import sys
+
+    from dagster_pomo.examples import water_tank_events
+    from tests.conftest import ROOT, RULES
+
+    water_tank_events(tmp_path / "r.jsonl", 1_500, hours=3)
+    outs = {}
+    for engine in ("spark", "reference"):
+        args = ["run", str(RULES / "water_tanks.pomo"), "--events", str(tmp_path / "r.jsonl")]
+        args += ["--engine", engine, "--out", str(tmp_path / engine)]
+        script = [sys.executable, "-c", SMALL_RUN, *args]
+        done = subprocess.run(script, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-4000:]
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        assert found == {"code": 0, "spark": False}, (engine, done.stderr[-4000:])
+        outs[engine] = {
+            # Floats to 9 places: engines sum an average's terms in different orders.
+            p.name: [
+                json.loads(line, parse_float=lambda f: round(float(f), 9)) for line in p.open()
+            ]
+            for p in sorted((tmp_path / engine).glob("*.jsonl"))
+        }
+    assert len(outs["spark"]["level_10m.jsonl"]) > 1_000
+    assert outs["spark"] == outs["reference"]

@@ -31,6 +31,9 @@ alert(b, v) := reading(a, v) ^ connected(a, b) ^ !muted(b) if v > 5.0;
 follow_up(s) @time(t + 35) := alert(s, _) @time(t);
 """
 EPOCH, EPOCHS = 10, 12  # three times the longest reach of an event (40)
+# A range in one Spark pass however small it is (a small one goes epoch by epoch in this
+# process by default: see `SparkEvaluator.few_and_small`).
+RANGES = Policy(in_process_epochs=0)
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +118,7 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
         program,
         prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
         str(tmp_path / "stepwise"),
+        policy=RANGES,
     )
     assert len(stepwise.epochs) == EPOCHS
     for epoch in stepwise.epochs:
@@ -154,6 +158,7 @@ def test_many_epochs_one_by_one_equal_one_batch_a_range_at_once_and_reruns(
         program,
         prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
         str(tmp_path / "ranged"),
+        policy=RANGES,
     )
     assert _over_range(ranged, program, ranged.epochs) == len(program.strata)
     assert partitions(tmp_path / "ranged", program, ranged) == before
@@ -193,6 +198,7 @@ def test_pomo_run_takes_a_range_in_few_passes_and_a_short_last_epoch_alone(
             program,
             prepare(program, events_file, EPOCH, 0, until, window=ANY_TIME),
             str(tmp_path / way),
+            policy=RANGES,
         )
         if way == "stepwise":
             for epoch in evaluator.epochs:
@@ -228,7 +234,10 @@ def test_a_range_from_the_first_epoch_takes_the_facts_before_it(tmp_path: Path) 
     stored = {}
     for way in ("stepwise", "ranged"):
         evaluator = Driver.for_run(
-            program, prepare(program, path, 3_600_000, window=ANY_TIME), str(tmp_path / way)
+            program,
+            prepare(program, path, 3_600_000, window=ANY_TIME),
+            str(tmp_path / way),
+            policy=RANGES,
         )
         if way == "stepwise":
             for epoch in evaluator.epochs:

@@ -18,6 +18,10 @@ class Policy:
     # A deductive stratum of an epoch of at most this many input events is worked out in
     # this process, not by Spark's plans (see `SparkEvaluator.in_process`); 0: never.
     in_process_inputs: int = 100_000
+    # A range of at most this many epochs, holding at most `in_process_inputs` input events
+    # in all, whose strata this process can work out, goes epoch by epoch in this process
+    # rather than in one Spark pass (see `SparkEvaluator.few_and_small`).
+    in_process_epochs: int = 200
     # The most matches a join may make in this process; beyond, the stratum goes to Spark.
     local_matches: int = 2_000_000
     # An epoch of at most this many input events runs its strata's plans without generated

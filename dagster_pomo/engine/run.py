@@ -17,7 +17,7 @@ from dagster_pomo.engine.ingest import Ingested
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.versions import Version, event_object, merge_versions, value_order
+from dagster_pomo.engine.versions import Version, event_object, merge_versions, output_order
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.render import aggregate_key
 from dagster_pomo.timeline import NEVER
@@ -41,7 +41,7 @@ class RunResult:
         """The relation's events, one per identity, sorted by time then arguments."""
         rel = self.program.catalog[relation]
         merged = merge_versions(self.versions.get(relation, []), bool(rel.aggregates))
-        return sorted(merged, key=lambda r: (r.t, tuple(value_order(v) for v in r.args)))
+        return sorted(merged, key=output_order)
 
     @property
     def outputs(self) -> list[str]:

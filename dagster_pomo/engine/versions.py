@@ -106,6 +106,11 @@ def value_order(value: Value) -> tuple[int, Value]:
     return (2, value)
 
 
+def output_order(row: Version) -> tuple[int, tuple[tuple[int, Value], ...]]:
+    """Where an event comes in outputs: by time, then arguments (in `value_order`)."""
+    return (row.t, tuple(value_order(v) for v in row.args))
+
+
 def merge_versions(rows: Iterable[Version], aggregating: bool) -> list[Version]:
     """One row per event: the latest version of an aggregate (largest ``kt``, then ``tau``);
     otherwise the smallest ``kt`` and the largest ``exp`` over its versions. Provenance is

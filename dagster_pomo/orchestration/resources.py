@@ -40,6 +40,12 @@ class SparkResource(ConfigurableResource):
         description="an epoch of at most this many input events is worked out in the run's "
         "process instead of Spark's plans where it can be (0: never)",
     )
+    in_process_epochs: int = Field(
+        default=DEFAULT.in_process_epochs,
+        description="a partition range of at most this many epochs, holding at most "
+        "in_process_inputs input events in all, is worked out epoch by epoch in the run's "
+        "process where it can be, rather than in one Spark pass (0: never)",
+    )
     interpret_inputs: int = Field(
         default=DEFAULT.interpret_inputs,
         description="an epoch of at most this many input events runs Spark's plans without "
@@ -56,6 +62,7 @@ class SparkResource(ConfigurableResource):
         return Policy(
             one_pass=self.one_pass,
             in_process_inputs=self.in_process_inputs,
+            in_process_epochs=self.in_process_epochs,
             interpret_inputs=self.interpret_inputs,
             task_rows=self.task_rows,
         )

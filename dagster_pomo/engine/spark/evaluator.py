@@ -353,6 +353,8 @@ class SparkEvaluator:
     def evaluate_next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """The ``@next`` rules over the previous epoch. Relations that only ``@next`` rules derive
         are written to this epoch's partition; all results are returned for the strata."""
+        if not any(rel.inductive for rel in self.catalog):
+            return {}  # no `@next` rule: nothing to carry, and no reason to start Spark
         self.on_spark()
         carried = self._next(epoch) if epoch.previous is not None else {}
         for rel in self.catalog:
@@ -398,17 +400,44 @@ class SparkEvaluator:
         at once and store what they would store epoch by epoch (see `spans`): the corpus has
         no ``@next`` rule, no recursive stratum among ``strata`` derives a relation that
         defers events (its rounds do not tell the versions they derive from its seeds, which
-        must not be deferred again) and the epochs are consecutive and of one length.
-        Evaluate ``strata`` over the epoch returned, in order; None: epoch by epoch."""
+        must not be deferred again), the epochs are consecutive and of one length, and
+        they are not few and small enough for this process to take sooner one by one (see
+        `few_and_small`). Evaluate ``strata`` over the epoch returned, in order; None: epoch
+        by epoch."""
         if not self.policy.one_pass or self.plan.has_next:
             return None
         if any(s.recursive and self.defers & set(s.relations) for s in strata):
+            return None
+        if self.few_and_small(epochs, strata):
             return None
         span = RangePass.of(epochs)
         if span is None:
             return None
         self._spans[_slot(span.epoch)] = span
         return span.epoch
+
+    def few_and_small(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> bool:
+        """Whether this process works ``strata`` out epoch by epoch sooner than Spark takes
+        ``epochs`` in one pass: each stratum is one it works out (see `in_process`), there
+        are at most ``Policy.in_process_epochs`` epochs and all of them together hold at
+        most ``Policy.in_process_inputs`` input events. A pass's Spark jobs cost seconds
+        however few its rows; an epoch here costs tens of milliseconds."""
+        if not self.store.local or not 0 < len(epochs) <= self.policy.in_process_epochs:
+            return False
+        if self.policy.in_process_inputs <= 0 or not all(map(self._supported_here, strata)):
+            return False
+        inputs = 0
+        for epoch in epochs:
+            inputs += self.store.input_events(epoch_key(epoch))
+            if inputs > self.policy.in_process_inputs:
+                return False
+        return True
+
+    def _supported_here(self, stratum: StratumPlan) -> bool:
+        """Whether this process can work ``stratum`` out (`inprocess.stratum.supported`)."""
+        if stratum.index not in self._local_strata:
+            self._local_strata[stratum.index] = local.supported(self.plan, stratum)
+        return self._local_strata[stratum.index]
 
     def is_span(self, epoch: Epoch) -> bool:
         """Whether ``epoch`` stands for a range of epochs (see `span`)."""
@@ -503,10 +532,8 @@ class SparkEvaluator:
         Spark jobs cost far more than its rows; a large one's rows repay them."""
         if not self.store.local or self.is_span(epoch):
             return False
-        if stratum.index not in self._local_strata:
-            self._local_strata[stratum.index] = local.supported(self.plan, stratum)
         return (
-            self._local_strata[stratum.index]
+            self._supported_here(stratum)
             and self.policy.in_process_inputs > 0  # 0: never, not even without inputs
             and self.store.input_events(epoch_key(epoch)) <= self.policy.in_process_inputs
         )

@@ -22,7 +22,7 @@ from dagster_pomo.engine.spark.evaluator import collect_versions, struct_of
 from dagster_pomo.engine.spark.handler_events import range_events
 from dagster_pomo.engine.spark.rules import united
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.versions import Version, from_record
+from dagster_pomo.engine.versions import Version, from_record, merge_versions, output_order
 from dagster_pomo.plan.schema import PROV, Schema
 
 
@@ -85,11 +85,17 @@ class Results:
         """The relation's events, one per identity (arguments and ``t``), as outputs show them
         (`versions.merge_versions`: an aggregate's latest version, else the smallest ``kt``
         and the largest ``exp``), sorted by time then arguments: merged and sorted by Spark,
-        streamed to this process."""
+        streamed to this process (or, on a local warehouse holding few of them, read, merged
+        and sorted here: see `Warehouse.holds_few`)."""
+        schema = self.schemas[relation]
+        if self.wh.holds_few(relation, keys):
+            table = self.wh.read_table(relation, keys, arrow_schema(schema))
+            rows = [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
+            yield from sorted(merge_versions(rows, aggregating), key=output_order)
+            return
         df = self._merged(relation, keys, aggregating)
         # One sorted partition: one job streams it in order (a global sort would sample the
         # data first and pull each partition with a job of its own); Spark spills the sort.
-        schema = self.schemas[relation]
         df = df.repartition(1).sortWithinPartitions("t", *schema.columns)
         for rec in df.toLocalIterator():
             yield from_record(tuple(rec), schema)
@@ -107,7 +113,9 @@ class Results:
         parallel, partition by partition in sort order, then joined into ``path``: nothing
         passes through this process. How many were written; None (nothing done) unless the
         warehouse and Spark's workers share this machine's disk."""
-        if not self.wh.is_local or not _local_master(self.wh.spark):
+        if not self.wh.is_local or self.wh.holds_few(relation, keys):
+            return None  # few: `events` reads them here, with no Spark job
+        if not _local_master(self.wh.spark):
             return None
         schema = self.schemas[relation]
         df = self._merged(relation, keys, aggregating).orderBy("t", *schema.columns)
