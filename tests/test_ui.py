@@ -98,6 +98,8 @@ def dagster_dev(tmp_path: Path) -> Iterator[Server]:
         "POMO_WAREHOUSE": str(warehouse),
         "POMO_LANDING": str(landing),
         "POMO_RULES": str(rules),
+        # The freshness daemon evaluates every 5 s rather than every 30 s (its own setting).
+        "FRESHNESS_DAEMON_INTERVAL_SECONDS": "5",
     }
     with _serving(ROOT / "workspace.yaml", env, tmp_path) as url:
         yield Server(url, home, warehouse, landing, rules)
@@ -235,21 +237,24 @@ def _reload(url: str, location: str) -> None:
     pytest.fail(f"code location {location} did not load again within 180 s")
 
 
-def _backfill(url: str, keys: list[str], relations: set[str]) -> tuple[str, dict]:
+def _backfill(url: str, keys: list[str], relations: set[str], runs: int) -> tuple[str, dict]:
     """Launch a backfill of the water-tank assets of ``relations`` over ``keys`` as the UI's
-    Materialize dialog does, and wait for the daemon to finish it."""
+    Materialize dialog does, and wait until its ``runs`` runs have finished (see `_ran`)."""
     nodes = _graphql(url, ASSETS, {})["assetNodes"]
     selection = [
         {"path": n["assetKey"]["path"]} for n in nodes if n["assetKey"]["path"][-1] in relations
     ]
     assert len(selection) == len(relations), (relations, nodes)
-    return _launched(url, {"assetSelection": selection, "partitionNames": keys})
+    params = {"assetSelection": selection, "partitionNames": keys}
+    launched = _graphql(url, LAUNCH, {"params": params})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    return launched["backfillId"], _ran(url, launched["backfillId"], runs)
 
 
 def _job_backfill(page, url: str, job: str, keys: list[str], shots: Path) -> tuple[str, dict]:
     """Launch a backfill of a corpus's job over ``keys`` from its Partitions page, as a
     user does (Materialize…, show all partitions, type the range, Launch backfill), and
-    wait for the daemon to finish it."""
+    wait until its run has finished (see `_ran`)."""
     page.goto(f"{url}/locations/{job}/jobs/{job}/partitions")
     page.get_by_text("Materialize…").first.click()
     page.get_by_text("Show all partitions").click()
@@ -264,31 +269,42 @@ def _job_backfill(page, url: str, job: str, keys: list[str], shots: Path) -> tup
         found = _graphql(url, BACKFILLS, {})["partitionBackfillsOrError"]["results"]
         mine = [b for b in found if b["partitionSetName"] == f"{job}_partition_set"]
         if mine:
-            return _finished(url, mine[0]["id"])
+            return mine[0]["id"], _ran(url, mine[0]["id"], 1)
         time.sleep(1)
     pytest.fail(f"no backfill of {job} was launched within 60 s")
 
 
-def _launched(url: str, params: dict) -> tuple[str, dict]:
-    launched = _graphql(url, LAUNCH, {"params": params})["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    return _finished(url, launched["backfillId"])
-
-
-def _finished(url: str, backfill: str) -> tuple[str, dict]:
+def _ran(url: str, backfill: str, runs: int) -> dict:
+    """The backfill's state once it has ``runs`` runs, all finished, or once it is finished
+    itself. The daemon marks a backfill finished at its next 30-second tick after its last
+    run: `_finished` waits for that (and for any further run it would launch, wrongly)."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         state = _graphql(url, STATUS, {"id": backfill})["partitionBackfillOrError"]
         if state["status"] not in ("REQUESTED", "CANCELING", "FAILING"):
-            return backfill, state
+            return state
+        done = [r for r in state["runs"] if r["status"] in ("SUCCESS", "FAILURE", "CANCELED")]
+        if len(done) >= runs:
+            return state
+        time.sleep(2)
+    pytest.fail(f"backfill {backfill} did not run {runs} runs in 600 s: {state}")
+
+
+def _finished(url: str, backfill: str) -> dict:
+    """The backfill's state once the daemon marked it finished."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        state = _graphql(url, STATUS, {"id": backfill})["partitionBackfillOrError"]
+        if state["status"] not in ("REQUESTED", "CANCELING", "FAILING"):
+            return state
         time.sleep(3)
     pytest.fail(f"backfill {backfill} did not finish in 600 s: {state}")
 
 
 def _range_runs(state: dict, keys: list[str]) -> list[dict]:
-    """The runs of a finished backfill, each checked to have succeeded over all of ``keys``
-    (one run for the range, never a run per partition)."""
-    assert state["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), state
+    """The runs of a backfill, each checked to have succeeded over all of ``keys`` (one run
+    for the range, never a run per partition)."""
+    assert state["status"] in ("REQUESTED", "COMPLETED", "COMPLETED_SUCCESS"), state
     for one in state["runs"]:
         tags = {t["key"]: t["value"] for t in one["tags"]}
         assert one["status"] == "SUCCESS", one
@@ -358,7 +374,7 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
         # a chain of five such runs, each waiting for the daemon's next 30-second tick;
         # tests/test_dagster_assets.py and tests/test_actions.py run it in process.)
         began = time.monotonic()
-        backfill, state = _backfill(url, KEYS, BACKFILLED)
+        backfill, state = _backfill(url, KEYS, BACKFILLED, 2)
         took = {"assets": time.monotonic() - began}
         assert len(_range_runs(state, KEYS)) == 2  # one per multi-asset
         # The webserver shows each relation's code version (a digest of its definition)
@@ -379,7 +395,7 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
         # The same range of the corpus's job, as its Partitions page launches it: the
         # whole graph, actions included, in one run.
         began = time.monotonic()
-        _, state = _job_backfill(page, url, "water_tanks", KEYS, tmp_path)
+        job_backfill, state = _job_backfill(page, url, "water_tanks", KEYS, tmp_path)
         took["job"] = time.monotonic() - began
         assert len(_range_runs(state, KEYS)) == 1, state["runs"]
         (tmp_path / "backfill_seconds.json").write_text(json.dumps(took))
@@ -453,6 +469,12 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
         page.goto(f"{url}/assets/water_tanks/level_10m")
         page.get_by_text(edited_rule).first.wait_for()
         page.screenshot(path=str(tmp_path / "edited.png"), full_page=True)
+
+    # Each backfill, once the daemon has marked it finished, launched no run more.
+    for launched, runs in ((backfill, 2), (job_backfill, 1)):
+        state = _finished(url, launched)
+        assert state["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), state
+        assert len(_range_runs(state, KEYS)) == runs, state["runs"]
 
     instance = DagsterInstance.from_config(str(dagster_dev.home))
     # Column lineage is drawn by Dagster+ only (the OSS UI has no view of it): it reads the
