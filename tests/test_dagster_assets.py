@@ -423,6 +423,19 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     for d in (landing, home):
         d.mkdir()
     defs = _defs(RULES / "water_tanks.pomo", PARTITIONS, warehouse, landing)
+    (watch,) = defs.sensors
+    assert (watch.minimum_interval_seconds, watch.default_status.value) == (30, "STOPPED")
+    quick = pomo_definitions(
+        RULES / "water_tanks.pomo",
+        PARTITIONS,
+        str(warehouse),
+        str(landing),
+        handlers=outbox_handlers(RULES / "water_tanks.pomo", tmp_path / "outbox.sqlite"),
+        sensor_interval_seconds=5,
+        sensor_running=True,
+    )
+    (watch,) = quick.sensors
+    assert (watch.minimum_interval_seconds, watch.default_status.value) == (5, "RUNNING")
     instance = DagsterInstance.local_temp(str(home))
     storage = PomoStorage(warehouse=str(warehouse), landing=str(landing))
 

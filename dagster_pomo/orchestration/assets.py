@@ -270,6 +270,8 @@ def pomo_definitions(
     times: str = str(DEFAULT_TIMES),
     freshness: str | int | None = "15m",
     lattices: Mapping[str, Merge] | None = None,
+    sensor_interval_seconds: int = 30,
+    sensor_running: bool = False,
 ):  # noqa: ANN201 - Definitions
     """Everything Dagster needs for one corpus file: assets (with one per action handler;
     ``handlers`` maps every handler name the corpus uses to a callable), the corpus's job,
@@ -279,7 +281,9 @@ def pomo_definitions(
     no policy). ``ledger`` is the folder of the action ledger (default: the warehouse,
     when local); ``times`` the times input events may have (``FROM..UNTIL`` or ``any``;
     events outside are quarantined); ``lattices`` maps each lattice name the corpus's
-    ``@lattice("name", v)`` heads use to its merge function."""
+    ``@lattice("name", v)`` heads use to its merge function. The landing sensor looks
+    every ``sensor_interval_seconds`` once turned on (``sensor_running``: on from the
+    start)."""
     from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
     from dagster_pomo.lang import load_program
@@ -316,7 +320,9 @@ def pomo_definitions(
     sensors = []
     if program.catalog.inputs:
         first_input = translator.get_asset_key(program, program.catalog.inputs[0].name)
-        sensors.append(landing_sensor(program, job, first_input))
+        sensors.append(
+            landing_sensor(program, job, first_input, sensor_interval_seconds, sensor_running)
+        )
     return Definitions(
         assets=assets,
         jobs=[job],

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from dagster import (
     AssetKey,
+    DefaultSensorStatus,
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
@@ -51,9 +52,10 @@ def landing_sensor(
     job: "UnresolvedAssetJobDefinition",
     input_key: AssetKey,
     minimum_interval_seconds: int = 30,
+    running: bool = False,
 ):
     """A sensor that launches ``job`` (the corpus's) for the epochs new landing files
-    touch."""
+    touch; on from the start when ``running`` (else a user turns it on)."""
     partitions_def = job.partitions_def
     assert isinstance(partitions_def, TimeWindowPartitionsDefinition)
 
@@ -61,6 +63,7 @@ def landing_sensor(
         name=f"{program.name}__landing",
         job=job,
         minimum_interval_seconds=minimum_interval_seconds,
+        default_status=DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED,
         description=f"New JSON Lines files in the landing location of `{program.name}`.",
     )
     def watch(context: SensorEvaluationContext, storage: PomoStorage):
