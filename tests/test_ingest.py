@@ -217,3 +217,91 @@ def test_a_data_version_is_the_same_in_every_process() -> None:
         for seed in ("1", "2")
     }
     assert seen == {digest(rows)}
+
+
+def test_parquet_landing_rows_are_events_as_json_lines_are(tmp_path: Path) -> None:
+    """A Parquet landing file, as Spark or pandas writes one: a `relation` column, `t` (ms
+    or a timestamp) and a column per argument (null where a row's relation has no such
+    column). Its rows are the events the same JSON lines are, typed alike; a bad row is
+    quarantined with its file, row number and reason; a file that is not Parquet is one
+    bad row; a landing folder lists both kinds."""
+    import json
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dagster_pomo.engine.ingest import landing_files
+
+    program = compile_corpus(CORPUS, "tanks.pomo")
+    rows = [  # (relation, t, tank, level, since), then the reason a bad row has
+        ("water_level", 1000, "t1", 95.5, None),
+        ("water_level", datetime(2024, 1, 1, 0, 0, 1, tzinfo=UTC), "t2", 91.0, None),
+        ("maintenance", 5, "t1", None, datetime(1970, 1, 1, 0, 0, 0, 4000, tzinfo=UTC)),
+        ("water_level", 3, "t1", None, None),
+        ("pressure", 3, "t1", 1.0, None),
+        (None, 3, "t1", 1.0, None),
+        ("water_level", None, "t1", 1.0, None),
+        ("water_level", 3, "t1", float("nan"), None),
+        ("maintenance", 3, "t1", 2.0, 4),
+    ]
+    reasons = [
+        "missing `level`",
+        "unknown relation `pressure`",
+        'missing "relation"',
+        'missing time "t"',
+        "not finite",
+        "unknown `level`",
+    ]
+    table = pa.table(
+        {
+            "relation": [r[0] for r in rows],
+            "t": [
+                r[1] if not isinstance(r[1], datetime) else int(r[1].timestamp() * 1000)
+                for r in rows
+            ],
+            "tank": [r[2] for r in rows],
+            "level": [r[3] for r in rows],
+            "since": pa.array(
+                [None if r[4] is None else r[4] if isinstance(r[4], int) else 4 for r in rows],
+                pa.int64(),
+            ),
+        }
+    )
+    # The second row's time as a timestamp column would hold it: one file with `t` in ms,
+    # one with `t` as a timestamp.
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(table, landing / "a.parquet")
+    stamps = table.set_column(
+        1, "t", pa.array([datetime(2024, 1, 1, 0, 0, 1)] * 9, pa.timestamp("ms"))
+    )
+    pq.write_table(stamps.slice(1, 1), landing / "b.parquet")
+    (landing / "c.parquet").write_text("not parquet\n")
+    lines = GOOD[:3]
+    (landing / "d.jsonl").write_text("\n".join(lines) + "\n")
+    assert [p.name for p in landing_files(landing)] == [
+        "a.parquet",
+        "b.parquet",
+        "c.parquet",
+        "d.jsonl",
+    ]
+
+    ingested = ingest_files(program, landing_files(landing), ANY_TIME)
+    assert ingested.lines_read == len(rows) + 1 + 1 + len(lines)
+    assert ingested.accepted + len(ingested.quarantined) == ingested.lines_read
+    from_json = ingest_files(program, [landing / "d.jsonl"], ANY_TIME).events
+    # a.parquet's three good rows are the three JSON lines' events; b.parquet's one row is
+    # the second of them again, its time from a timestamp column.
+    water = from_json["water_level"]
+    assert sorted(ingested.events["water_level"]) == sorted([*water, *water, water[1]])
+    assert ingested.events["maintenance"] == from_json["maintenance"] * 2
+    bad = [(q.file, q.line, q.reason) for q in ingested.quarantined]
+    a = [(f, n, r) for f, n, r in bad if f.endswith("a.parquet")]
+    assert [n for _, n, _ in a] == list(range(4, 10))
+    for (_, _, reason), want in zip(a, reasons, strict=True):
+        assert want in reason, (reason, want)
+    (c,) = [(f, n, r) for f, n, r in bad if f.endswith("c.parquet")]
+    assert c[1] == 1 and "not a Parquet file" in c[2]
+    shown = [q.text for q in ingested.quarantined if q.file.endswith("a.parquet")][0]
+    assert json.loads(shown)["relation"] == "water_level"

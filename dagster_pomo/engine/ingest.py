@@ -21,13 +21,12 @@ from dagster_pomo.engine.lines import (
     DEFAULT_TIMES,
     INT_MAX,
     INT_MIN,
-    NOT_UTF8,
+    PARQUET,
     BadLine,
     TimeWindow,
-    decode,
     event_time,
     printable,
-    read_lines,
+    read_events,
     text_value,
 )
 from dagster_pomo.engine.versions import Version
@@ -121,12 +120,14 @@ class Ingested:
 
 
 def landing_files(path: str | Path) -> list[Path]:
-    """A JSON Lines file, or every ``*.jsonl``/``*.json`` file in a folder (sorted by name)."""
+    """A landing file, or every ``*.jsonl``/``*.json``/``*.parquet`` file in a folder
+    (sorted by name)."""
     path = Path(path)
     if path.is_file():
         return [path]
     if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json") and p.is_file())
+        kinds = (".jsonl", ".json", PARQUET)
+        return sorted(p for p in path.iterdir() if p.suffix in kinds and p.is_file())
     raise UsageError(f"{path}: no such file or folder of events")
 
 
@@ -220,11 +221,13 @@ INPUTS_SHOWN = 6  # input relations a quarantine reason names, at most
 NAME_SHOWN = 60  # characters of an unknown relation's name a reason repeats
 
 
-def _parse_line(
-    program: Program, text: str, window: TimeWindow
+def _parse_event(
+    program: Program, obj: dict[str, Any] | BadLine, window: TimeWindow
 ) -> tuple[Relation, tuple[Any, ...], int]:
-    """Relation, raw args and time of one line, or ``BadLine`` with the reason."""
-    obj = decode(text)
+    """Relation, raw args and time of one event read (see `read_events`), or ``BadLine``
+    with the reason."""
+    if isinstance(obj, BadLine):
+        raise obj
     name = obj.get("relation")
     if not isinstance(name, str):
         raise BadLine('missing "relation"')
@@ -305,17 +308,15 @@ def ingest_files(
         out.files.append(file)
         out.files_read += 1
         signatures[file] = file_signature(path)
-        for number, text, shown in read_lines(path):
+        for number, obj, shown in read_events(path):
             out.lines_read += 1
             lines[file] += 1
             try:
-                if text is None:
-                    raise BadLine(NOT_UTF8)
-                rel, args, t = _parse_line(program, text, window)
+                rel, args, t = _parse_event(program, obj, window)
                 types = declared.get(rel.name)
                 if types is None:
                     _check_kinds(rel, args)  # before its values count for the types
-                    pending.append((file, number, text, rel, args, t))
+                    pending.append((file, number, shown, rel, args, t))
                     continue
                 values = _coerce_args(rel, args, types)
             except ValueError as exc:
@@ -434,11 +435,9 @@ def origins(
     relation's stored column types) and time. For explanations: one pass, read again."""
     found: dict[tuple[str, tuple[Value, ...], int], tuple[str, int]] = {}
     for path in paths:
-        for number, text, _ in read_lines(path):
-            if text is None:
-                continue
+        for number, obj, _ in read_events(path):
             try:
-                rel, args, t = _parse_line(program, text, window)
+                rel, args, t = _parse_event(program, obj, window)
                 values = _coerce_args(rel, args, types[rel.name])
             except (ValueError, KeyError):
                 continue  # quarantined when ingested: no event to explain

@@ -1,9 +1,13 @@
-"""Landing files as numbered lines, and one line as a JSON event, strictly.
+"""Landing files as numbered events (JSON Lines, or Parquet rows), strictly.
 
-Whatever a file holds, reading it never raises: a line that cannot be an event raises
-:class:`BadLine` with the reason, and the caller quarantines it. Lines end at ``\\n``
-(a ``\\r`` before it is dropped, one inside a line is part of it); a byte-order mark at
-the start of a file is skipped; text must be UTF-8.
+Whatever a file holds, reading it never raises: a line or row that cannot be an event
+comes as a :class:`BadLine` with the reason, and the caller quarantines it. Lines end at
+``\\n`` (a ``\\r`` before it is dropped, one inside a line is part of it); a byte-order
+mark at the start of a file is skipped; text must be UTF-8. A Parquet file's rows are
+numbered from 1 as lines are; each has the columns ``relation`` and ``t`` (milliseconds,
+or a timestamp) and either ``args`` (a list or a struct) or one column per argument,
+named as the relation's columns (a null one is absent: a file may hold the rows of
+several relations, each leaving the others' columns null).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +97,63 @@ def read_lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
 
 
 NOT_UTF8 = "not UTF-8 text (an invalid byte is shown as \\x..): write the file as UTF-8"
+PARQUET = ".parquet"
+ROWS_A_BATCH = 65_536  # Parquet rows read at once: memory stays flat in the file's size
+
+
+def read_events(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadLine, str]]:
+    """``(number, event, shown)`` for each event of a landing file: ``event`` is the line
+    or row as an object with an event's keys (see `decode`), or the :class:`BadLine` to
+    quarantine it with; ``shown`` is its text for the quarantine."""
+    if path.suffix == PARQUET:
+        yield from _parquet_events(path)
+        return
+    for number, text, shown in read_lines(path):
+        if text is None:
+            yield number, BadLine(NOT_UTF8), shown
+            continue
+        try:
+            yield number, decode(text), shown
+        except BadLine as exc:
+            yield number, exc, shown
+
+
+def _parquet_events(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadLine, str]]:
+    """Each row of a Parquet landing file as an event object (see the module's docstring);
+    a file that is not Parquet is one bad row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=ROWS_A_BATCH)
+        number = 0
+        for batch in batches:
+            for row in batch.to_pylist():
+                number += 1
+                shown = json.dumps(row, default=str, ensure_ascii=False)
+                try:
+                    yield number, _row_event(row), shown
+                except BadLine as exc:
+                    yield number, exc, shown
+    except (pa.ArrowException, OSError) as exc:
+        yield 1, BadLine(f"not a Parquet file that can be read: {exc}"), path.name
+
+
+def _row_event(row: dict[str, Any]) -> dict[str, Any]:
+    """A Parquet row as an event object: its arguments from ``args``, else from every
+    column but ``relation`` and ``t`` that is not null."""
+    t = row.get("t")
+    if isinstance(t, datetime):  # a timestamp column; without a time zone, UTC
+        t = t if t.tzinfo else t.replace(tzinfo=UTC)
+        t = int(t.timestamp() * 1000) if t.microsecond % 1000 == 0 else t.timestamp() * 1000
+    args = row.get("args")
+    if args is None:
+        args = {k: v for k, v in row.items() if k not in KEYS and v is not None}
+    values = args.values() if isinstance(args, dict) else args if isinstance(args, list) else ()
+    for value in values:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadLine(f"number `{value}` is not finite: send a finite number")
+    return {"relation": row.get("relation"), "t": t, "args": args}
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

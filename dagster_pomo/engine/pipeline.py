@@ -29,7 +29,7 @@ from dagster_pomo.engine.ingest import (
     ingest_span,
     landing_files,
 )
-from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, decode, event_time, read_lines
+from dagster_pomo.engine.lines import DEFAULT_TIMES, BadLine, TimeWindow, event_time, read_events
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.versions import Version
@@ -183,11 +183,11 @@ def event_times(path: Path, window: TimeWindow) -> list[int]:
     inputs step's business (it quarantines them): whatever the file holds, this never
     raises on it, so a watcher of the landing folder moves on."""
     times = []
-    for _, text, _ in read_lines(path):
-        if text is None:
+    for _, obj, _ in read_events(path):
+        if isinstance(obj, BadLine):
             continue
         try:
-            times.append(event_time(decode(text), window))
+            times.append(event_time(obj, window))
         except ValueError:
             continue
     return times
