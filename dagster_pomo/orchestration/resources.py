@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow, parse_window
+from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.pipeline import Storage
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import SparkSettings
-from dagster_pomo.errors import UsageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -105,10 +104,7 @@ class PomoStorage(ConfigurableResource):
 
     def window(self) -> TimeWindow:
         """The accepted times, or a ``UsageError`` saying how to write them."""
-        try:
-            return parse_window(self.times)
-        except ValueError as exc:
-            raise UsageError(f"PomoStorage.times: {exc}") from None
+        return self.storage().window()
 
     def local_folder(self, corpus: str) -> Path | None:
         """``corpus``'s folder in the warehouse when the warehouse is a local path."""
