@@ -300,3 +300,54 @@ def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(
         expected = (tmp_path / "collected" / file).read_bytes()
         assert (tmp_path / "here" / file).read_bytes() == expected, name
         assert (tmp_path / "streamed" / file).read_bytes() == expected, name
+
+
+INT_CORPUS = """.decl e(x: int, y: int) lifetime 1h;
+.decl on(x: int, lit: bool);
+path(x, y) := e(x, y);
+path(x, z) := path(x, y) ^ e(y, z);
+degree(x) @count @sum(y) := e(x, y);
+lit(x, b) := on(x, b) ^ e(x, _);
+seen(x, b) := on(x, b);
+"""
+
+
+def test_integer_outputs_written_by_spark_alone_are_the_bytes_python_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relation of integers, times and booleans (aggregates too) is formatted by Spark
+    itself, with no Python worker: the files are byte for byte what the versions merged in
+    this process give (`exp` null or a time, an aggregate's key and value)."""
+    from dagster_pomo.engine.lines import ANY_TIME
+    from dagster_pomo.engine.run import run, write_outputs
+    from dagster_pomo.engine.spark import results, warehouse
+    from dagster_pomo.lang import compile_corpus
+
+    program = compile_corpus(INT_CORPUS, "ints.pomo")
+    events = [{"relation": "e", "t": i * 600_000, "args": [i % 7, (i * 3) % 7]} for i in range(30)]
+    events += [{"relation": "on", "t": i * 60_000, "args": [i, i % 2 == 0]} for i in range(7)]
+    landing = tmp_path / "e.jsonl"
+    landing.write_text("".join(json.dumps(e) + "\n" for e in events))
+    collected = run(program, landing, 3_600_000, window=ANY_TIME)
+    write_outputs(collected, tmp_path / "collected")
+    monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # no relation is few: Spark writes
+    formatted = []
+    original = results._json_line
+
+    def counted(schema, keys):
+        line = original(schema, keys)
+        formatted.append((schema.name, line is not None))
+        return line
+
+    monkeypatch.setattr(results, "_json_line", counted)
+    streamed = run(program, landing, 3_600_000, out=tmp_path / "spark", window=ANY_TIME)
+    assert sorted(formatted) == [(n, True) for n in ("degree", "lit", "path", "seen")]
+    assert streamed.written == {n: len(collected.events(n)) for n in collected.outputs}
+    assert all(streamed.written.values())
+    for name in collected.outputs:
+        file = f"{name}.jsonl"
+        expected = (tmp_path / "collected" / file).read_bytes()
+        assert (tmp_path / "spark" / file).read_bytes() == expected, name
+    assert '"exp": null' in (tmp_path / "spark" / "seen.jsonl").read_text()  # never expires
+    assert '"exp": null' not in (tmp_path / "spark" / "path.jsonl").read_text()
+    assert '"aggregates": {"count": ' in (tmp_path / "spark" / "degree.jsonl").read_text()

@@ -8,12 +8,13 @@ previews from the files, with no Spark job; elsewhere one Spark job answers each
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription
@@ -24,6 +25,7 @@ from dagster_pomo.engine.spark.rules import united
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import Version, from_record, merge_versions, output_order
 from dagster_pomo.plan.schema import PROV, Schema
+from dagster_pomo.timeline import NEVER
 
 
 class Results:
@@ -120,6 +122,12 @@ class Results:
         schema = self.schemas[relation]
         df = self._merged(relation, keys, aggregating).orderBy("t", *schema.columns)
         names = list(aggregate_keys)
+        parts = path.with_name(f".{path.name}.parts")
+        shutil.rmtree(parts, ignore_errors=True)
+        native = _json_line(schema, names)
+        if native is not None:  # Spark writes the lines itself: no Python worker
+            df.select(native.alias("value")).write.text(str(parts.resolve()))
+            return _joined(parts, path)
 
         def lines(rows: Iterator[Any]) -> Iterator[str]:
             import json
@@ -130,18 +138,8 @@ class Results:
                 row = from_record(tuple(rec), schema)
                 yield json.dumps(event_object(row, names, schema.provenance))
 
-        parts = path.with_name(f".{path.name}.parts")
-        shutil.rmtree(parts, ignore_errors=True)
         df.rdd.mapPartitions(lines).saveAsTextFile(str(parts.resolve()))
-        count = 0
-        with open(path, "wb") as out:
-            for part in sorted(parts.glob("part-*")):
-                with open(part, "rb") as handle:
-                    while chunk := handle.read(1 << 20):
-                        count += chunk.count(b"\n")
-                        out.write(chunk)
-        shutil.rmtree(parts, ignore_errors=True)
-        return count
+        return _joined(parts, path)
 
     def _merged(self, relation: str, keys: Sequence[str], aggregating: bool) -> DataFrame:
         """One row per event of ``relation`` (see `events`): its columns, aggregates, ``t``,
@@ -177,6 +175,50 @@ class Results:
     def write_text(self, name: str, text: str) -> str:
         """Replace a file kept beside the corpus's relations; its path."""
         return self.wh.write_text(name, text)
+
+
+# Column types whose values Spark writes as Python's `json` does: integers (times too) and
+# booleans. Text (escapes) and floats (their shortest form) are Python's to write.
+SPARK_WRITES = {"int", "time", "bool"}
+
+
+def _json_line(schema: Schema, keys: Sequence[str]) -> Column | None:
+    """An event's output line (`versions.output_object` as `json.dumps` writes it) as a Spark
+    expression, when every value of the relation is one Spark writes the same (see
+    `SPARK_WRITES`) and it carries no provenance; else None."""
+    types = [*schema.types, *(typ for _, _, typ in schema.aggregates)]
+    if schema.provenance or not set(types) <= SPARK_WRITES:
+        return None
+    args = F.concat_ws(", ", *[F.col(c).cast("string") for c in schema.columns])
+    aggs = [
+        F.concat(F.lit(json.dumps(key) + ": "), F.col(column).cast("string"))
+        for key, column in zip(keys, schema.aggregate_columns, strict=True)
+    ]
+    never = F.col("exp") >= F.lit(NEVER)
+    return F.concat(
+        F.lit('{"args": ['),
+        args if schema.columns else F.lit(""),
+        F.lit('], "t": '),
+        F.col("t").cast("string"),
+        F.lit(', "exp": '),
+        F.when(never, F.lit("null")).otherwise(F.col("exp").cast("string")),
+        F.lit(', "aggregates": {'),
+        F.concat_ws(", ", *aggs) if aggs else F.lit(""),
+        F.lit("}}"),
+    )
+
+
+def _joined(parts: Path, path: Path) -> int:
+    """Spark's part files (in order) joined into ``path``, then removed; how many lines."""
+    count = 0
+    with open(path, "wb") as out:
+        for part in sorted(parts.glob("part-*")):
+            with open(part, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    count += chunk.count(b"\n")
+                    out.write(chunk)
+    shutil.rmtree(parts, ignore_errors=True)
+    return count
 
 
 def _local_master(spark: Any) -> bool:
