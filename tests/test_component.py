@@ -58,6 +58,8 @@ def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> No
         warehouse: warehouse
         landing: landing
         skew: 5m
+        sensor_interval: 10s
+        sensor_running: true
         handlers:
           notify_operator: tanks_project.handlers:outbox
           log_maintenance: tanks_project.handlers:outbox
@@ -79,6 +81,8 @@ def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> No
     assert AssetKey(["water_tanks", "overflow_alert"]) in keys
     assert AssetKey(["water_tanks", "action", "notify_operator"]) in keys
     assert [s.name for s in defs.schedules] == ["water_tanks__epochs"]
+    (sensor,) = defs.sensors
+    assert (sensor.minimum_interval_seconds, sensor.default_status.value) == (10, "RUNNING")
     home = tmp_path / "home"
     home.mkdir()
     result = materialize(

@@ -85,7 +85,7 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
     epoch: str = Field(default="1h", description="partition (epoch) size: 15m, 1h, 1d, ...")
     start: str = Field(description="the first epoch's start, ISO date or date and time (UTC)")
     warehouse: str = Field(description="warehouse root (a path or any Spark-readable URI)")
-    landing: str = Field(description="folder of JSON Lines landing files")
+    landing: str = Field(description="folder of landing files (JSON Lines or Parquet)")
     skew: str = Field(default="0s", description="how long after an epoch ends to evaluate it")
     handlers: dict[str, str] = Field(
         default_factory=dict, description="action handler name -> `module:attribute`"
@@ -103,6 +103,12 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
         default="15m",
         description="how long after the schedule's tick for an epoch its assets are due "
         "(each asset's freshness policy); null: no policy",
+    )
+    sensor_interval: str = Field(
+        default="30s", description="how often the landing sensor looks: 5s, 30s, 2m, ..."
+    )
+    sensor_running: bool = Field(
+        default=False, description="whether the landing sensor is on from the start"
     )
     spark: SparkSettingsModel = Field(default_factory=SparkSettingsModel)
 
@@ -132,4 +138,17 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
             times=self.times,
             freshness=self.freshness,
             lattices={name: _import(target) for name, target in self.lattices.items()},  # type: ignore[misc]
+            sensor_interval_seconds=_seconds(self.sensor_interval, "sensor_interval"),
+            sensor_running=self.sensor_running,
         )
+
+
+def _seconds(duration: str, field: str) -> int:
+    """A duration of whole seconds (at least one), or a ``UsageError`` naming the field."""
+    try:
+        ms = parse_duration(duration)
+    except (ValueError, UsageError) as exc:
+        raise UsageError(f"{field}: {exc}") from None
+    if ms < 1000 or ms % 1000:
+        raise UsageError(f"{field}: {duration!r} is not a whole number of seconds, at least 1s")
+    return ms // 1000
