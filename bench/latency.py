@@ -7,9 +7,9 @@ landing folder; ``dagster-daemon run`` over a code location holding the water ta
 (every handler recording into an outbox) and, as the peer, a job of one asset that does
 nothing, launched by a sensor of its own watching another folder, with the same interval.
 Each repeat lands one hour of readings (a new partition) and one peer file at the same
-moment, then waits for both runs to end and, for the corpus, for the handlers' effects.
-The breakdown comes from the instance: the run's creation (the sensor's tick), its start
-event, its steps' events and its end.
+moment, then waits for both runs to end. The breakdown comes from the instance: the run's
+creation (the sensor's tick), its start event, its steps' ends (the last handler's step:
+the actions done) and its end.
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         home, landing, peer = work / "home", work / "landing", work / "peer"
         for folder in (home, landing, peer):
             folder.mkdir()
-        # The daemon's queue looks for runs to launch every second (its default is 5 s in
-        # some versions); the sensors every `--interval` seconds.
+        # The daemon's queue looks for runs to launch every second (its default is 5 s);
+        # the sensors every `--interval` seconds.
         (home / "dagster.yaml").write_text(
             "run_coordinator:\n  module: dagster._core.run_coordinator\n"
             "  class: QueuedRunCoordinator\n  config:\n    dequeue_interval_seconds: 1\n"

@@ -1,4 +1,4 @@
-"""The landing sensor: new JSON Lines files become runs for the epochs their events fall in.
+"""The landing sensor: new landing files become runs for the epochs their events fall in.
 
 The cursor remembers every landing file seen (name, size, modification time), so a
 tick only reads new or grown files, and the same file never starts a run twice
@@ -64,7 +64,7 @@ def landing_sensor(
         job=job,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED,
-        description=f"New JSON Lines files in the landing location of `{program.name}`.",
+        description=f"New landing files (JSON Lines, Parquet) of `{program.name}`.",
     )
     def watch(context: SensorEvaluationContext, storage: PomoStorage):
         seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}

@@ -79,6 +79,13 @@ def collect_versions(df: DataFrame, schema: Schema) -> list[Version]:
     return [from_record(tuple(rec), schema) for rec in df.collect()]
 
 
+def read_versions(wh: Warehouse, schema: Schema, keys: Sequence[str]) -> list[Version]:
+    """The versions of the epochs ``keys`` of a relation of ``schema``, read by this process
+    from a local warehouse's files (no Spark job: for the few `Warehouse.holds_few` allows)."""
+    table = wh.read_table(schema.name, keys, local_rules.arrow_schema(schema))
+    return [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
+
+
 def _spark_type(typ: str) -> DataType:
     """A column type (a set's as an array) as Spark's."""
     element = element_of(typ)
@@ -703,6 +710,5 @@ class SparkEvaluator:
         keys = [epoch_key(e) for e in self.epochs]
         schema = self.schemas[name]
         if self.store.local and self.wh.holds_few(name, keys):
-            table = self.wh.read_table(name, keys, local_rules.arrow_schema(schema))
-            return [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
+            return read_versions(self.wh, schema, keys)
         return collect_versions(self.wh.read(name, self.structs[name], keys), schema)

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.inprocess.rules import arrow_schema
-from dagster_pomo.engine.spark.evaluator import collect_versions, struct_of
+from dagster_pomo.engine.spark.evaluator import collect_versions, read_versions, struct_of
 from dagster_pomo.engine.spark.handler_events import range_events
 from dagster_pomo.engine.spark.rules import united
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -91,8 +91,7 @@ class Results:
         and sorted here: see `Warehouse.holds_few`)."""
         schema = self.schemas[relation]
         if self.wh.holds_few(relation, keys):
-            table = self.wh.read_table(relation, keys, arrow_schema(schema))
-            rows = [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
+            rows = read_versions(self.wh, schema, keys)
             yield from sorted(merge_versions(rows, aggregating), key=output_order)
             return
         df = self._merged(relation, keys, aggregating)
@@ -111,10 +110,12 @@ class Results:
         aggregate_keys: Sequence[str],
     ) -> int | None:
         """Write the relation's events (as `events` gives them) to ``path``, one JSON object a
-        line as `versions.output_object` makes it, formatted by Spark's Python workers in
-        parallel, partition by partition in sort order, then joined into ``path``: nothing
-        passes through this process. How many were written; None (nothing done) unless the
-        warehouse and Spark's workers share this machine's disk."""
+        line as `versions.output_object` makes it, written by Spark partition by partition
+        in sort order (the lines made by Spark itself where `_json_line` can, else by its
+        Python workers), then joined into ``path``: nothing passes through this process.
+        How many were written; None (nothing done) when the warehouse holds few of them
+        (`events` reads them here) or it and Spark's workers do not share this machine's
+        disk."""
         if not self.wh.is_local or self.wh.holds_few(relation, keys):
             return None  # few: `events` reads them here, with no Spark job
         if not _local_master(self.wh.spark):
@@ -177,9 +178,10 @@ class Results:
         return self.wh.write_text(name, text)
 
 
-# Column types whose values Spark writes as Python's `json` does: integers (times too) and
-# booleans. Text (escapes) and floats (their shortest form) are Python's to write.
-SPARK_WRITES = {"int", "time", "bool"}
+# Stored column types whose values Spark writes as Python's `json` does: integers (times
+# are stored as integers) and booleans. Text (escapes) and floats (their shortest form)
+# are Python's to write.
+SPARK_WRITES = {"int", "bool"}
 
 
 def _json_line(schema: Schema, keys: Sequence[str]) -> Column | None:
