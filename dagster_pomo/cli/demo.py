@@ -1,7 +1,8 @@
 """``pomo demo``: the water-tank pipeline through Dagster, end to end, on the defaults.
 
 Generates readings, builds the corpus's Dagster definitions, materializes every
-epoch in one run on a throw-away Dagster instance with local Spark (or the Spark
+epoch in one run on a throw-away Dagster instance with local Spark, started when a plan
+needs it (or the Spark
 that ``POMO_SPARK_MASTER`` or ``POMO_SPARK_REMOTE`` names), and prints
 what each relation holds and what each action handler did.
 """
@@ -60,7 +61,8 @@ def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
     assets = list(defs.assets)
     spark = SparkResource().settings()
     where = f"Spark at {spark.remote}" if spark.remote else f"Spark ({spark.master})"
-    where = "local Spark" if spark.master == "local[*]" and not spark.remote else where
+    if spark.master == "local[*]" and not spark.remote:  # a JVM only once a plan needs one
+        where = "local Spark, started when a plan needs it"
     print(
         f"2. {CORPUS.name}: {len(assets)} Dagster asset definitions, {len(keys)} hourly partitions "
         f"({keys[0]} to {keys[-1]}); materializing them in one run on {where}..."
