@@ -237,6 +237,21 @@ def _reload(url: str, location: str) -> None:
     pytest.fail(f"code location {location} did not load again within 180 s")
 
 
+def _shows_after_refresh(page, address: str, text: str, seconds: float = 180) -> None:
+    """Open ``address`` until it shows ``text``, refreshing as a user would: the UI keeps
+    asset definitions in the browser's cache and may draw the old ones first after a reload
+    of the code location."""
+    deadline = time.monotonic() + seconds
+    while True:
+        page.goto(address)
+        try:
+            page.get_by_text(text).first.wait_for(timeout=15_000)
+            return
+        except sync_api.TimeoutError:  # refresh and look again
+            if time.monotonic() > deadline:
+                raise
+
+
 def _backfill(url: str, keys: list[str], relations: set[str], runs: int) -> tuple[str, dict]:
     """Launch a backfill of the water-tank assets of ``relations`` over ``keys`` as the UI's
     Materialize dialog does, and wait until its ``runs`` runs have finished (see `_ran`)."""
@@ -466,8 +481,7 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
         assert all("code version" in c["reason"] for c in causes), causes
         for name in BACKFILLED - {"level_10m"}:
             assert after[name]["staleStatus"] == "FRESH", after[name]
-        page.goto(f"{url}/assets/water_tanks/level_10m")
-        page.get_by_text(edited_rule).first.wait_for()
+        _shows_after_refresh(page, f"{url}/assets/water_tanks/level_10m", edited_rule)
         page.screenshot(path=str(tmp_path / "edited.png"), full_page=True)
 
     # Each backfill, once the daemon has marked it finished, launched no run more.
