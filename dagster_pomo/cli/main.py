@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from dagster_pomo import __version__
 from dagster_pomo.engine.lines import printable
+from dagster_pomo.engine.policy import DEFAULT
 from dagster_pomo.errors import PomoError, UsageError
 from dagster_pomo.lang import CorpusError, Program, load_program
 from dagster_pomo.lang.errors import render_all
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from dagster_pomo.engine.run import RunResult
 
 EXIT_OK, EXIT_CORPUS, EXIT_USAGE, EXIT_INTERNAL, EXIT_VIOLATED = 0, 1, 2, 3, 4
+# `--landing-reader`: the landing bytes beyond which Spark's tasks read it (`Policy`).
+LANDING_READERS = {"auto": DEFAULT.spark_landing_bytes, "spark": 0, "process": -1}
 
 
 class _Usage(Exception):
@@ -136,10 +139,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _report_checks(result)
 
 
-def _evaluate(args: argparse.Namespace, out: Path | None = None) -> RunResult | int:
+def _evaluate(
+    args: argparse.Namespace, out: Path | None = None, explaining: bool = False
+) -> RunResult | int:
     """The corpus evaluated over its events as `run` and `explain` are asked to (its outputs
     written to ``out``, when given, as it goes), with what was read and quarantined said on
-    stderr; or the exit code of a failure, said."""
+    stderr; or the exit code of a failure, said. An explanation needs the input events in
+    this process: it reads them here."""
     from dagster_pomo.engine.lines import parse_window
     from dagster_pomo.engine.policy import Policy
     from dagster_pomo.engine.reference import EvaluationError
@@ -169,7 +175,10 @@ def _evaluate(args: argparse.Namespace, out: Path | None = None) -> RunResult | 
             from dagster_pomo.engine.driver import describe_session
 
             print(f"spark: {describe_session(settings)}", file=sys.stderr)
-        policy = Policy(one_pass=not args.epoch_by_epoch)
+        reader = "process" if explaining else args.landing_reader
+        policy = Policy(
+            one_pass=not args.epoch_by_epoch, spark_landing_bytes=LANDING_READERS[reader]
+        )
         result = run(
             program,
             args.events,
@@ -186,18 +195,18 @@ def _evaluate(args: argparse.Namespace, out: Path | None = None) -> RunResult | 
         return EXIT_CORPUS
     ingested = result.ingested
     plan = result.epoch_range
+    bad = ingested.quarantined_count
     print(
-        f"{path}: {_epochs_summary(plan, size, bool(ingested.times))}; "
+        f"{path}: {_epochs_summary(plan, size, ingested.accepted > 0)}; "
         f"{ingested.lines_read:,} line{'s' if ingested.lines_read != 1 else ''} read, "
-        f"{ingested.lines_read - len(ingested.quarantined):,} accepted, "
-        f"{len(ingested.quarantined):,} quarantined",
+        f"{ingested.lines_read - bad:,} accepted, {bad:,} quarantined",
         file=sys.stderr,
     )
     _note_facts_before(program, plan)
     for q in ingested.quarantined[:10]:
         print(f"{q.file}:{q.line}: quarantined: {q.reason}", file=sys.stderr)
-    if len(ingested.quarantined) > 10:
-        print(f"... and {len(ingested.quarantined) - 10} more", file=sys.stderr)
+    if bad > 10:
+        print(f"... and {bad - 10} more", file=sys.stderr)
     return result
 
 
@@ -220,7 +229,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if args.warehouse:
             found = _explain_stored(args, at, window)
         else:
-            done = _evaluate(args)
+            done = _evaluate(args, explaining=True)
             if isinstance(done, int):
                 return done
             found = explain_run(done, args.event, at, args.events, window)
@@ -563,6 +572,14 @@ def _run_options(command: argparse.ArgumentParser) -> None:
         action="store_true",
         help="evaluate each epoch on its own, as a schedule does, never a range in one pass "
         "(the results are the same; for checking and timing)",
+    )
+    command.add_argument(
+        "--landing-reader",
+        choices=LANDING_READERS,
+        default="auto",
+        help="who reads the events: `spark`'s tasks (with the same checks and quarantine), "
+        "this `process`, or `auto`: Spark's tasks when the landing holds more than "
+        f"{DEFAULT.spark_landing_bytes >> 20} MiB (--engine spark only)",
     )
     command.add_argument(
         "--master", metavar="URL", help="Spark master (default local[*], or $POMO_SPARK_MASTER)"

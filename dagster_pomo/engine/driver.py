@@ -33,6 +33,7 @@ from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.inputs import RunInputs
+    from dagster_pomo.engine.lines import TimeWindow
     from dagster_pomo.engine.spark.results import Results
 
 
@@ -359,6 +360,54 @@ def evaluated(
         yield driver
 
 
+@contextmanager
+def evaluated_landing(
+    program: Program,
+    landing: Sequence[Path],
+    size: int,
+    start: int | None = None,
+    until: int | None = None,
+    window: TimeWindow | None = None,
+    warehouse: str | None = None,
+    policy: Policy = DEFAULT,
+) -> Iterator[tuple[Driver, RunInputs]]:
+    """As `evaluated`, the landing files ``landing`` read by Spark's tasks into the
+    warehouse (`engine.spark.landing`) rather than by this process: no event in this
+    process. The inputs' counts and bad lines with the driver."""
+    import tempfile
+
+    from dagster_pomo.engine.spark.landing import read_landing
+    from dagster_pomo.engine.spark.session import lazy_session
+    from dagster_pomo.engine.spark.warehouse import Warehouse
+
+    with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
+        spark = lazy_session()
+        wh = Warehouse(spark, warehouse or tmp, program.name)
+        with read_landing(spark, wh, program, landing, size, start, until, window) as inputs:
+            epochs = inputs.epoch_range
+            driver = Driver.open(
+                program,
+                inputs.schemas,
+                warehouse or tmp,
+                epochs.epochs,
+                epochs.start,
+                inputs.ingested.events,  # the facts; those of input relations are stored
+                policy,
+                session=spark,
+            )
+            if epochs.epochs:
+                driver.evaluate_range(epochs.epochs)
+            yield driver, inputs
+
+
+def reads_landing_on_spark(landing: Sequence[Path], policy: Policy = DEFAULT) -> bool:
+    """Whether a run reads ``landing`` with Spark's tasks (`evaluated_landing`): it holds
+    more than ``policy.spark_landing_bytes``."""
+    if policy.spark_landing_bytes < 0 or not landing:
+        return False
+    return sum(p.stat().st_size for p in landing) > policy.spark_landing_bytes
+
+
 __all__ = [
     "Backend",
     "Driver",
@@ -367,7 +416,9 @@ __all__ = [
     "StratumStats",
     "describe_session",
     "evaluated",
+    "evaluated_landing",
     "open_results",
+    "reads_landing_on_spark",
     "run_epochs",
     "session",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from dagster_pomo.engine.lines import (
     INT_MIN,
     PARQUET,
     BadLine,
+    Piece,
     TimeWindow,
     event_time,
     printable,
@@ -105,14 +106,32 @@ class Ingested:
     types: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input column types
     landed: dict[str, Landed] = field(default_factory=dict)  # by file
     files_read: int = 0  # files read this time; the others were known unchanged
+    # Read by Spark (see `engine.spark.landing`): how many events its tasks accepted (and
+    # stored, not held here); every bad line, streamed in order, when `quarantined` holds
+    # only the first.
+    accepted_by_spark: int = 0
+    bad: int | None = None
+    all_quarantined: Callable[[], Iterator[Quarantined]] | None = None
 
     def quarantine_jsonl(self) -> str:
         """The quarantined lines as JSON Lines, one object with its reason a line."""
-        return "".join(json.dumps(q.to_json()) + "\n" for q in self.quarantined)
+        return "".join(self.quarantine_lines())
+
+    def quarantine_lines(self) -> Iterator[str]:
+        """Each quarantined line as a JSON object with its reason, in order of file and line,
+        streamed (no more held in this process than `quarantined` holds)."""
+        bad = self.all_quarantined() if self.all_quarantined else iter(self.quarantined)
+        return (json.dumps(q.to_json()) + "\n" for q in bad)
+
+    @property
+    def quarantined_count(self) -> int:
+        """How many lines were quarantined (`quarantined` may hold only the first)."""
+        return len(self.quarantined) if self.bad is None else self.bad
 
     @property
     def accepted(self) -> int:
-        return sum(len(rows) for rows in self.events.values())
+        """Events accepted: landed (held here or stored by Spark) and the corpus's facts."""
+        return self.accepted_by_spark + sum(len(rows) for rows in self.events.values())
 
     @property
     def times(self) -> list[int]:
@@ -176,11 +195,23 @@ def _declared_types(rel: Relation) -> tuple[str, ...] | None:
     return types if len(types) == len(rel.types) else None
 
 
-def _column_types(
-    program: Program, rel: Relation, observed: Iterable[tuple[Any, ...]]
-) -> tuple[str, ...]:
+def kind_counts(rel: Relation, observed: Iterable[tuple[Any, ...]]) -> list[Counter[str]]:
+    """Per column of ``rel``, how many of the ``observed`` values are numbers (and of them
+    floats), strings or booleans: what `_column_types` decides undeclared types from."""
+    counts: list[Counter[str]] = [Counter() for _ in range(rel.arity)]
+    for args in observed:
+        for i, v in enumerate(args):
+            if (k := _kind(v)) is not None:
+                counts[i]["number" if k in ("int", "float") else k] += 1
+                if k == "float":
+                    counts[i]["float"] += 1
+    return counts
+
+
+def _column_types(program: Program, rel: Relation, counts: list[Counter[str]]) -> tuple[str, ...]:
     """Declared types, or for undeclared columns the corpus's constants, else the data's
-    most common kind (ints widen to float when floats appear)."""
+    most common kind (``counts``, see `kind_counts`; ints widen to float when floats
+    appear)."""
     if (declared := _declared_types(rel)) is not None:
         return declared
     from_corpus: dict[int, str] = {}
@@ -191,13 +222,6 @@ def _column_types(
                     if isinstance(arg, ast.Const):
                         kind = "int" if arg.kind == "duration" else arg.kind
                         from_corpus.setdefault(i, kind)
-    counts: list[Counter[str]] = [Counter() for _ in range(rel.arity)]
-    for args in observed:
-        for i, v in enumerate(args):
-            if (k := _kind(v)) is not None:
-                counts[i]["number" if k in ("int", "float") else k] += 1
-                if k == "float":
-                    counts[i]["float"] += 1
     types: list[str] = []
     for i, declared in enumerate(rel.types):
         if declared is not None:
@@ -212,6 +236,24 @@ def _column_types(
         else:
             types.append("str")
     return tuple(types)
+
+
+def input_types(
+    program: Program, counts: Mapping[str, list[Counter[str]]]
+) -> dict[str, tuple[str, ...]]:
+    """Each input relation's column types (see `_column_types`), from the ``counts`` of the
+    values landed for those whose declarations leave some open."""
+    return {
+        rel.name: _column_types(
+            program, rel, counts.get(rel.name) or [Counter() for _ in range(rel.arity)]
+        )
+        for rel in program.catalog.inputs
+    }
+
+
+def stored_types(types: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Column types as stored (a content ID as a string)."""
+    return {name: tuple(ast.stored_type(t) for t in ts) for name, ts in types.items()}
 
 
 # --------------------------------------------------------------------------- landing files
@@ -326,14 +368,9 @@ def ingest_files(
     by_rel: dict[str, list[tuple[Any, ...]]] = {}
     for *_, rel, args, _t in pending:
         by_rel.setdefault(rel.name, []).append(args)
-    types = {
-        rel.name: _column_types(program, rel, by_rel.get(rel.name, []))
-        for rel in program.catalog.inputs
-    }
-    out.types = {
-        name: tuple(None if t is None else ast.stored_type(t) for t in ts)
-        for name, ts in types.items()
-    }
+    rels = program.catalog
+    types = input_types(program, {n: kind_counts(rels[n], got) for n, got in by_rel.items()})
+    out.types = stored_types(types)
     for file, number, text, rel, args, t in pending:
         try:
             values = _coerce_args(rel, args, types[rel.name])
@@ -424,6 +461,46 @@ def _coerce_column(rel: Relation, col: str, value: Any, typ: str) -> Value:
         raise ValueError(f"column `{col}` of `{rel.name}` is {typ}{inferred}: {exc}") from None
 
 
+def read_piece(
+    program: Program,
+    piece: Piece,
+    types: Mapping[str, tuple[str, ...]],
+    window: TimeWindow = DEFAULT_TIMES,
+) -> Iterator[tuple[Relation, tuple[Value, ...], int, int] | Quarantined]:
+    """Each line of ``piece`` as an accepted event (relation, values typed as ``types``
+    says, time, line number) or as the `Quarantined` line: what `ingest_files` makes of
+    it, once the types are known. What a Spark task reads (see `engine.spark.landing`)."""
+    for number, obj, shown in read_events(Path(piece.file), piece):
+        try:
+            rel, args, t = _parse_event(program, obj, window)
+            values = _coerce_args(rel, args, types[rel.name])
+        except ValueError as exc:
+            yield _quarantined(piece.file, number, str(exc), shown)
+            continue
+        yield rel, values, t, number
+
+
+def count_kinds(
+    program: Program, piece: Piece, window: TimeWindow = DEFAULT_TIMES
+) -> dict[str, list[Counter[str]]]:
+    """The `kind_counts` of ``piece``'s events of input relations whose declarations leave
+    some column type open (the data decides those)."""
+    counts: dict[str, list[Counter[str]]] = {}
+    for _, obj, _ in read_events(Path(piece.file), piece):
+        try:
+            rel, args, _t = _parse_event(program, obj, window)
+            if _declared_types(rel) is None:
+                _check_kinds(rel, args)
+        except ValueError:
+            continue
+        if _declared_types(rel) is None:
+            found = kind_counts(rel, [args])
+            into = counts.setdefault(rel.name, [Counter() for _ in range(rel.arity)])
+            for total, more in zip(into, found, strict=True):
+                total.update(more)
+    return counts
+
+
 def origins(
     program: Program,
     paths: Iterable[Path],
@@ -435,13 +512,10 @@ def origins(
     relation's stored column types) and time. For explanations: one pass, read again."""
     found: dict[tuple[str, tuple[Value, ...], int], tuple[str, int]] = {}
     for path in paths:
-        for number, obj, _ in read_events(path):
-            try:
-                rel, args, t = _parse_event(program, obj, window)
-                values = _coerce_args(rel, args, types[rel.name])
-            except (ValueError, KeyError):
-                continue  # quarantined when ingested: no event to explain
-            found.setdefault((rel.name, values, t), (str(path), number))
+        for event in read_piece(program, Piece(str(path)), types, window):
+            if not isinstance(event, Quarantined):  # a bad line has no event to explain
+                rel, values, t, number = event
+                found.setdefault((rel.name, values, t), (str(path), number))
     return found
 
 

@@ -78,22 +78,62 @@ def parse_window(text: str) -> TimeWindow:
     return TimeWindow(earliest, latest)
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
-    """``(number, text, shown)`` for each non-blank line of ``path``: ``text`` is None when
-    the line is not UTF-8 (``shown`` then escapes the bad bytes, for the quarantine)."""
+@dataclass(frozen=True)
+class Piece:
+    """A part of one landing file that a task reads on its own (see `cut`): the lines that
+    begin in bytes ``[start, end)`` of a JSON Lines file, or row groups ``[start, end)`` of
+    a Parquet file; ``end`` None: to the end. ``before``: the newlines before ``start``
+    (JSON Lines) or the rows before its first (Parquet), so that numbers are the file's."""
+
+    file: str
+    start: int = 0
+    end: int | None = None
+    before: int = 0
+
+
+def read_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, str | None, str]]:
+    """``(number, text, shown)`` for each non-blank line of ``path`` (of ``piece`` only, when
+    given): ``text`` is None when the line is not UTF-8 (``shown`` then escapes the bad
+    bytes, for the quarantine)."""
+    start, end = (piece.start, piece.end) if piece is not None else (0, None)
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        number, position = 1, 0
+        if start > 0:  # the line under way at `start` belongs to the piece before
+            handle.seek(start - 1)
+            skipped = handle.readline()
+            if not skipped.endswith(b"\n"):
+                return
+            position = start - 1 + len(skipped)
+            number = 2 + (piece.before if piece else 0) - (skipped == b"\n")
+        while end is None or position < end:
+            raw = handle.readline()
+            if not raw:
+                return
+            position += len(raw)
             raw = raw.removesuffix(b"\n").removesuffix(b"\r")
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
+            number += 1
             if not raw.strip():
                 continue
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
-                yield number, None, raw.decode("utf-8", errors="backslashreplace")
+                yield number - 1, None, raw.decode("utf-8", errors="backslashreplace")
                 continue
-            yield number, text, text
+            yield number - 1, text, text
+
+
+def newlines(path: Path, start: int, end: int) -> int:
+    """How many newlines bytes ``[start, end)`` of ``path`` hold (read a few MiB at once)."""
+    count = 0
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        left = end - start
+        while left > 0 and (chunk := handle.read(min(left, 1 << 23))):
+            count += chunk.count(b"\n")
+            left -= len(chunk)
+    return count
 
 
 NOT_UTF8 = "not UTF-8 text (an invalid byte is shown as \\x..): write the file as UTF-8"
@@ -101,14 +141,17 @@ PARQUET = ".parquet"
 ROWS_A_BATCH = 65_536  # Parquet rows read at once: memory stays flat in the file's size
 
 
-def read_events(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadLine, str]]:
-    """``(number, event, shown)`` for each event of a landing file: ``event`` is the line
-    or row as an object with an event's keys (see `decode`), or the :class:`BadLine` to
-    quarantine it with; ``shown`` is its text for the quarantine."""
+def read_events(
+    path: Path, piece: Piece | None = None
+) -> Iterator[tuple[int, dict[str, Any] | BadLine, str]]:
+    """``(number, event, shown)`` for each event of a landing file (of ``piece`` of it,
+    when given): ``event`` is the line or row as an object with an event's keys (see
+    `decode`), or the :class:`BadLine` to quarantine it with; ``shown`` is its text for the
+    quarantine."""
     if path.suffix == PARQUET:
-        yield from _parquet_events(path)
+        yield from _parquet_events(path, piece)
         return
-    for number, text, shown in read_lines(path):
+    for number, text, shown in read_lines(path, piece):
         if text is None:
             yield number, BadLine(NOT_UTF8), shown
             continue
@@ -118,15 +161,22 @@ def read_events(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadLine, str
             yield number, exc, shown
 
 
-def _parquet_events(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadLine, str]]:
-    """Each row of a Parquet landing file as an event object (see the module's docstring);
-    a file that is not Parquet is one bad row."""
+def _parquet_events(
+    path: Path, piece: Piece | None = None
+) -> Iterator[tuple[int, dict[str, Any] | BadLine, str]]:
+    """Each row of a Parquet landing file (of ``piece``'s row groups) as an event object
+    (see the module's docstring); a file that is not Parquet is one bad row."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        batches = pq.ParquetFile(path).iter_batches(batch_size=ROWS_A_BATCH)
-        number = 0
+        file = pq.ParquetFile(path)
+        groups = None
+        if piece is not None:
+            end = file.num_row_groups if piece.end is None else piece.end
+            groups = list(range(piece.start, end))
+        batches = file.iter_batches(batch_size=ROWS_A_BATCH, row_groups=groups)
+        number = piece.before if piece is not None else 0
         for batch in batches:
             for row in batch.to_pylist():
                 number += 1
@@ -137,6 +187,50 @@ def _parquet_events(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadLine,
                     yield number, exc, shown
     except (pa.ArrowException, OSError) as exc:
         yield 1, BadLine(f"not a Parquet file that can be read: {exc}"), path.name
+
+
+PIECE_BYTES = 64 << 20  # a JSON Lines file is cut in pieces of about this size (see `cut`)
+PIECE_ROWS = 1 << 20  # ... and a Parquet file in pieces of whole row groups of about as many rows
+
+
+def cut(path: Path, piece_bytes: int = PIECE_BYTES) -> list[Piece]:
+    """``path`` as pieces that tasks read on their own, in order. A JSON Lines file's pieces
+    leave ``before`` 0: the newlines before each are counted by tasks too (see `newlines`),
+    then given (`numbered`). A file that cannot be read as Parquet is one piece."""
+    file = str(path)
+    if path.suffix == PARQUET:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.read_metadata(path)
+        except (pa.ArrowException, OSError):
+            return [Piece(file)]
+        pieces, first, rows, before = [], 0, 0, 0
+        for group in range(meta.num_row_groups):
+            rows += meta.row_group(group).num_rows
+            if rows >= PIECE_ROWS or group == meta.num_row_groups - 1:
+                pieces.append(Piece(file, first, group + 1, before))
+                first, before, rows = group + 1, before + rows, 0
+        return pieces or [Piece(file)]
+    size = path.stat().st_size
+    starts = range(0, max(size, 1), piece_bytes)
+    return [Piece(file, a, a + piece_bytes if a + piece_bytes < size else None) for a in starts]
+
+
+def numbered(pieces: list[Piece], counts: dict[Piece, int]) -> list[Piece]:
+    """The pieces of JSON Lines files with ``before`` set from the newlines each of the
+    earlier pieces of its file holds (``counts``, see `newlines`)."""
+    out, before, file = [], 0, None
+    for piece in pieces:
+        if piece.file != file:
+            before, file = 0, piece.file
+        if piece.file.endswith(PARQUET):
+            out.append(piece)
+            continue
+        out.append(Piece(piece.file, piece.start, piece.end, before))
+        before += counts.get(piece, 0)
+    return out
 
 
 def _row_event(row: dict[str, Any]) -> dict[str, Any]:

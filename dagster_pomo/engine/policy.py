@@ -32,6 +32,9 @@ class Policy:
     task_rows: int = 4_000_000
     # ... and only when each lower relation they join has at most this many rows.
     lower_rows: int = 200_000
+    # A landing of more bytes than this is read by Spark's tasks, not by this process (see
+    # `engine.spark.landing`); below 0: never.
+    spark_landing_bytes: int = 256 << 20
 
 
 DEFAULT = Policy()

@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dagster_pomo.engine.ingest import Ingested
+from dagster_pomo.engine.ingest import Ingested, landing_files
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, Policy
@@ -21,6 +21,9 @@ from dagster_pomo.engine.versions import Version, event_object, merge_versions, 
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.render import aggregate_key
 from dagster_pomo.timeline import NEVER
+
+if TYPE_CHECKING:
+    from dagster_pomo.engine.driver import Driver
 
 ENGINES = ("spark", "reference")  # the first is the default
 
@@ -91,6 +94,17 @@ def run(
     warehouse, merged and sorted by Spark, never all in this process."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
+    if engine == "spark" and events is not None:
+        from dagster_pomo.engine.driver import evaluated_landing, reads_landing_on_spark
+
+        landing = landing_files(events)
+        if reads_landing_on_spark(landing, policy):
+            with evaluated_landing(
+                program, landing, size, start, until, window, warehouse, policy
+            ) as (driver, read):
+                result = RunResult(program, read.epoch_range, read.ingested)
+                _derived(result, driver, out)
+            return result
     prepared = prepare(program, events, size, start, until, window)
     epochs = prepared.epoch_range
     result = RunResult(program, epochs, prepared.ingested)
@@ -102,9 +116,7 @@ def run(
         from dagster_pomo.engine.driver import evaluated
 
         with evaluated(program, prepared, warehouse, policy) as driver:
-            result.written = _write(result, out, driver.events, driver.write_events)
-            checks = [r.name for r in program.catalog if r.check is not None]
-            result.versions = {name: driver.versions(name) for name in checks}
+            _derived(result, driver, out)
         return result
     if engine == "spark":
         from dagster_pomo.engine.driver import run_epochs
@@ -116,6 +128,20 @@ def run(
     if out is not None:
         write_outputs(result, out)
     return result
+
+
+def _derived(result: RunResult, driver: Driver, out: Path | None) -> None:
+    """What ``driver`` derived, into ``result``: with ``out``, the output files written
+    there (by Spark where it can) and the `.check` relations' versions; else every derived
+    relation's versions."""
+    program = result.program
+    if out is None:
+        derived = [r.name for r in program.catalog if r.derived or r.inductive]
+        result.versions = {name: driver.versions(name) for name in derived}
+        return
+    result.written = _write(result, out, driver.events, driver.write_events)
+    checks = [r.name for r in program.catalog if r.check is not None]
+    result.versions = {name: driver.versions(name) for name in checks}
 
 
 def event_json(program: Program, relation: str, row: Version) -> dict[str, Any]:
@@ -155,7 +181,8 @@ def _write(
                 handle.write(json.dumps(event_json(result.program, name, row)) + "\n")
                 n += 1
         counts[name] = n
-    (out / "_quarantine.jsonl").write_text(result.ingested.quarantine_jsonl(), encoding="utf-8")
+    with open(out / "_quarantine.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(result.ingested.quarantine_lines())
     return counts
 
 

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -67,7 +68,16 @@ class Warehouse:
 
     def remove(self, relation: str, key: str, deferred: bool = False) -> None:
         """Drop one epoch's directory, as writing it with no rows would, without a Spark job."""
-        path = self.path(relation, key, deferred)
+        self.delete(self.path(relation, key, deferred))
+
+    def scratch(self, purpose: str) -> str:
+        """A new folder's path (not made yet) for one run's intermediate files, under
+        ``<root>/<corpus>/_scratch/``: wherever the warehouse is, Spark's tasks write there.
+        Remove it with `delete`."""
+        return f"{self.root}/{self.corpus}/_scratch/{purpose}-{uuid.uuid4().hex}"
+
+    def delete(self, path: str) -> None:
+        """Remove the folder ``path`` and what it holds, if it exists."""
         if _local(path):
             shutil.rmtree(_local(path), ignore_errors=True)
             return

@@ -1,0 +1,151 @@
+"""A large landing read by Spark's tasks (`engine.spark.landing`): what they accept and
+quarantine, under which line numbers, and what the run derives and writes from it, is what
+this process's reader (`ingest.ingest_files`) gives, however the files are cut in pieces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dagster_pomo.engine import lines
+from dagster_pomo.engine.ingest import Quarantined, ingest_files, read_piece
+from dagster_pomo.engine.lines import DEFAULT_TIMES, cut, newlines, numbered
+from dagster_pomo.engine.policy import Policy
+from dagster_pomo.engine.run import run
+from dagster_pomo.lang import compile_corpus
+from tests.test_hostile_input import BAD, CORPUS, GOOD, T, _landing
+
+HERE = Policy(spark_landing_bytes=-1)  # this process reads the landing
+SPARK = Policy(spark_landing_bytes=0)  # Spark's tasks read any landing
+
+
+def _pieces(path: Path, size: int) -> list[lines.Piece]:
+    """``path`` cut as a run cuts it, the newlines before each piece counted here."""
+    pieces = cut(path, size)
+    counts = {p: newlines(path, p.start, p.end) for p in pieces if p.end is not None}
+    return numbered(pieces, counts)
+
+
+def _read_in_pieces(program, path: Path, size: int) -> None:
+    """Reading ``path`` in pieces of ``size`` bytes gives each line once, under its number
+    in the file, accepted or quarantined as reading the whole file does."""
+    whole = ingest_files(program, [path], DEFAULT_TIMES)
+    # The types values are read as: declared, else what the whole file's values decided.
+    types = {
+        rel.name: tuple(d or s for d, s in zip(rel.types, whole.types[rel.name], strict=True))
+        for rel in program.catalog.inputs
+    }
+    accepted, bad = [], []
+    for piece in _pieces(path, size):
+        for event in read_piece(program, piece, types, DEFAULT_TIMES):
+            if isinstance(event, Quarantined):
+                bad.append(event)
+            else:
+                rel, values, t, _ = event
+                accepted.append((rel.name, values, t))
+    assert bad == whole.quarantined
+    expected = [(name, v.args, v.t) for name, rows in whole.events.items() for v in rows]
+    assert sorted(accepted, key=repr) == sorted(expected, key=repr)
+
+
+SHORT = [line for line in [*GOOD, *BAD] if len(line) < 200]
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@SETTINGS
+@given(
+    size=st.integers(1, 64),
+    bom=st.booleans(),
+    rows=st.lists(
+        st.tuples(st.sampled_from([*SHORT, "", " "]), st.sampled_from(["\n", "\r\n", "\r"])),
+        max_size=12,
+    ),
+    last=st.booleans(),
+)
+def test_a_file_cut_anywhere_reads_as_the_whole_file(
+    tmp_path: Path, size: int, bom: bool, rows: list[tuple[str, str]], last: bool
+) -> None:
+    """Cut anywhere, even inside a BOM, a CRLF or a character: each line once, under its
+    number, with the whole file's reason."""
+    text = "".join(line + end for line, end in rows)
+    raw = (b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8", errors="surrogatepass")
+    if not last:
+        raw = raw.removesuffix(b"\n")  # a last line with no newline
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(raw)
+    _read_in_pieces(compile_corpus(CORPUS, "hostile.pomo"), path, size)
+
+
+@SETTINGS
+@given(size=st.integers(200, 20_000))
+def test_the_hostile_file_cut_in_pieces_reads_as_the_whole_file(tmp_path: Path, size: int) -> None:
+    """The hostile landing (every kind of bad line, long ones too) cut in pieces."""
+    path, _ = _landing(tmp_path)
+    _read_in_pieces(compile_corpus(CORPUS, "hostile.pomo"), path, size)
+
+
+def _parquet_landing(folder: Path) -> None:
+    """A Parquet file of several row groups, one argument a column (a bad row among them),
+    and a file named as Parquet that is not."""
+    rows = [
+        {"relation": "level", "t": T + i, "tank": f"t{i % 7}", "value": float(i % 120)}
+        for i in range(500)
+    ]
+    rows[123]["t"] = 5  # outside the accepted times
+    rows[321]["relation"] = "nope"
+    table = pa.Table.from_pylist(rows)
+    pq.write_table(table, folder / "levels.parquet", row_group_size=64)
+    (folder / "broken.parquet").write_bytes(b"PAR1 not really")
+
+
+@pytest.mark.parametrize("span", [(None, None), (T + 200, T + 300)], ids=["whole", "start-until"])
+def test_spark_reads_a_landing_as_this_process_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, span: tuple[int | None, int | None]
+) -> None:
+    """Every file kind and every kind of bad line, cut in many pieces read by several
+    tasks: the same outputs and quarantine, byte for byte, the same counts, and no event
+    held in this process."""
+    from dagster_pomo.engine.spark import landing
+
+    monkeypatch.setattr(landing, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(lines, "PIECE_ROWS", 100)
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    _landing(folder)
+    (folder / "more.jsonl").write_text("\n".join(GOOD * 40) + "\n", encoding="utf-8")
+    _parquet_landing(folder)
+    assert len([p for f in folder.iterdir() for p in cut(f, 4096)]) > 80
+    program = compile_corpus(CORPUS, "hostile.pomo")
+    start, until = span
+    got = {}
+    for name, policy in (("here", HERE), ("spark", SPARK)):
+        out = tmp_path / name
+        got[name] = run(program, folder, 60_000, start, until, policy=policy, out=out).ingested
+    spark, here = got["spark"], got["here"]
+    inputs = [r.name for r in program.catalog.inputs]
+    assert not any(spark.events.get(name) for name in inputs), "no event in this process"
+    assert any(here.events.get(name) for name in inputs)
+    assert (spark.lines_read, spark.accepted, spark.quarantined_count) == (
+        here.lines_read,
+        here.accepted,
+        here.quarantined_count,
+    )
+    assert spark.quarantined == here.quarantined and len(here.quarantined) > 100
+    files = sorted(p.name for p in (tmp_path / "here").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "spark").iterdir())
+    for file in files:
+        mine, theirs = (tmp_path / "here" / file), (tmp_path / "spark" / file)
+        assert mine.read_bytes() == theirs.read_bytes(), file
+    assert (tmp_path / "here" / "high.jsonl").stat().st_size > 0
+    bad = [json.loads(line) for line in (tmp_path / "spark" / "_quarantine.jsonl").open()]
+    assert {"levels.parquet", "broken.parquet", "hostile.jsonl"} <= {
+        Path(b["file"]).name for b in bad
+    }
