@@ -192,12 +192,19 @@ def _reader(
     (`ingest.read_piece`), as rows of ``schema`` (see `_scratch_schema`), a batch of one
     relation (or of bad lines) at a time; a bad line's file named as ``given``."""
     index = {s.name: i for i, s in enumerate(inputs)}
-    lifetimes = {s.name: program.catalog[s.name].lifetime for s in inputs}
+    lifetimes = [program.catalog[s.name].lifetime for s in inputs]
+    names = {
+        i: ["epoch", "t", "exp", *(f"c{i}_{j}" for j in range(len(s.columns)))]
+        for i, s in enumerate(inputs)
+    }
+    names[BAD] = ["file", "line", "reason", "text"]
 
-    def batch(r: int, columns: dict[str, list[Any]], n: int) -> pa.RecordBatch:
+    def batch(r: int, columns: list[list[Any]]) -> pa.RecordBatch:
+        n = len(columns[0])
+        given_columns = dict(zip(names[r], columns, strict=True))
         arrays = [
-            pa.array(columns[f.name], f.type)
-            if f.name in columns
+            pa.array(given_columns[f.name], f.type)
+            if f.name in given_columns
             else pa.array([r] * n, f.type)
             if f.name == "r"
             else pa.nulls(n, f.type)
@@ -205,35 +212,30 @@ def _reader(
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    def fresh(r: int) -> dict[str, list[Any]]:
-        if r == BAD:
-            return {"file": [], "line": [], "reason": [], "text": []}
-        names = ["epoch", "t", "exp", *(f"c{r}_{j}" for j in range(len(inputs[r].columns)))]
-        return {name: [] for name in names}
-
     def read(pieces: list[Piece]) -> Iterator[pa.RecordBatch]:
-        held: dict[int, dict[str, list[Any]]] = {}
+        held: dict[int, list[list[Any]]] = {}
         for piece in pieces:
             for event in read_piece(program, piece, types, window):
                 if isinstance(event, Quarantined):
                     r = BAD
-                    columns = held.setdefault(r, fresh(r))
-                    for name, value in event.to_json().items():
-                        columns[name].append(value)
-                    columns["file"][-1] = given.get(event.file, event.file)
+                    columns = held.get(r) or held.setdefault(r, [[] for _ in names[r]])
+                    columns[0].append(given.get(event.file, event.file))
+                    columns[1].append(event.line)
+                    columns[2].append(event.reason)
+                    columns[3].append(event.text)
                 else:
                     rel, values, t, _ = event
                     r = index[rel.name]
-                    columns = held.setdefault(r, fresh(r))
-                    columns["epoch"].append(grid.key(t))
-                    columns["t"].append(t)
-                    columns["exp"].append(expiry(t, lifetimes[rel.name]))
-                    for j, value in enumerate(values):
-                        columns[f"c{r}_{j}"].append(value)
-                if len(next(iter(columns.values()))) >= ROWS_A_BATCH:
-                    yield batch(r, held.pop(r), ROWS_A_BATCH)
+                    columns = held.get(r) or held.setdefault(r, [[] for _ in names[r]])
+                    columns[0].append(grid.key(t))
+                    columns[1].append(t)
+                    columns[2].append(expiry(t, lifetimes[r]))
+                    for j, value in enumerate(values, start=3):
+                        columns[j].append(value)
+                if len(columns[0]) >= ROWS_A_BATCH:
+                    yield batch(r, held.pop(r))
         for r, columns in held.items():
-            yield batch(r, columns, len(next(iter(columns.values()))))
+            yield batch(r, columns)
 
     return read
 
