@@ -9,9 +9,9 @@ epochs, one JSON Lines file a day) is evaluated and written out by:
 - the same with this process reading the landing (``--landing-reader process``), to show
   what the driver holds when it does;
 - a hand-written PySpark job in a fresh process: ``spark.read.json`` with a schema, rows
-  with a missing field dropped (no quarantine), the four relations as DataFrame
-  operations (minute buckets, a ten-minute range window, a join with the capacities, an
-  anti-join with the maintenance windows), written as JSON.
+  with a missing field dropped (no quarantine), then W2's job (`w2_epochs.hand_written`:
+  minute buckets, a ten-minute range window, a join with the capacities, an anti-join
+  with the maintenance windows), its four relations written as Parquet.
 
 Each is timed from its start to its exit; the peak resident memory of the Python driver and
 of the JVM (sampled every 0.2 s) are reported apart. The events of three relations each
@@ -29,15 +29,16 @@ import time
 from pathlib import Path
 
 import psutil
+import pyarrow.parquet as pq
 
 from dagster_pomo.examples import CORPORA, DEFAULT_START, HOUR, water_tank_events
 
 HAND_WRITTEN = """
 import sys
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from bench.w2_epochs import hand_written
 
-MINUTE, HOUR = 60_000, 3_600_000
 landing, out = sys.argv[1], sys.argv[2]
 spark = SparkSession.builder.master("local[*]").config("spark.driver.memory", "4g").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
@@ -49,38 +50,8 @@ readings = events.where(
 ).select(F.col("args.tank").alias("tank"), F.col("args.level").alias("level"), "t")
 maintenance = events.where(
     (F.col("relation") == "maintenance") & F.col("args.tank").isNotNull()
-).select(F.col("args.tank").alias("m_tank"), F.col("t").alias("m_t"))
-capacity = spark.createDataFrame(
-    [("north", 100.0), ("south", 80.0), ("east", 120.0)], "tank string, cap double"
-)
-per_minute = (
-    readings.withColumn("tick", (F.floor(F.col("t") / MINUTE) + 1) * MINUTE)
-    .groupBy("tank", "tick")
-    .agg(F.avg("level").alias("average"), F.count(F.lit(1)).alias("count"))
-    .select("tank", "average", "count", (F.col("tick") - MINUTE // 2).alias("t"))
-)
-window = Window.partitionBy("tank").orderBy("t").rangeBetween(-(10 * MINUTE - 1), 0)
-level_10m = readings.select(
-    "tank", "t", F.avg("level").over(window).alias("average"),
-    F.max("level").over(window).alias("max_level"),
-)
-near = (
-    level_10m.join(F.broadcast(capacity), "tank")
-    .where(F.col("average") > 0.9 * F.col("cap"))
-    .select("tank", "average", F.col("cap").alias("max_level"), "t")
-)
-in_maintenance = (
-    (F.col("tank") == F.col("m_tank")) & (F.col("m_t") <= F.col("t"))
-    & (F.col("t") < F.col("m_t") + 2 * HOUR)
-)
-alerts = near.join(F.broadcast(maintenance), in_maintenance, "left_anti").select(
-    "tank", "average", "t"
-)
-for name, df in (
-    ("level_per_minute", per_minute), ("level_10m", level_10m),
-    ("near_capacity", near), ("overflow_alert", alerts),
-):
-    df.write.mode("overwrite").json(f"{out}/{name}")
+).select(F.col("args.tank").alias("tank"), "t")
+hand_written(spark, {"water_level": readings, "maintenance": maintenance}, out)
 spark.stop()
 """
 
@@ -133,10 +104,12 @@ def _landing(folder: Path, readings: int, tanks: int, hours: int) -> int:
 
 
 def _events(out: Path, relation: str) -> int:
-    """The events of ``relation`` a run wrote: pomo's file, or the hand-written job's parts."""
-    files = [out / f"{relation}.jsonl"] if (out / f"{relation}.jsonl").exists() else []
-    files = files or sorted((out / relation).glob("part-*"))
-    return sum(1 for f in files for line in f.open() if line.strip())
+    """The events of ``relation`` a run wrote: pomo's JSON Lines, or the hand-written job's
+    Parquet parts."""
+    if (out / f"{relation}.jsonl").exists():
+        with open(out / f"{relation}.jsonl", "rb") as handle:
+            return sum(1 for _ in handle)
+    return sum(pq.read_metadata(f).num_rows for f in (out / relation).glob("*.parquet"))
 
 
 COUNTED = ("level_10m", "near_capacity", "overflow_alert")

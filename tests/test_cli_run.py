@@ -197,7 +197,9 @@ def test_pomo_demo_runs_the_pipeline_through_dagster_and_reports_actions(
 
 def test_spark_connect_gives_what_the_reference_gives(tmp_path: Path) -> None:
     """`POMO_SPARK_REMOTE` runs the engine through a Spark Connect client (here a local
-    server): recursion, a sliding aggregate over numbers and one over words all agree."""
+    server), its landing read by Spark's tasks: recursion, a sliding aggregate over
+    numbers and one over words all agree, and a bad line is quarantined as the reference
+    run's reading has it."""
     corpus = tmp_path / "mixed.pomo"
     corpus.write_text(
         """.decl edge(a: int, b: int);
@@ -214,20 +216,21 @@ first(k) @min(w) := r(k, w, _);
         {"relation": "r", "t": t, "args": ["a", w, x]}
         for t, w, x in ((10, "pear", 10.0), (50, "fig", 20.0), (130, "kiwi", 40.0))
     ]
-    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines) + "not an event\n")
     env = {**os.environ, "POMO_SPARK_REMOTE": "local"}
     outs, said = {}, {}
     for engine in ("spark", "reference"):
         outs[engine] = tmp_path / engine
         args = ["run", str(corpus), "--events", str(events), "--epoch", "80ms", "--times", "any"]
         args += ["--engine", engine, "--out", str(outs[engine])]
+        args += ["--landing-reader", "spark"] if engine == "spark" else []
         result = subprocess.run(
             [str(POMO), *args], capture_output=True, text=True, cwd=ROOT, env=env, check=False
         )
         assert result.returncode == 0, result.stderr
         said[engine] = result.stdout + result.stderr
     assert "spark: local\n" in said["spark"]  # the Connect URL, not a master such as local[*]
-    for name in ("path", "stats", "first"):
+    for name in ("path", "stats", "first", "_quarantine"):
         spark = (outs["spark"] / f"{name}.jsonl").read_text()
         assert spark == (outs["reference"] / f"{name}.jsonl").read_text(), name
     found = (outs["spark"] / "path.jsonl").read_text().splitlines()

@@ -820,3 +820,73 @@ def test_a_partition_s_preview_shows_the_provenance_an_epoch_by_epoch_run_record
 
 def v_when(version) -> datetime:  # noqa: ANN001
     return datetime.fromtimestamp(version.t / 1000, UTC)
+
+
+def test_an_inputs_step_read_by_spark_stores_what_one_read_here_stores(tmp_path: Path) -> None:
+    """Landing files read by Spark's tasks (`SparkResource(spark_landing_bytes=0)`) give
+    the inputs step's partitions the same events, data versions, landing index, quarantine
+    and counts as when the run's process reads them: for a range that starts after the
+    first epoch (earlier events left out), then for the first."""
+    from dagster_pomo.orchestration import SparkResource
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    water_tank_events(landing / "tanks.jsonl", 3_000, tanks=3, hours=3)
+    with (landing / "tanks.jsonl").open("a") as lines:
+        lines.write('{"relation": "water_level", "t": "noon", "args": ["north", 1.0]}\n')
+    (landing / "late.jsonl").write_text(
+        json.dumps({"relation": "maintenance", "t": START + 90 * 60_000, "args": ["east", "x"]})
+        + "\n"
+    )
+    inputs = {"water_level", "maintenance", "capacity"}
+    seen: dict[str, dict] = {}
+    for reader, spark in (("here", SparkResource(spark_landing_bytes=-1)), ("spark", None)):
+        spark = spark or SparkResource(spark_landing_bytes=0)
+        warehouse = tmp_path / reader / "warehouse"
+        defs = _defs(RULES / "water_tanks.pomo", PARTITIONS, warehouse, landing, spark=spark)
+        home = tmp_path / reader / "home"
+        home.mkdir(parents=True)
+        instance = DagsterInstance.local_temp(str(home))
+        step = [a for a in defs.assets if AssetKey(["water_tanks", "water_level"]) in a.keys]
+        resources = dict(defs.resources)
+        metadata = {}
+        for first, last in ((KEYS[1], KEYS[2]), (KEYS[0], KEYS[0])):
+            done = materialize(
+                step,
+                instance=instance,
+                resources=resources,
+                tags={
+                    "dagster/asset_partition_range_start": first,
+                    "dagster/asset_partition_range_end": last,
+                },
+            )
+            assert done.success
+            (event, *_) = done.asset_materializations_for_node("water_tanks__inputs")
+            metadata[first] = {
+                k: v.value
+                for k, v in event.metadata.items()
+                if k.startswith("pomo/run_landing") or k == "pomo/quarantined"
+            }
+        versions = {}
+        for name in sorted(inputs):
+            for record in instance.fetch_materializations(
+                AssetKey(["water_tanks", name]), limit=100
+            ).records:
+                tags = record.asset_materialization.tags  # type: ignore[union-attr]
+                versions[(name, record.partition_key)] = tags["dagster/data_version"]
+        program = load_program(RULES / "water_tanks.pomo")
+        epochs = epochs_through(PARTITIONS, KEYS[-1])
+        driver = Driver.open(program, infer_schemas(program, {}), str(warehouse), epochs, START)
+        seen[reader] = {
+            "events": {n: sorted(map(repr, driver.versions(n))) for n in sorted(inputs)},
+            "versions": versions,
+            "metadata": metadata,
+            "index": json.loads((warehouse / "water_tanks" / "_landing.json").read_text()),
+            "quarantine": (warehouse / "water_tanks" / "_quarantine.jsonl").read_text(),
+        }
+    here, spark = seen["here"], seen["spark"]
+    assert len(here["events"]["water_level"]) == 3_000 and here["events"]["maintenance"]
+    assert len(here["versions"]) == 3 * len(KEYS), here["versions"]
+    assert "noon" in here["quarantine"]
+    for part in here:
+        assert spark[part] == here[part], part

@@ -188,7 +188,7 @@ class PomoOperator(BaseOperator):
                 self.log.warning(f"quarantined {q.file}:{q.line}: {q.reason}")
             return {
                 "epochs": [epoch_key(e) for e in run],
-                "events": {n: len(rows) for n, rows in landed.selected.items()},
+                "events": dict(landed.counts),
                 "landing_files_read": landed.ingested.files_read,
                 "quarantined": len(quarantined),
                 "quarantine_file": landed.quarantine_file,

@@ -34,6 +34,7 @@ from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
 if TYPE_CHECKING:
     from dagster_pomo.engine.inputs import RunInputs
     from dagster_pomo.engine.lines import TimeWindow
+    from dagster_pomo.engine.spark.landing import StoredLanding
     from dagster_pomo.engine.spark.results import Results
 
 
@@ -77,6 +78,19 @@ class Backend(Protocol):
         ...
 
     def write_inputs(self, events: Mapping[str, list[Version]]) -> None: ...
+
+    policy: Policy
+
+    def store_landing(
+        self,
+        paths: Sequence[Path],
+        epochs: Sequence[Epoch],
+        window: TimeWindow,
+        facts: Mapping[str, list[Version]],
+    ) -> StoredLanding:
+        """The landing files ``paths`` read by Spark's tasks, the input relations' events
+        of ``epochs`` stored (`engine.spark.landing.store_landing`)."""
+        ...
 
     def key_for(self, t: int) -> str | None: ...
 
@@ -168,6 +182,23 @@ class Driver:
     def key_for(self, t: int) -> str | None:
         """The name of the epoch holding time ``t`` (earlier times go to the first epoch)."""
         return self.backend.key_for(t)
+
+    def reads_on_spark(self, landing: Sequence[Path]) -> bool:
+        """Whether the landing files ``landing`` are many enough bytes for Spark's tasks to
+        read them (`reads_landing_on_spark`, with this driver's policy)."""
+        return reads_landing_on_spark(landing, self.backend.policy)
+
+    def store_landing(
+        self,
+        paths: Sequence[Path],
+        epochs: Sequence[Epoch],
+        window: TimeWindow,
+        facts: Mapping[str, list[Version]],
+    ) -> StoredLanding:
+        """As `write_inputs` with the events of the landing files ``paths`` in ``epochs``
+        (and the corpus's ``facts``), those files read by Spark's tasks, not this process:
+        what they held, and a digest and count of what each input relation stored."""
+        return self.backend.store_landing(paths, epochs, window, facts)
 
     def versions(self, name: str) -> list[Version]:
         """Every stored version of ``name`` (in no order), read into this process."""

@@ -404,15 +404,29 @@ def ingest_span(
     """Every accepted event of ``paths`` in ``[start, end)``, and more; the counts and bad
     lines of all of them. A file ``known`` unchanged to hold no event in the span is not read
     again, so a run over the latest epochs reads the latest files, not the whole history."""
-    fresh, kept = [], []
+    fresh, kept = to_read(paths, known, start, end)
+    return with_kept(ingest_files(program, fresh, window), paths, kept)
+
+
+def to_read(
+    paths: Sequence[Path], known: Mapping[str, Landed], start: int | None, end: int
+) -> tuple[list[Path], dict[str, Landed]]:
+    """The files of ``paths`` to read for events in ``[start, end)``, and those ``known``
+    unchanged to hold none there (with what they held)."""
+    fresh, kept = [], {}
     for path in paths:
         entry = known.get(str(path))
         if entry is None or entry.signature != file_signature(path) or entry.may_hold(start, end):
             fresh.append(path)
         else:
-            kept.append((str(path), entry))
-    out = ingest_files(program, fresh, window)
-    for file, entry in kept:
+            kept[str(path)] = entry
+    return fresh, kept
+
+
+def with_kept(out: Ingested, paths: Sequence[Path], kept: Mapping[str, Landed]) -> Ingested:
+    """``out``, what was read of ``paths``, with the counts and bad lines of the files
+    ``kept`` unread."""
+    for file, entry in kept.items():
         out.landed[file] = entry
         out.lines_read += entry.lines
         out.quarantined.extend(entry.quarantined)

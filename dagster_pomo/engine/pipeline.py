@@ -26,13 +26,15 @@ from dagster_pomo.engine.ingest import (
     Landed,
     corpus_facts,
     file_signature,
-    ingest_span,
+    ingest_files,
     landing_files,
+    to_read,
+    with_kept,
 )
 from dagster_pomo.engine.lines import DEFAULT_TIMES, BadLine, TimeWindow, event_time, read_events
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import SparkSettings
-from dagster_pomo.engine.versions import Version
+from dagster_pomo.engine.versions import digest
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import CorpusError, Program, ast
 from dagster_pomo.lang.catalog import first_use
@@ -195,11 +197,13 @@ def event_times(path: Path, window: TimeWindow) -> list[int]:
 
 @dataclass
 class Landing:
-    """What the inputs step read: the landing files' events, and those of the run's epochs
-    by input relation (stored); where the quarantined lines were written."""
+    """What the inputs step read of the landing files; by input relation, the digest
+    (`versions.digest`) and count of the events it stored for the run's epochs; where the
+    quarantined lines were written."""
 
     ingested: Ingested
-    selected: dict[str, list[Version]]
+    digests: dict[str, str]
+    counts: dict[str, int]
     quarantine_file: str
 
 
@@ -277,39 +281,41 @@ class Pipeline:
         )
         return driver, history[-count:]
 
-    def ingest(self, driver: Driver, epochs: Sequence[Epoch]) -> Ingested:
-        """The landing files' events that may fall in ``epochs``, with the corpus's facts.
-        What each file held is kept beside the warehouse (``_landing.json``), so files known
-        unchanged to hold nothing in ``epochs`` are not read again."""
+    def land(self, driver: Driver, epochs: Sequence[Epoch]) -> Landing:
+        """The inputs step: the landing files' events that fall in ``epochs`` (with the
+        corpus's facts) stored as the input relations' epochs; bad lines quarantined. What
+        each file held is kept beside the warehouse (``_landing.json``), so files known
+        unchanged to hold nothing in ``epochs`` are not read again. Files of more bytes
+        than the policy's bound are read by Spark's tasks (`Driver.store_landing`)."""
         wh = driver.results
         window = self.storage.window()
         known = landing_index(wh, str(window))
         start = None if epochs[0] == driver.epochs[0] else epochs[0].start
-        ingested = ingest_span(
-            self.program, landing_files(self.storage.landing), known, start, epochs[-1].end, window
-        )
+        paths = landing_files(self.storage.landing)
+        fresh, kept = to_read(paths, known, start, epochs[-1].end)
+        facts = corpus_facts(self.program)
+        if driver.reads_on_spark(fresh):
+            stored = driver.store_landing(fresh, epochs, window, facts)
+            ingested = with_kept(stored.ingested, paths, kept)
+            digests, counts = stored.digests, stored.counts
+        else:
+            ingested = with_kept(ingest_files(self.program, fresh, window), paths, kept)
+            for name, rows in facts.items():
+                ingested.events.setdefault(name, []).extend(rows)
+            chosen = {epoch_key(e) for e in epochs}
+            selected = {
+                rel.name: [
+                    e for e in ingested.events.get(rel.name, []) if driver.key_for(e.kt) in chosen
+                ]
+                for rel in self.program.catalog.inputs
+            }
+            driver.write_inputs(selected)
+            digests = {name: digest(rows) for name, rows in selected.items()}
+            counts = {name: len(rows) for name, rows in selected.items()}
         files = {file: entry.to_json() for file, entry in ingested.landed.items()}
         wh.write_text(LANDING_INDEX, json.dumps({"times": str(window), "files": files}))
-        for name, rows in corpus_facts(self.program).items():
-            ingested.events.setdefault(name, []).extend(rows)
-        return ingested
-
-    def land(self, driver: Driver, epochs: Sequence[Epoch]) -> Landing:
-        """The inputs step: the events of ``epochs`` stored as the input relations' epochs
-        (every epoch of the range written, empty or not); bad lines quarantined."""
-        ingested = self.ingest(driver, epochs)
-        chosen = {epoch_key(e) for e in epochs}
-        selected = {
-            rel.name: [
-                e for e in ingested.events.get(rel.name, []) if driver.key_for(e.kt) in chosen
-            ]
-            for rel in self.program.catalog.inputs
-        }
-        driver.write_inputs(selected)
-        quarantine_file = driver.results.write_text(
-            "_quarantine.jsonl", ingested.quarantine_jsonl()
-        )
-        return Landing(ingested, selected, quarantine_file)
+        quarantine_file = wh.write_text("_quarantine.jsonl", ingested.quarantine_jsonl())
+        return Landing(ingested, digests, counts, quarantine_file)
 
     def evaluate(
         self, driver: Driver, unit: Unit, epochs: Sequence[Epoch], log: Log | None = None

@@ -35,7 +35,6 @@ from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.lattices import Merge, register_lattices
 from dagster_pomo.engine.lattices import require as require_lattices
 from dagster_pomo.engine.lines import DEFAULT_TIMES
-from dagster_pomo.engine.versions import digest
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program
 from dagster_pomo.orchestration.action_assets import action_assets
@@ -92,7 +91,7 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
     ) -> Iterator[MaterializeResult | AssetCheckResult]:
         pipeline, driver, epochs = shared.driver(context, spark, storage)
         landed = pipeline.land(driver, epochs)
-        ingested, selected = landed.ingested, landed.selected
+        ingested = landed.ingested
         reasons = [f"{q.file}:{q.line}: {q.reason}" for q in ingested.quarantined[:20]]
         _report_partitions(context, shared, driver, names, epochs)
         for name in names:
@@ -102,13 +101,13 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
                 # again is no new data, a changed or added event is (a range run versions
                 # its partitions by the events of the whole range: Dagster takes one data
                 # version per run).
-                data_version=DataVersion(digest(selected[name])),
+                data_version=DataVersion(landed.digests[name]),
                 metadata={
                     # What this run read of the landing folder, for every partition it ran.
                     "pomo/run_landing_files": len(ingested.files),
                     "pomo/run_landing_files_read": ingested.files_read,
                     "pomo/run_landing_lines_read": ingested.lines_read,
-                    "pomo/quarantined": len(ingested.quarantined),
+                    "pomo/quarantined": ingested.quarantined_count,
                     "pomo/quarantine_sample": MetadataValue.md(
                         "\n".join(f"- {r}" for r in reasons) or "none"
                     ),
@@ -117,10 +116,10 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
         yield AssetCheckResult(
             check_name=quarantine.name,
             asset_key=quarantine.asset_key,
-            passed=not ingested.quarantined,
+            passed=not ingested.quarantined_count,
             severity=AssetCheckSeverity.WARN,
             metadata={
-                "pomo/quarantined": len(ingested.quarantined),
+                "pomo/quarantined": ingested.quarantined_count,
                 "pomo/quarantine_file": MetadataValue.path(landed.quarantine_file),
             },
         )

@@ -55,6 +55,12 @@ class SparkResource(ConfigurableResource):
         description="rounds of a linear recursion run inside Spark tasks while a task knows "
         "at most this many versions (0: Spark's rounds only)",
     )
+    spark_landing_bytes: int = Field(
+        default=DEFAULT.spark_landing_bytes,
+        description="the inputs step has Spark's tasks read the landing files it reads when "
+        "they hold more bytes than this, with the same checks and quarantine, the run's "
+        "process holding none of their events (below 0: never)",
+    )
 
     def policy(self) -> Policy:
         """How the engine may run the corpus (none of these changes what it stores)."""
@@ -64,6 +70,7 @@ class SparkResource(ConfigurableResource):
             in_process_epochs=self.in_process_epochs,
             interpret_inputs=self.interpret_inputs,
             task_rows=self.task_rows,
+            spark_landing_bytes=self.spark_landing_bytes,
         )
 
     def get_session(self, epochs: int | None = None) -> SparkSession:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
@@ -57,6 +59,10 @@ from dagster_pomo.plan.rules import RulePlan
 from dagster_pomo.plan.schema import META, PROV, Schema
 from dagster_pomo.plan.time import reach_of, reaches
 from dagster_pomo.timeline import NEVER, Epoch, epoch_key
+
+if TYPE_CHECKING:
+    from dagster_pomo.engine.lines import TimeWindow
+    from dagster_pomo.engine.spark.landing import StoredLanding
 
 # Spark's settings for plans run without generated code (see `SparkEvaluator.plans_for`).
 # The second is internal to Spark; without it, Spark still generates each expression's code.
@@ -195,6 +201,25 @@ class SparkEvaluator:
                 rows = [(*record(r, schema), key) for key, part in by_key.items() for r in part]
                 struct = StructType([*struct.fields, StructField("epoch", StringType())])
                 self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
+
+    def store_landing(
+        self,
+        paths: Sequence[Path],
+        epochs: Sequence[Epoch],
+        window: TimeWindow,
+        facts: Mapping[str, list[Version]],
+    ) -> StoredLanding:
+        """The landing files ``paths`` read by Spark's tasks, the input relations' events
+        of ``epochs`` (consecutive, of this evaluator's) stored (see
+        `landing.store_landing`)."""
+        from dagster_pomo.engine.spark.landing import Grid, store_landing
+
+        first = self.epochs[0]
+        grid = Grid(first.end - first.start, first.start)
+        chosen = list(epochs)
+        at_first = chosen[0] == first
+        wh, program = self.wh, self.program
+        return store_landing(self.spark, wh, program, paths, grid, chosen, window, facts, at_first)
 
     def on_spark(self) -> None:
         """Start the session before building Spark plans: PySpark's column functions

@@ -27,25 +27,26 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType
 
 from dagster_pomo.engine.ingest import (
     Ingested,
+    Landed,
     Quarantined,
     count_kinds,
     expiry,
+    file_signature,
     input_types,
     read_piece,
     stored_types,
 )
-from dagster_pomo.engine.inprocess.rules import ARROW
+from dagster_pomo.engine.inprocess.rules import ARROW, arrow_schema
 from dagster_pomo.engine.inputs import RunInputs, epoch_range, load_inputs
 from dagster_pomo.engine.lines import PARQUET, PIECE_BYTES, Piece, TimeWindow, cut, newlines
 from dagster_pomo.engine.lines import numbered as numbered_pieces
 from dagster_pomo.engine.spark import frames
-from dagster_pomo.engine.spark.evaluator import struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.versions import Version, record
+from dagster_pomo.engine.versions import Version, digest, record, row_hash
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.schema import Schema, infer_schemas
 from dagster_pomo.timeline import Epoch, epoch_key
@@ -161,9 +162,12 @@ def _types(
 
 def _scratch_schema(inputs: Sequence[Schema]) -> pa.Schema:
     """The scratch folder's rows: a relation's index (``r``, `BAD` for a bad line), the
-    event's epoch, time and expiry, each input relation's columns, a bad line's fields."""
+    file's (``f``), the event's hash (``h``, see `staged`), epoch, time and expiry, each
+    input relation's columns, a bad line's fields."""
     fields = [
         pa.field("r", pa.int32()),
+        pa.field("f", pa.int32()),
+        pa.field("h", pa.int64()),
         pa.field("epoch", pa.int64()),
         pa.field("t", pa.int64()),
         pa.field("exp", pa.int64()),
@@ -187,34 +191,43 @@ def _reader(
     grid: Grid,
     schema: pa.Schema,
     given: Mapping[str, str],
+    files: Sequence[str],
+    digests: bool,
 ) -> Callable[[list[Piece]], Iterator[pa.RecordBatch]]:
     """What a task does with its pieces: each line read, checked and typed
     (`ingest.read_piece`), as rows of ``schema`` (see `_scratch_schema`), a batch of one
-    relation (or of bad lines) at a time; a bad line's file named as ``given``."""
+    relation (or of bad lines) of one file at a time; a bad line's file named as
+    ``given``, each row's file by its index in ``files``; with ``digests``, each event's
+    hash as `versions.digest` takes it."""
     index = {s.name: i for i, s in enumerate(inputs)}
+    numbers = {file: f for f, file in enumerate(files)}
     lifetimes = [program.catalog[s.name].lifetime for s in inputs]
     names = {
-        i: ["epoch", "t", "exp", *(f"c{i}_{j}" for j in range(len(s.columns)))]
+        i: ["epoch", "t", "exp", "h", *(f"c{i}_{j}" for j in range(len(s.columns)))]
         for i, s in enumerate(inputs)
     }
     names[BAD] = ["file", "line", "reason", "text"]
 
-    def batch(r: int, columns: list[list[Any]]) -> pa.RecordBatch:
+    def batch(r: int, f: int, columns: list[list[Any]]) -> pa.RecordBatch:
         n = len(columns[0])
         given_columns = dict(zip(names[r], columns, strict=True))
+        if not digests:
+            given_columns.pop("h", None)
+        constant = {"r": r, "f": f}
         arrays = [
-            pa.array(given_columns[f.name], f.type)
-            if f.name in given_columns
-            else pa.array([r] * n, f.type)
-            if f.name == "r"
-            else pa.nulls(n, f.type)
-            for f in schema
+            pa.array(given_columns[field.name], field.type)
+            if field.name in given_columns
+            else pa.array([constant[field.name]] * n, field.type)
+            if field.name in constant
+            else pa.nulls(n, field.type)
+            for field in schema
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def read(pieces: list[Piece]) -> Iterator[pa.RecordBatch]:
-        held: dict[int, list[list[Any]]] = {}
         for piece in pieces:
+            f = numbers[piece.file]
+            held: dict[int, list[list[Any]]] = {}
             for event in read_piece(program, piece, types, window):
                 if isinstance(event, Quarantined):
                     r = BAD
@@ -227,17 +240,26 @@ def _reader(
                     rel, values, t, _ = event
                     r = index[rel.name]
                     columns = held.get(r) or held.setdefault(r, [[] for _ in names[r]])
+                    exp = expiry(t, lifetimes[r])
                     columns[0].append(grid.key(t))
                     columns[1].append(t)
-                    columns[2].append(expiry(t, lifetimes[r]))
-                    for j, value in enumerate(values, start=3):
+                    columns[2].append(exp)
+                    columns[3].append(_hash(t, values, exp) if digests else None)
+                    for j, value in enumerate(values, start=4):
                         columns[j].append(value)
                 if len(columns[0]) >= ROWS_A_BATCH:
-                    yield batch(r, held.pop(r))
-        for r, columns in held.items():
-            yield batch(r, columns)
+                    yield batch(r, f, held.pop(r))
+            for r, columns in held.items():
+                yield batch(r, f, columns)
 
     return read
+
+
+def _hash(t: int, values: tuple[Any, ...], exp: int) -> int:
+    """An input event's 64-bit hash as `versions.digest` takes it (``kt`` is ``t``, no
+    aggregates, ``tau`` 0), signed to fit a long: sums agree modulo 2^64."""
+    h = int.from_bytes(row_hash(Version(t, values, t, exp)), "big")
+    return h - (1 << 64) if h >= 1 << 63 else h
 
 
 def _metrics(inputs: Sequence[Schema]) -> list[Any]:
@@ -253,6 +275,162 @@ def _metrics(inputs: Sequence[Schema]) -> list[Any]:
 
 def _gone() -> Iterator[Quarantined]:
     raise RuntimeError("the bad lines were kept in the run's scratch folder, removed at its end")
+
+
+@dataclass
+class Staged:
+    """A landing read by Spark's tasks into a scratch folder of the warehouse (see
+    `staged`): its counts, and each input relation's events to store."""
+
+    spark: SparkSession
+    wh: Warehouse
+    program: Program
+    types: dict[str, tuple[str, ...]]  # each input relation's column types, as stored
+    inputs: list[Schema]
+    rows: DataFrame  # the scratch folder's rows (see `_scratch_schema`)
+    files: list[str]  # the files read, as given (``f`` of a row is its index)
+    got: dict[str, Any]  # the counts (see `_metrics`)
+
+    @property
+    def lines(self) -> int:
+        return int(self.got["lines"])
+
+    @property
+    def bad(self) -> int:
+        return int(self.got["bad"])
+
+    @property
+    def span(self) -> list[int]:
+        """The first and last time of an accepted event; none when none was accepted."""
+        return [] if self.got["first"] is None else [self.got["first"], self.got["last"]]
+
+    def store(
+        self, epochs: list[Epoch], facts: Mapping[str, list[Version]], first_of_all: bool = True
+    ) -> dict[str, str]:
+        """Each input relation's events of ``epochs`` (consecutive; the corpus's ``facts``
+        of it too; with ``first_of_all``, ``epochs`` start the run, so earlier times go to
+        the first, as `Driver.key_for` places them) stored in their epochs' partitions, one
+        Spark job a relation that has any; the digest of what each stored
+        (`versions.digest` of the same versions), when the tasks hashed their rows
+        (`staged`'s ``digests``)."""
+        out: dict[str, str] = {}
+        for i, schema in enumerate(self.inputs):
+            mine = facts.get(schema.name, [])
+            if epochs and (self.got[f"n{i}"] or mine):
+                out[schema.name] = self._store(i, schema, mine, epochs, first_of_all)
+        return out
+
+    def _store(
+        self, i: int, schema: Schema, facts: list[Version], epochs: list[Epoch], earlier: bool
+    ) -> str:
+        first, last, end = epochs[0].start, epochs[-1].start, epochs[-1].end
+        columns = [F.col(f"c{i}_{j}").alias(c) for j, c in enumerate(schema.columns)]
+        kt, tau = F.col("t").alias("kt"), F.lit(0).cast("long").alias("_tau")
+        chosen = (F.col("t") < end) & F.col("epoch").between(first, last)
+        rows = self.rows.where((F.col("r") == i) & chosen)
+        rows = rows.select(*columns, "t", kt, "exp", tau, F.col("epoch").cast("string"), "h")
+        ends = [e.end for e in epochs]
+        placed = [f for f in facts if f.kt < end and (earlier or f.kt >= first)]
+        if placed:
+            struct = from_arrow_schema(arrow_schema(schema))  # the stored columns
+            with_epoch = StructType(
+                [*struct.fields, StructField("epoch", StringType()), StructField("h", LongType())]
+            )
+            records = [
+                (*record(f, schema), epoch_key(epochs[bisect.bisect_right(ends, f.kt)]), None)
+                for f in placed
+            ]
+            rows = rows.unionByName(frames.local(self.spark, records, with_epoch))
+        counted = Observation(f"stored-{i}")
+        summed = F.sum(F.col("h").cast(DecimalType(38, 0)))
+        rows = rows.observe(counted, F.count(F.lit(1)).alias("n"), summed.alias("h"))
+        self.wh.write_partitioned(schema.name, rows.drop("h"))
+        n, total = int(counted.get["n"]), int(counted.get["h"] or 0)
+        if placed:  # the facts' hashes, here
+            fact_digest = digest(placed)
+            total += int(fact_digest.split("-")[1], 16)
+        return f"{n}-{total % (1 << 64):016x}"
+
+    def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
+        """Per file read: its lines, and the first and last time of its accepted events
+        (one Spark job)."""
+        accepted = F.col("r") >= 0
+        by_file = self.rows.groupBy("f").agg(
+            F.count(F.lit(1)).alias("lines"),
+            F.min(F.when(accepted, F.col("t"))).alias("first"),
+            F.max(F.when(accepted, F.col("t"))).alias("last"),
+        )
+        got = {r["f"]: (r["lines"], r["first"], r["last"]) for r in by_file.collect()}
+        return {file: got.get(f, (0, None, None)) for f, file in enumerate(self.files)}
+
+    def quarantined(self) -> DataFrame:
+        """The bad lines, in order of file and line."""
+        bad = self.rows.where(F.col("r") == BAD).select("file", "line", "reason", "text")
+        return bad.orderBy("file", "line")
+
+    def held(self, ingested: Ingested, limit: int | None = HELD) -> None:
+        """``ingested``'s counts and bad lines from what the tasks read: the first ``limit``
+        bad lines held (all with None), and all of them streamed (`Ingested.quarantine_lines`)
+        until the scratch folder is removed."""
+        ingested.files = list(self.files)
+        ingested.files_read = len(self.files)
+        ingested.lines_read = self.lines
+        ingested.accepted_by_spark = self.lines - self.bad
+        if not self.bad:
+            return
+        bad = self.quarantined()
+        held = bad if limit is None else bad.limit(limit)
+        ingested.quarantined = [Quarantined(**r.asDict()) for r in held.collect()]
+        ingested.bad = self.bad
+        if limit is not None:
+            ingested.all_quarantined = lambda: (
+                Quarantined(**r.asDict()) for r in bad.toLocalIterator()
+            )
+
+
+@contextmanager
+def staged(
+    spark: SparkSession,
+    wh: Warehouse,
+    program: Program,
+    paths: Sequence[Path],
+    grid: Grid,
+    window: TimeWindow,
+    digests: bool = False,
+) -> Iterator[Staged]:
+    """The landing ``paths`` read by Spark's tasks (one job, and before it, where needed, one
+    counting newlines and one counting kinds of values) into a scratch folder of ``wh``,
+    removed when the block ends; each event placed on ``grid``. With ``digests``, each
+    row's hash as `versions.digest` takes it, so that `Staged.store` gives digests."""
+    # Tasks open files by their full path (they run in folders of their own); the
+    # quarantine names each as it was given.
+    given = {str(p.absolute()): str(p) for p in paths}
+    pieces = _numbered(spark, [p for path in given for p in cut(Path(path), PIECE_BYTES)])
+    tasks = _tasks(pieces)
+    types = _types(spark, program, tasks, window)
+    schemas = infer_schemas(program, stored_types(types))
+    inputs = [schemas[rel.name] for rel in program.catalog.inputs]
+    layout = _scratch_schema(inputs)
+    scratch = wh.scratch("landing")
+    try:
+        files = list(given)
+        read = _reader(program, inputs, types, window, grid, layout, given, files, digests)
+        seen = Observation("landing")
+        rows = _over_tasks(spark, tasks, read, layout).observe(seen, *_metrics(inputs))
+        rows.write.mode("overwrite").partitionBy("r").parquet(scratch)
+        stored = spark.read.schema(from_arrow_schema(layout)).parquet(scratch)
+        yield Staged(
+            spark,
+            wh,
+            program,
+            stored_types(types),
+            inputs,
+            stored,
+            [given[f] for f in files],
+            seen.get,
+        )
+    finally:
+        wh.delete(scratch)
 
 
 @contextmanager
@@ -272,78 +450,55 @@ def read_landing(
     bad lines can be streamed (`Ingested.quarantine_lines`) until the block ends."""
     from dagster_pomo.engine.lines import DEFAULT_TIMES
 
-    window = window or DEFAULT_TIMES
-    # Tasks open files by their full path (they run in folders of their own); the
-    # quarantine names each as it was given.
-    given = {str(p.absolute()): str(p) for p in paths}
-    pieces = _numbered(spark, [p for path in given for p in cut(Path(path), PIECE_BYTES)])
-    tasks = _tasks(pieces)
-    types = _types(spark, program, tasks, window)
-    schemas = infer_schemas(program, stored_types(types))
-    inputs = [schemas[rel.name] for rel in program.catalog.inputs]
-    layout = _scratch_schema(inputs)
-    scratch = wh.scratch("landing")
-    ingested: Ingested | None = None
-    try:
-        read = _reader(program, inputs, types, window, Grid(size, start), layout, given)
-        seen = Observation("landing")
-        rows = _over_tasks(spark, tasks, read, layout).observe(seen, *_metrics(inputs))
-        rows.write.mode("overwrite").partitionBy("r").parquet(scratch)
-        got = seen.get
-        stored = spark.read.schema(from_arrow_schema(layout)).parquet(scratch)
-        landed = [got["first"], got["last"]] if got["first"] is not None else []
-        ingested = load_inputs(program, Ingested(types=stored_types(types)))
-        times = landed or ingested.times
-        ingested.files = [str(p) for p in paths]
-        ingested.files_read = len(paths)
-        ingested.lines_read = int(got["lines"])
-        ingested.accepted_by_spark = int(got["lines"]) - int(got["bad"])
-        epochs = epoch_range(times, size, start, until)
-        for i, schema in enumerate(inputs):
-            facts = ingested.events.get(schema.name, [])
-            if got[f"n{i}"] or facts:
-                _store(spark, wh, stored, i, schema, facts, epochs.epochs)
-        if got["bad"]:
-            bad = stored.where(F.col("r") == BAD).select("file", "line", "reason", "text")
-            bad = bad.orderBy("file", "line")
-            ingested.quarantined = [Quarantined(**r.asDict()) for r in bad.limit(HELD).collect()]
-            ingested.bad = int(got["bad"])
-            ingested.all_quarantined = lambda: (
-                Quarantined(**r.asDict()) for r in bad.toLocalIterator()
-            )
-        yield RunInputs(ingested, schemas, epochs)
-    finally:
-        wh.delete(scratch)
-        if ingested is not None and ingested.all_quarantined is not None:
-            ingested.all_quarantined = _gone
+    with staged(spark, wh, program, paths, Grid(size, start), window or DEFAULT_TIMES) as read:
+        ingested = load_inputs(program, Ingested(types=read.types))
+        epochs = epoch_range(read.span or ingested.times, size, start, until)
+        read.store(epochs.epochs, ingested.events)
+        read.held(ingested)
+        schemas = infer_schemas(program, read.types)
+        try:
+            yield RunInputs(ingested, schemas, epochs)
+        finally:
+            if ingested.all_quarantined is not None:
+                ingested.all_quarantined = _gone
 
 
-def _store(
+@dataclass
+class StoredLanding:
+    """What the inputs step of a pipeline read with Spark's tasks (see `store_landing`)."""
+
+    ingested: Ingested  # counts, every bad line, what each file held (`Landed`)
+    digests: dict[str, str]  # by input relation: the `versions.digest` of what was stored
+    counts: dict[str, int]  # ... and how many events
+
+
+def store_landing(
     spark: SparkSession,
     wh: Warehouse,
-    stored: DataFrame,
-    i: int,
-    schema: Schema,
-    facts: list[Version],
+    program: Program,
+    paths: Sequence[Path],
+    grid: Grid,
     epochs: list[Epoch],
-) -> None:
-    """Input relation ``i``'s events of ``epochs`` (with its ``facts``) in their epochs'
-    partitions: one Spark job."""
-    if not epochs:
-        return
-    last, end = epochs[-1].start, epochs[-1].end
-    columns = [F.col(f"c{i}_{j}").alias(c) for j, c in enumerate(schema.columns)]
-    meta = [F.col("t"), F.col("t").alias("kt"), F.col("exp"), F.lit(0).cast("long").alias("_tau")]
-    rows = stored.where((F.col("r") == i) & (F.col("t") < end) & (F.col("epoch") <= last))
-    rows = rows.select(*columns, *meta, F.col("epoch").cast("string").alias("epoch"))
-    ends = [e.end for e in epochs]
-    placed = [
-        (*record(fact, schema), epoch_key(epochs[bisect.bisect_right(ends, fact.kt)]))
-        for fact in facts
-        if fact.kt < end  # as `Driver.key_for` places them: earlier ones in the first epoch
-    ]
-    if placed:
-        struct = struct_of(schema)
-        with_epoch = StructType([*struct.fields, StructField("epoch", StringType())])
-        rows = rows.unionByName(frames.local(spark, placed, with_epoch))
-    wh.write_partitioned(schema.name, rows)
+    window: TimeWindow,
+    facts: Mapping[str, list[Version]],
+    first_of_all: bool,
+) -> StoredLanding:
+    """The files ``paths`` read by Spark's tasks and the input relations' events of
+    ``epochs`` stored (see `Staged.store`), with what a pipeline's landing index keeps of
+    each file: its signature (taken before reading), lines, first and last time, bad
+    lines."""
+    signatures = {str(p): file_signature(p) for p in paths}
+    with staged(spark, wh, program, paths, grid, window, digests=True) as read:
+        ingested = Ingested(types=read.types)
+        found = read.store(epochs, facts, first_of_all)
+        read.held(ingested, limit=None)
+        by_file: dict[str, list[Quarantined]] = {}
+        for q in ingested.quarantined:
+            by_file.setdefault(q.file, []).append(q)
+        for file, (lines, first, last) in read.per_file().items():
+            bad = tuple(by_file.get(file, ()))
+            ingested.landed[file] = Landed(signatures[file], lines, first, last, bad)
+    empty = digest([])
+    digests = {s.name: found.get(s.name, empty) for s in read.inputs}
+    counts = {name: int(d.split("-")[0]) for name, d in digests.items()}
+    return StoredLanding(ingested, digests, counts)
