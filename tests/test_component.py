@@ -65,6 +65,7 @@ def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> No
           log_maintenance: tanks_project.handlers:outbox
         spark:
           conf: {spark.sql.shuffle.partitions: "2"}
+          spark_landing_bytes: 0
         """,
     )
     folder = root / "tanks_project" / "defs" / "tanks"
@@ -83,6 +84,9 @@ def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> No
     assert [s.name for s in defs.schedules] == ["water_tanks__epochs"]
     (sensor,) = defs.sensors
     assert (sensor.minimum_interval_seconds, sensor.default_status.value) == (10, "RUNNING")
+    # `spark:` takes every field of the Spark resource: here, Spark's tasks read any landing.
+    spark = defs.resources["spark"]
+    assert (spark.spark_landing_bytes, spark.conf) == (0, {"spark.sql.shuffle.partitions": "2"})
     home = tmp_path / "home"
     home.mkdir()
     result = materialize(

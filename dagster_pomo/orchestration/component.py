@@ -14,9 +14,10 @@
         notify_operator: my_project.handlers:page_the_operator
       lattices:                       # @lattice("name", v) -> "module:attribute"
         flags: dagster_pomo.examples:flags
-      spark:
+      spark:                          # as SparkResource: where Spark runs, how the engine may
         master: local[*]
         conf: {spark.sql.shuffle.partitions: "4"}
+        spark_landing_bytes: 1073741824   # Spark's tasks read a landing above 1 GiB
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, create_model
 
 from dagster_pomo.engine.lines import DEFAULT_TIMES
 from dagster_pomo.errors import UsageError
@@ -71,10 +72,13 @@ def _import(target: str) -> object:
     return getattr(importlib.import_module(module), attribute)
 
 
-class SparkSettingsModel(dg.Model):
-    master: str | None = None  # default: $POMO_SPARK_MASTER, or local[*]
-    remote: str | None = None  # default: $POMO_SPARK_REMOTE when no master is given
-    conf: dict[str, str] = Field(default_factory=dict)
+# The `spark:` attribute takes what `SparkResource` takes (where Spark runs, its conf, how
+# the engine may run), each field with its default and description: one list of them.
+SparkSettingsModel = create_model(
+    "SparkSettingsModel",
+    __base__=dg.Model,
+    **{name: (f.annotation, f) for name, f in SparkResource.model_fields.items()},  # type: ignore[call-overload]
+)
 
 
 class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
@@ -131,9 +135,7 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
             local(self.landing),
             skew=self.skew,
             handlers=handlers,  # type: ignore[arg-type]
-            spark=SparkResource(
-                master=self.spark.master, remote=self.spark.remote, conf=self.spark.conf
-            ),
+            spark=SparkResource(**self.spark.model_dump()),
             ledger=None if self.ledger is None else local(self.ledger),
             times=self.times,
             freshness=self.freshness,
