@@ -111,11 +111,13 @@ def _on_cluster(url: str) -> dict[str, str]:
 def test_pomo_run_on_a_cluster_writes_what_local_mode_writes(
     cluster: str, tanks: Path, local: RunResult, tmp_path: Path
 ) -> None:
+    """The landing read by the cluster's executors (`--landing-reader spark`), the local run
+    having read it in its process."""
     assert write_outputs(local, tmp_path / "local")["overflow_alert"] > 0
     corpus = str(RULES / "water_tanks.pomo")
     done = subprocess.run(
         [str(POMO), "run", corpus, "--events", str(tanks), "--master", cluster]
-        + ["--out", str(tmp_path / "cluster")],
+        + ["--out", str(tmp_path / "cluster"), "--landing-reader", "spark"],
         env=_on_cluster(cluster),
         capture_output=True,
         text=True,

@@ -149,3 +149,21 @@ def test_spark_reads_a_landing_as_this_process_does(
     assert {"levels.parquet", "broken.parquet", "hostile.jsonl"} <= {
         Path(b["file"]).name for b in bad
     }
+
+
+def test_a_landing_of_bad_lines_only_runs_no_epoch_either_way(tmp_path: Path) -> None:
+    """No event accepted, no fact: no epoch to run, empty outputs and every line in the
+    quarantine, whoever reads the landing."""
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    (folder / "bad.jsonl").write_text("".join(f"{line}\n" for line in list(BAD)[:20]))
+    program = compile_corpus(CORPUS, "hostile.pomo")
+    outs = {}
+    for name, policy in (("here", HERE), ("spark", SPARK)):
+        outs[name] = tmp_path / name
+        result = run(program, folder, 60_000, policy=policy, out=outs[name])
+        assert not result.epoch_range.epochs
+        assert result.ingested.quarantined_count == result.ingested.lines_read == 20
+    for path in sorted(outs["here"].iterdir()):
+        assert (outs["spark"] / path.name).read_bytes() == path.read_bytes(), path.name
+    assert len((outs["spark"] / "_quarantine.jsonl").read_text().splitlines()) == 20
