@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -112,10 +113,10 @@ class Results:
         """Write the relation's events (as `events` gives them) to ``path``, one JSON object a
         line as `versions.output_object` makes it, written by Spark partition by partition
         in sort order (the lines made by Spark itself where `_json_line` can, else by its
-        Python workers), then joined into ``path``: nothing passes through this process.
-        How many were written; None (nothing done) when the warehouse holds few of them
-        (`events` reads them here) or it and Spark's workers do not share this machine's
-        disk."""
+        Python workers, the rows going to them as Arrow), then joined into ``path``: nothing
+        passes through this process. How many were written; None (nothing done) when the
+        warehouse holds few of them (`events` reads them here) or it and Spark's workers do
+        not share this machine's disk."""
         if not self.wh.is_local or self.wh.holds_few(relation, keys):
             return None  # few: `events` reads them here, with no Spark job
         if not _local_master(self.wh.spark):
@@ -130,16 +131,20 @@ class Results:
             df.select(native.alias("value")).write.text(str(parts.resolve()))
             return _joined(parts, path)
 
-        def lines(rows: Iterator[Any]) -> Iterator[str]:
+        def lines(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             import json
 
             from dagster_pomo.engine.versions import event_object, from_record
 
-            for rec in rows:
-                row = from_record(tuple(rec), schema)
-                yield json.dumps(event_object(row, names, schema.provenance))
+            for batch in batches:  # as Arrow both ways: no row pickled
+                made = [
+                    json.dumps(event_object(from_record(tuple(rec.values()), schema), names, prov))
+                    for rec in batch.to_pylist()
+                ]
+                yield pa.RecordBatch.from_arrays([pa.array(made, pa.string())], names=["value"])
 
-        df.rdd.mapPartitions(lines).saveAsTextFile(str(parts.resolve()))
+        prov = schema.provenance
+        df.mapInArrow(lines, "value string").write.text(str(parts.resolve()))
         return _joined(parts, path)
 
     def _merged(self, relation: str, keys: Sequence[str], aggregating: bool) -> DataFrame:
