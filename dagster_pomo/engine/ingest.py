@@ -264,23 +264,27 @@ NAME_SHOWN = 60  # characters of an unknown relation's name a reason repeats
 
 
 def _parse_event(
-    program: Program, obj: dict[str, Any] | BadLine, window: TimeWindow
+    program: Program,
+    obj: dict[str, Any] | BadLine,
+    window: TimeWindow,
+    inputs: Mapping[str, Relation] | None = None,
 ) -> tuple[Relation, tuple[Any, ...], int]:
     """Relation, raw args and time of one event read (see `read_events`), or ``BadLine``
-    with the reason."""
+    with the reason. ``inputs``: the program's input relations by name (`input_relations`),
+    when the caller looks them up once for many events."""
     if isinstance(obj, BadLine):
         raise obj
     name = obj.get("relation")
-    if not isinstance(name, str):
-        raise BadLine('missing "relation"')
-    if name not in program.catalog or name == "clock":
-        shown = name[:NAME_SHOWN] + ("..." if len(name) > NAME_SHOWN else "")
-        raise BadLine(f"unknown relation `{shown}`; {_inputs_hint(program, name)}")
-    rel = program.catalog[name]
-    if not rel.is_input:
-        raise BadLine(f"`{name}` is derived by rules; it does not take input events")
+    rel = (inputs or input_relations(program)).get(name) if isinstance(name, str) else None
+    if rel is None:
+        raise _not_an_input(program, name)
     t = event_time(obj, window)
     raw = obj.get("args", [])
+    if isinstance(raw, dict) and len(raw) == rel.arity:  # the common case, at once
+        try:
+            return rel, tuple([raw[c] for c in rel.columns]), t
+        except KeyError:
+            pass  # a column missing: said below
     if isinstance(raw, dict):
         missing = [c for c in rel.columns if c not in raw]
         extra = [k for k in raw if k not in rel.columns]
@@ -299,6 +303,21 @@ def _parse_event(
     else:
         raise BadLine('"args" must be an object or a list')
     return rel, args, t
+
+
+def input_relations(program: Program) -> dict[str, Relation]:
+    """The relations that take input events, by name."""
+    return {rel.name: rel for rel in program.catalog.inputs}
+
+
+def _not_an_input(program: Program, name: object) -> BadLine:
+    """Why an event of relation ``name`` cannot be accepted."""
+    if not isinstance(name, str):
+        return BadLine('missing "relation"')
+    if name not in program.catalog or name == "clock":
+        shown = name[:NAME_SHOWN] + ("..." if len(name) > NAME_SHOWN else "")
+        return BadLine(f"unknown relation `{shown}`; {_inputs_hint(program, name)}")
+    return BadLine(f"`{name}` is derived by rules; it does not take input events")
 
 
 def _inputs_hint(program: Program, name: str) -> str:
@@ -332,6 +351,7 @@ def ingest_files(
     lines are read; the lines of one whose types the data decides wait (with their text, in
     case they turn out to be bad) until every line is read."""
     out = Ingested()
+    inputs = input_relations(program)
     declared = {
         rel.name: types
         for rel in program.catalog.inputs
@@ -354,7 +374,7 @@ def ingest_files(
             out.lines_read += 1
             lines[file] += 1
             try:
-                rel, args, t = _parse_event(program, obj, window)
+                rel, args, t = _parse_event(program, obj, window, inputs)
                 types = declared.get(rel.name)
                 if types is None:
                     _check_kinds(rel, args)  # before its values count for the types
@@ -484,9 +504,10 @@ def read_piece(
     """Each line of ``piece`` as an accepted event (relation, values typed as ``types``
     says, time, line number) or as the `Quarantined` line: what `ingest_files` makes of
     it, once the types are known. What a Spark task reads (see `engine.spark.landing`)."""
+    inputs = input_relations(program)
     for number, obj, shown in read_events(Path(piece.file), piece):
         try:
-            rel, args, t = _parse_event(program, obj, window)
+            rel, args, t = _parse_event(program, obj, window, inputs)
             values = _coerce_args(rel, args, types[rel.name])
         except ValueError as exc:
             yield _quarantined(piece.file, number, str(exc), shown)
@@ -500,9 +521,10 @@ def count_kinds(
     """The `kind_counts` of ``piece``'s events of input relations whose declarations leave
     some column type open (the data decides those)."""
     counts: dict[str, list[Counter[str]]] = {}
+    inputs = input_relations(program)
     for _, obj, _ in read_events(Path(piece.file), piece):
         try:
-            rel, args, _t = _parse_event(program, obj, window)
+            rel, args, _t = _parse_event(program, obj, window, inputs)
             if _declared_types(rel) is None:
                 _check_kinds(rel, args)
         except ValueError:
