@@ -45,6 +45,7 @@ class Backend(Protocol):
     plan: CorpusPlan
     epochs: list[Epoch]
     carried_rows: dict[str, int]
+    policy: Policy
 
     def epoch_scope(self, epoch: Epoch) -> AbstractContextManager[EpochScope]:
         """The block in which ``epoch``'s strata are evaluated; what it saw, at its end."""
@@ -78,8 +79,6 @@ class Backend(Protocol):
         ...
 
     def write_inputs(self, events: Mapping[str, list[Version]]) -> None: ...
-
-    policy: Policy
 
     def store_landing(
         self,

@@ -195,10 +195,13 @@ def _declared_types(rel: Relation) -> tuple[str, ...] | None:
     return types if len(types) == len(rel.types) else None
 
 
-def kind_counts(rel: Relation, observed: Iterable[tuple[Any, ...]]) -> list[Counter[str]]:
+def kind_counts(
+    rel: Relation, observed: Iterable[tuple[Any, ...]], into: list[Counter[str]] | None = None
+) -> list[Counter[str]]:
     """Per column of ``rel``, how many of the ``observed`` values are numbers (and of them
-    floats), strings or booleans: what `_column_types` decides undeclared types from."""
-    counts: list[Counter[str]] = [Counter() for _ in range(rel.arity)]
+    floats), strings or booleans (added to ``into``, when given): what `_column_types`
+    decides undeclared types from."""
+    counts = into if into is not None else [Counter() for _ in range(rel.arity)]
     for args in observed:
         for i, v in enumerate(args):
             if (k := _kind(v)) is not None:
@@ -522,18 +525,17 @@ def count_kinds(
     some column type open (the data decides those)."""
     counts: dict[str, list[Counter[str]]] = {}
     inputs = input_relations(program)
+    open_types = {name for name, rel in inputs.items() if _declared_types(rel) is None}
     for _, obj, _ in read_events(Path(piece.file), piece):
         try:
             rel, args, _t = _parse_event(program, obj, window, inputs)
-            if _declared_types(rel) is None:
-                _check_kinds(rel, args)
+            if rel.name not in open_types:
+                continue
+            _check_kinds(rel, args)
         except ValueError:
             continue
-        if _declared_types(rel) is None:
-            found = kind_counts(rel, [args])
-            into = counts.setdefault(rel.name, [Counter() for _ in range(rel.arity)])
-            for total, more in zip(into, found, strict=True):
-                total.update(more)
+        into = counts.get(rel.name) or counts.setdefault(rel.name, kind_counts(rel, []))
+        kind_counts(rel, [args], into)
     return counts
 
 

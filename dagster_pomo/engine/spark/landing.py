@@ -42,18 +42,25 @@ from dagster_pomo.engine.ingest import (
 )
 from dagster_pomo.engine.inprocess.rules import ARROW, arrow_schema
 from dagster_pomo.engine.inputs import RunInputs, epoch_range, load_inputs
-from dagster_pomo.engine.lines import PARQUET, PIECE_BYTES, Piece, TimeWindow, cut, newlines
+from dagster_pomo.engine.lines import (
+    PARQUET,
+    PIECE_BYTES,
+    ROWS_A_BATCH,
+    Piece,
+    TimeWindow,
+    cut,
+    newlines,
+)
 from dagster_pomo.engine.lines import numbered as numbered_pieces
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.versions import Version, digest, record, row_hash
+from dagster_pomo.engine.versions import Version, digest_of, record, row_hash
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.schema import Schema, infer_schemas
 from dagster_pomo.timeline import Epoch, epoch_key
 
 BAD = -1  # the relation index of a bad line in the scratch folder
 HELD = 1_000  # bad lines this process holds (to show); the quarantine file gets them all
-ROWS_A_BATCH = 65_536
 
 
 @dataclass(frozen=True)
@@ -286,6 +293,7 @@ class Staged:
     wh: Warehouse
     program: Program
     types: dict[str, tuple[str, ...]]  # each input relation's column types, as stored
+    schemas: dict[str, Schema]  # every relation's, from those types
     inputs: list[Schema]
     rows: DataFrame  # the scratch folder's rows (see `_scratch_schema`)
     files: list[str]  # the files read, as given (``f`` of a row is its index)
@@ -306,14 +314,14 @@ class Staged:
 
     def store(
         self, epochs: list[Epoch], facts: Mapping[str, list[Version]], first_of_all: bool = True
-    ) -> dict[str, str]:
+    ) -> dict[str, tuple[int, int]]:
         """Each input relation's events of ``epochs`` (consecutive; the corpus's ``facts``
         of it too; with ``first_of_all``, ``epochs`` start the run, so earlier times go to
         the first, as `Driver.key_for` places them) stored in their epochs' partitions, one
-        Spark job a relation that has any; the digest of what each stored
-        (`versions.digest` of the same versions), when the tasks hashed their rows
-        (`staged`'s ``digests``)."""
-        out: dict[str, str] = {}
+        Spark job a relation that has any; how many each stored and the sum of their
+        `versions.row_hash` values (see `versions.digest_of`), when the tasks hashed their
+        rows (`staged`'s ``digests``)."""
+        out: dict[str, tuple[int, int]] = {}
         for i, schema in enumerate(self.inputs):
             mine = facts.get(schema.name, [])
             if epochs and (self.got[f"n{i}"] or mine):
@@ -322,7 +330,7 @@ class Staged:
 
     def _store(
         self, i: int, schema: Schema, facts: list[Version], epochs: list[Epoch], earlier: bool
-    ) -> str:
+    ) -> tuple[int, int]:
         first, last, end = epochs[0].start, epochs[-1].start, epochs[-1].end
         columns = [F.col(f"c{i}_{j}").alias(c) for j, c in enumerate(schema.columns)]
         kt, tau = F.col("t").alias("kt"), F.lit(0).cast("long").alias("_tau")
@@ -345,11 +353,8 @@ class Staged:
         summed = F.sum(F.col("h").cast(DecimalType(38, 0)))
         rows = rows.observe(counted, F.count(F.lit(1)).alias("n"), summed.alias("h"))
         self.wh.write_partitioned(schema.name, rows.drop("h"))
-        n, total = int(counted.get["n"]), int(counted.get["h"] or 0)
-        if placed:  # the facts' hashes, here
-            fact_digest = digest(placed)
-            total += int(fact_digest.split("-")[1], 16)
-        return f"{n}-{total % (1 << 64):016x}"
+        facts_total = sum(int.from_bytes(row_hash(f), "big") for f in placed)  # hashed here
+        return int(counted.get["n"]), int(counted.get["h"] or 0) + facts_total
 
     def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
         """Per file read: its lines, and the first and last time of its accepted events
@@ -408,7 +413,8 @@ def staged(
     pieces = _numbered(spark, [p for path in given for p in cut(Path(path), PIECE_BYTES)])
     tasks = _tasks(pieces)
     types = _types(spark, program, tasks, window)
-    schemas = infer_schemas(program, stored_types(types))
+    stored_as = stored_types(types)
+    schemas = infer_schemas(program, stored_as)
     inputs = [schemas[rel.name] for rel in program.catalog.inputs]
     layout = _scratch_schema(inputs)
     scratch = wh.scratch("landing")
@@ -423,7 +429,8 @@ def staged(
             spark,
             wh,
             program,
-            stored_types(types),
+            stored_as,
+            schemas,
             inputs,
             stored,
             [given[f] for f in files],
@@ -455,9 +462,8 @@ def read_landing(
         epochs = epoch_range(read.span or ingested.times, size, start, until)
         read.store(epochs.epochs, ingested.events)
         read.held(ingested)
-        schemas = infer_schemas(program, read.types)
         try:
-            yield RunInputs(ingested, schemas, epochs)
+            yield RunInputs(ingested, read.schemas, epochs)
         finally:
             if ingested.all_quarantined is not None:
                 ingested.all_quarantined = _gone
@@ -498,7 +504,7 @@ def store_landing(
         for file, (lines, first, last) in read.per_file().items():
             bad = tuple(by_file.get(file, ()))
             ingested.landed[file] = Landed(signatures[file], lines, first, last, bad)
-    empty = digest([])
-    digests = {s.name: found.get(s.name, empty) for s in read.inputs}
-    counts = {name: int(d.split("-")[0]) for name, d in digests.items()}
+    stored = {s.name: found.get(s.name, (0, 0)) for s in read.inputs}
+    digests = {name: digest_of(n, total) for name, (n, total) in stored.items()}
+    counts = {name: n for name, (n, _) in stored.items()}
     return StoredLanding(ingested, digests, counts)
