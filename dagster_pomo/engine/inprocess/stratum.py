@@ -133,7 +133,9 @@ def _fixpoint(
         if name not in known:
             return state(name)
         parts = [p for p in (earlier[name], known[name]) if len(p)]
-        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else known[name]
+        if len(parts) > 1:
+            return pd.concat(parts, ignore_index=True)
+        return parts[0] if parts else known[name]  # earlier epochs' alone, or none
 
     lower = {x.relation: state(x.relation) for r in rules for x in r.negations}
     delta: dict[str, pd.DataFrame] | None = None
