@@ -319,8 +319,10 @@ def test_integer_outputs_written_by_spark_alone_are_the_bytes_python_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A relation of integers, times and booleans (aggregates too) is formatted by Spark
-    itself, with no Python worker: the files are byte for byte what the versions merged in
-    this process give (`exp` null or a time, an aggregate's key and value)."""
+    itself, with no Python worker, or by this process from Arrow columns: the files are
+    byte for byte what the versions merged in this process one by one give (`exp` null or
+    a time, an aggregate's key and value)."""
+    from dagster_pomo.engine import event_lines
     from dagster_pomo.engine.lines import ANY_TIME
     from dagster_pomo.engine.run import run, write_outputs
     from dagster_pomo.engine.spark import results, warehouse
@@ -333,7 +335,9 @@ def test_integer_outputs_written_by_spark_alone_are_the_bytes_python_writes(
     landing.write_text("".join(json.dumps(e) + "\n" for e in events))
     collected = run(program, landing, 3_600_000, window=ANY_TIME)
     write_outputs(collected, tmp_path / "collected")
-    monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # no relation is few: Spark writes
+    monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # no relation is few: ...
+    arrow = run(program, landing, 3_600_000, out=tmp_path / "arrow", window=ANY_TIME)
+    monkeypatch.setattr(event_lines, "ROWS", -1)  # ... nor one for Arrow: Spark writes
     formatted = []
     original = results._json_line
 
@@ -351,6 +355,8 @@ def test_integer_outputs_written_by_spark_alone_are_the_bytes_python_writes(
         file = f"{name}.jsonl"
         expected = (tmp_path / "collected" / file).read_bytes()
         assert (tmp_path / "spark" / file).read_bytes() == expected, name
+        assert (tmp_path / "arrow" / file).read_bytes() == expected, name
+    assert arrow.written == streamed.written
     assert '"exp": null' in (tmp_path / "spark" / "seen.jsonl").read_text()  # never expires
     assert '"exp": null' not in (tmp_path / "spark" / "path.jsonl").read_text()
     assert '"aggregates": {"count": ' in (tmp_path / "spark" / "degree.jsonl").read_text()

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from dagster_pomo.engine import event_lines
 from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.inprocess.rules import arrow_schema
 from dagster_pomo.engine.spark.evaluator import collect_versions, read_versions, struct_of
@@ -111,17 +112,22 @@ class Results:
         aggregate_keys: Sequence[str],
     ) -> int | None:
         """Write the relation's events (as `events` gives them) to ``path``, one JSON object a
-        line as `versions.output_object` makes it, written by Spark partition by partition
+        line as `versions.output_object` makes it. From a local warehouse, by this process
+        in Arrow where `event_lines` writes the relation's values and it holds at most
+        `event_lines.ROWS` versions (no Spark job); else by Spark partition by partition
         in sort order (the lines made by Spark itself where `_json_line` can, else by its
         Python workers, the rows going to them as Arrow), then joined into ``path``: nothing
         passes through this process. How many were written; None (nothing done) when the
         warehouse holds few of them (`events` reads them here) or it and Spark's workers do
         not share this machine's disk."""
-        if not self.wh.is_local or self.wh.holds_few(relation, keys):
-            return None  # few: `events` reads them here, with no Spark job
-        if not _local_master(self.wh.spark):
+        if not self.wh.is_local:
             return None
         schema = self.schemas[relation]
+        if event_lines.writes(schema) and self.wh.stored_total(relation, keys) <= event_lines.ROWS:
+            table = self.wh.read_table(relation, keys, arrow_schema(schema))
+            return event_lines.write(table, schema, aggregating, aggregate_keys, path)
+        if self.wh.holds_few(relation, keys) or not _local_master(self.wh.spark):
+            return None  # few: `events` reads them here, with no Spark job
         df = self._merged(relation, keys, aggregating).orderBy("t", *schema.columns)
         names = list(aggregate_keys)
         parts = path.with_name(f".{path.name}.parts")

@@ -144,7 +144,11 @@ class Warehouse:
         """Whether the warehouse is local and its epochs ``keys`` of ``relation`` hold at
         most `LOCAL_ROWS` versions: this process reads them (`read_table`) faster than a
         Spark job would, and without starting Spark."""
-        return self.is_local and sum(self.stored_rows(relation, k) for k in keys) <= LOCAL_ROWS
+        return self.is_local and self.stored_total(relation, keys) <= LOCAL_ROWS
+
+    def stored_total(self, relation: str, keys: Iterable[str]) -> int:
+        """How many versions the epochs ``keys`` of ``relation`` hold (`stored_rows`)."""
+        return sum(self.stored_rows(relation, k) for k in keys)
 
     def stored_keys(self, relation: str, deferred: bool = False) -> set[str]:
         """The epochs of ``relation`` stored (one listing of its folder; the warehouse must be

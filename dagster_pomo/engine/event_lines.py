@@ -1,0 +1,122 @@
+"""An output relation's events written as JSON Lines from its stored versions, in Arrow.
+
+`pomo run --out` writes each event as `versions.output_object` makes it and `json.dumps`
+writes it, sorted by time then arguments. Built one event at a time in Python, millions
+of events take tens of seconds; on Spark, the JVM must start and run a job even when the
+run itself needed none. Here the versions are merged per event, sorted and formatted
+as whole Arrow columns, for the relations whose values Arrow writes as `json.dumps`
+does (integers, times, booleans) or that are cheap to write one by one (text); the lines
+are the same bytes either way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dagster_pomo.plan.schema import Schema
+from dagster_pomo.timeline import NEVER
+
+# Value types written here: Arrow's text of integers and booleans is `json.dumps`'s, and
+# text is written by `json.dumps` value by value. Floats (their shortest form) and sets
+# go to the other writers, as do relations that carry provenance.
+WRITES = {"int", "bool", "str"}
+# The most versions of a relation this process reads to write its events (about 50 bytes
+# each, held at once); more go to Spark's writers.
+ROWS = 10_000_000
+
+
+def writes(schema: Schema) -> bool:
+    """Whether `write` can write the relation of ``schema``."""
+    types = {*schema.types, *(typ for _, _, typ in schema.aggregates)}
+    return not schema.provenance and types <= WRITES
+
+
+def write(
+    versions: pa.Table, schema: Schema, aggregating: bool, keys: Sequence[str], path: Path
+) -> int:
+    """The events of ``versions`` (a relation's stored versions) as lines in ``path``: one
+    per event, sorted by time then arguments (`merged`); how many."""
+    events = merged(versions, schema, aggregating)
+    with open(path, "wb") as out:
+        for chunk in _lines(events, schema, keys).chunks:
+            if len(chunk):
+                out.write(_data(chunk))
+    return events.num_rows
+
+
+def merged(versions: pa.Table, schema: Schema, aggregating: bool) -> pa.Table:
+    """One row per event (arguments and ``t``) sorted by time then arguments, as
+    `versions.merge_versions` merges: an aggregate's latest version (largest ``kt``, then
+    ``_tau``), else the largest ``exp`` of its versions. One sort puts an event's versions
+    together, its latest last."""
+    identity = ["t", *schema.columns]
+    order = [(c, "ascending") for c in (*identity, "kt", "_tau")]
+    rows = versions.take(pc.sort_indices(versions, sort_keys=order))
+    n = rows.num_rows
+    if not n:
+        return rows
+    first = np.zeros(n, dtype=bool)  # where an event's versions begin
+    first[0] = True
+    for c in identity:
+        column = rows[c]
+        first[1:] |= pc.not_equal(column.slice(0, n - 1), column.slice(1)).to_numpy(
+            zero_copy_only=False
+        )
+    if aggregating:  # the last version of each event
+        return rows.filter(pa.array(np.append(first[1:], True)))
+    starts = np.flatnonzero(first)
+    exp = np.maximum.reduceat(rows["exp"].to_numpy(), starts)
+    events = rows.take(pa.array(starts))
+    return events.set_column(events.schema.get_field_index("exp"), "exp", pa.array(exp))
+
+
+def _lines(events: pa.Table, schema: Schema, keys: Sequence[str]) -> pa.ChunkedArray:
+    """Each event's line, newline included (`versions.output_object` as `json.dumps`
+    writes it)."""
+    args = [_text(events[c], typ) for c, typ in zip(schema.columns, schema.types, strict=True)]
+    aggs = [
+        pc.binary_join_element_wise(json.dumps(key) + ": ", _text(events[column], typ), "")
+        for key, column, (_, _, typ) in zip(
+            keys, schema.aggregate_columns, schema.aggregates, strict=True
+        )
+    ]
+    exp = events["exp"]
+    never = pc.greater_equal(exp, NEVER)
+    parts: list[object] = ['{"args": [']
+    parts += _joined(args, events.num_rows)
+    parts += ['], "t": ', pc.cast(events["t"], pa.string()), ', "exp": ']
+    parts += [pc.if_else(never, "null", pc.cast(exp, pa.string())), ', "aggregates": {']
+    parts += _joined(aggs, events.num_rows)
+    parts += ["}}\n"]
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _joined(columns: list[pa.ChunkedArray], rows: int) -> list[object]:
+    """``columns`` with ", " between them, as pieces of `_lines`'s join."""
+    if not columns:
+        return [""]
+    out: list[object] = [columns[0]]
+    for column in columns[1:]:
+        out += [", ", column]
+    return out
+
+
+def _text(column: pa.ChunkedArray, typ: str) -> pa.ChunkedArray:
+    """Each value as `json.dumps` writes it (``null`` for none)."""
+    if typ == "str":
+        made = [json.dumps(v) for v in column.to_pylist()]
+        return pa.chunked_array([pa.array(made, pa.string())])
+    return pc.fill_null(pc.cast(column, pa.string()), "null")
+
+
+def _data(chunk: pa.Array) -> memoryview:
+    """The bytes a string array's values hold, end to end."""
+    offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int32)[chunk.offset :]
+    begin, end = int(offsets[0]), int(offsets[len(chunk)])
+    return memoryview(chunk.buffers()[2])[begin:end]  # type: ignore[index]

@@ -1,0 +1,85 @@
+"""`pomo run --out` written from Arrow columns gives the bytes the one-event-at-a-time writer
+gives: the same events (merged per identity), the same order, the same JSON text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dagster_pomo.engine import event_lines
+from dagster_pomo.engine.inprocess.rules import arrow_schema
+from dagster_pomo.engine.versions import event_object, from_record, merge_versions, output_order
+from dagster_pomo.plan.schema import Schema
+from dagster_pomo.timeline import NEVER
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+VALUES = {
+    "int": st.integers(-3, 3) | INT64,
+    "bool": st.booleans(),
+    "str": st.sampled_from(["", "a", "b"]) | TEXT,
+}
+
+
+@st.composite
+def relations(draw: st.DrawFn) -> tuple[Schema, bool, list[tuple[object, ...]]]:
+    """A relation of integers, booleans and text, with or without aggregates, and stored
+    versions of it: events with several versions each (one per ``kt``, as stored)."""
+    types = draw(st.lists(st.sampled_from(sorted(VALUES)), max_size=3))
+    aggregating = draw(st.booleans())
+    aggregates = (
+        tuple(
+            (f"f{i}", f"key {i}", typ)
+            for i, typ in enumerate(draw(st.lists(st.sampled_from(["int", "bool"]), max_size=2)))
+        )
+        if aggregating
+        else ()
+    )
+    schema = Schema("r", tuple(f"c{i}" for i in range(len(types))), tuple(types), aggregates)
+    events = draw(
+        st.lists(
+            st.tuples(st.integers(-2, 2) | INT64, st.tuples(*[VALUES[t] for t in types])),
+            max_size=12,
+            unique=True,
+        )
+    )
+    records = []
+    for t, args in events:
+        kts = draw(st.lists(st.integers(-5, 5), min_size=1, max_size=3, unique=True))
+        for kt in kts:
+            aggs = tuple(draw(VALUES[typ]) for _, _, typ in aggregates)
+            exp = draw(st.sampled_from([NEVER, kt + 1]) | INT64)
+            tau = draw(st.integers(-5, 5))
+            records.append((*args, *aggs, t, kt, exp, tau))
+    records = draw(st.permutations(records))
+    return schema, aggregating, records
+
+
+@given(relations())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_arrow_lines_are_the_bytes_of_the_event_by_event_writer(
+    tmp_path_factory: object, relation: tuple[Schema, bool, list[tuple[object, ...]]]
+) -> None:
+    schema, aggregating, records = relation
+    keys = [key for _, key, _ in schema.aggregates]
+    arrow = arrow_schema(schema)
+    table = pa.Table.from_pylist([dict(zip(arrow.names, r, strict=True)) for r in records], arrow)
+    path = Path(tmp_path_factory.mktemp("out")) / "r.jsonl"  # type: ignore[attr-defined]
+    assert event_lines.writes(schema)
+    written = event_lines.write(table, schema, aggregating, keys, path)
+    versions = [from_record(r, schema) for r in records]
+    events = sorted(merge_versions(versions, aggregating), key=output_order)
+    expected = "".join(json.dumps(event_object(e, keys, False)) + "\n" for e in events)
+    assert path.read_text(encoding="utf-8") == expected
+    assert written == len(events)
+
+
+def test_floats_sets_and_provenance_are_left_to_the_other_writers() -> None:
+    assert not event_lines.writes(Schema("r", ("x",), ("float",)))
+    assert not event_lines.writes(Schema("r", ("x",), ("int",), (("collect", "k", "set<int>"),)))
+    assert not event_lines.writes(Schema("r", ("x",), ("int",), provenance=True))
+    assert event_lines.writes(Schema("r", ("x", "y", "z"), ("int", "bool", "str")))
