@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from dagster_pomo.engine import task_rounds
+from dagster_pomo.engine import event_lines, task_rounds
 from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.run import event_json, run
+from dagster_pomo.engine.spark import warehouse
 from dagster_pomo.lang import compile_corpus
 
 CLOSURE = """
@@ -71,23 +73,31 @@ def _outcome(events: Path, engine: str, epoch: int, how: Policy = DEFAULT) -> di
     }
 
 
+SPARK = Policy(in_process_inputs=0)  # every epoch on Spark's plans and tasks
+
+
 @pytest.mark.parametrize(
-    ("task_rows", "cells"),
+    ("task_rows", "cells", "here"),
     [
         # The tasks reach the fixpoint, finding versions by address (small integer keys).
-        (DEFAULT.task_rows, task_rounds.CELLS),
+        (DEFAULT.task_rows, task_rounds.CELLS, False),
         # The tasks stop part-way, and Spark's rounds go on from there; versions by hash.
-        (30, 0),
-        (0, task_rounds.CELLS),  # Spark's rounds only
+        (30, 0, False),
+        (0, task_rounds.CELLS, False),  # Spark's rounds only
+        # Small epochs in this process: the rounds on the tasks' executor, here ...
+        (DEFAULT.task_rows, task_rounds.CELLS, True),
+        # ... which gives up past 30 versions: the stratum goes to Spark, as above ...
+        (30, 0, True),
+        (0, task_rounds.CELLS, True),  # ... or every round on pandas frames
     ],
 )
 def test_rounds_in_tasks_give_what_the_reference_gives(
-    events: Path, expected: dict[str, list], monkeypatch, task_rows: int, cells: int
+    events: Path, expected: dict[str, list], monkeypatch, task_rows: int, cells: int, here: bool
 ) -> None:
     monkeypatch.setattr(task_rounds, "CELLS", cells)  # tasks get the module by value: as patched
     assert len(expected["path"]) > 60 and expected["sg"], "the case must recurse a fair amount"
     # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
-    how = Policy(task_rows=task_rows)
+    how = replace(DEFAULT if here else SPARK, task_rows=task_rows)
     for size in (EPOCH, UNTIL) if task_rows == DEFAULT.task_rows else (EPOCH,):
         assert _outcome(events, "spark", size, how) == expected, size
 
@@ -106,11 +116,13 @@ def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path)
         (path,) = [s for s in stats.strata if s.relations == ("path",)]
         return path.rounds, stats.spark_jobs, path.rows["path"]
 
-    ran, jobs, rows = closure("tasks")
+    ran, jobs, rows = closure("tasks", SPARK)
     assert (ran, rows) == (31, 30 * 30)
     assert jobs is not None and jobs < 20
 
-    spark_rounds, spark_jobs, spark_rows = closure("spark", Policy(task_rows=0))
+    spark_rounds, spark_jobs, spark_rows = closure(
+        "spark", Policy(task_rows=0, in_process_inputs=0)
+    )
     assert (spark_rounds, spark_rows) == (31, 30 * 30)
     assert spark_jobs is not None and spark_jobs > 31
 
@@ -126,10 +138,12 @@ def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkey
     events.write_text("".join(json.dumps(line) + "\n" for line in lines))
     prepared = prepare(program, events, 10, 0, 10, ANY_TIME)
     warehouse = tmp_path / "wh"
-    evaluator = Driver.for_run(program, prepared, str(warehouse))  # workers start here
+    evaluator = Driver.for_run(
+        program, prepared, str(warehouse), policy=SPARK
+    )  # workers start here
     assert evaluator.evaluate_epoch(evaluator.epochs[0]).strata[-1].rows["path"] == 12 * 12
     monkeypatch.chdir(tmp_path)
-    evaluator = Driver.for_run(program, prepared, "wh")
+    evaluator = Driver.for_run(program, prepared, "wh", policy=SPARK)
     stats = evaluator.evaluate_epoch(evaluator.epochs[0])
     assert stats.strata[-1].rows["path"] == 12 * 12
     stored = warehouse / "closure" / "path"
@@ -146,8 +160,38 @@ def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkey
         raise RuntimeError("a task ran out of luck")
 
     monkeypatch.setattr(task_rounds, "fixpoint", broken)  # tasks get the module by value
-    again = Driver.for_run(program, prepared, "wh")
+    again = Driver.for_run(program, prepared, "wh", policy=SPARK)
     with pytest.raises(Exception, match="out of luck"):
         again.evaluate_epoch(again.epochs[0])
     assert files() == before
     assert not staging.exists()
+
+
+def test_a_small_epochs_linear_recursion_runs_here_on_the_tasks_executor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small epoch's closure is worked out in this process, its rounds after the first on
+    the executor Spark's tasks use (no Spark job), and ``pomo run --out`` writes its events
+    from Arrow: the bytes that Spark's plans, tasks and writer give."""
+    program = compile_corpus(CLOSURE, "closure.pomo")
+    lines = [{"relation": "edge", "t": 0, "args": [i, (i + 1) % 30]} for i in range(30)]
+    lines += [{"relation": "edge", "t": 3, "args": [i, 40 + i % 3]} for i in range(0, 30, 4)]
+    events = tmp_path / "cycle.jsonl"
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    prepared = prepare(program, events, 10, 0, 10, ANY_TIME)
+    driver = Driver.for_run(program, prepared, str(tmp_path / "here"))
+    stats = driver.evaluate_epoch(driver.epochs[0])
+    (path,) = [s for s in stats.strata if s.relations == ("path",)]
+    assert (path.in_process, path.rounds, stats.spark_jobs) == (True, 31, 0)
+
+    def written(how: Policy, name: str) -> bytes:
+        out = tmp_path / name
+        wh = str(tmp_path / f"wh-{name}")
+        run(program, events, 10, 0, 10, window=ANY_TIME, warehouse=wh, out=out, policy=how)
+        return (out / "path.jsonl").read_bytes()
+
+    here = written(DEFAULT, "here")
+    assert here.count(b"\n") == 30 * 30 + 30 * 3  # and each node to 40, 41 and 42 at 3
+    monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # Spark writes the lines too
+    monkeypatch.setattr(event_lines, "ROWS", -1)
+    assert here == written(SPARK, "spark")

@@ -272,6 +272,7 @@ def test_an_epochs_strata_wait_for_what_they_read_and_a_failure_starts_nothing_m
         program,
         prepare(program, events_file, EPOCH * 10, 0, EPOCH * 20, window=ANY_TIME),
         str(tmp_path / "wh"),
+        policy=Policy(in_process_inputs=0),  # on Spark, whose jobs the strata's threads run
     )
     assert evaluator.concurrency == 2
     by_relation = {r: s for s in program.strata for r in s.relations}
@@ -563,9 +564,10 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
 def test_small_epochs_worked_out_in_this_process_hold_what_spark_holds(
     tmp_path: Path, events_file: Path, corpus: str
 ) -> None:
-    """A small epoch's strata without recursion are worked out in this process, with no
-    Spark job; the warehouse then holds what Spark's plans store, folder by folder,
-    deferred events too. A recursive stratum still runs on Spark, between them."""
+    """A small epoch's strata are worked out in this process, with no Spark job (a linear
+    recursion's later rounds on the executor Spark's tasks run them on); the warehouse
+    then holds what Spark's plans store, folder by folder, deferred events too, epoch
+    after epoch (a recursion's first round joins versions of earlier epochs)."""
     program = compile_corpus(corpus, "sensors.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     here = Driver.for_run(program, prepared, str(tmp_path / "here"))
@@ -573,11 +575,11 @@ def test_small_epochs_worked_out_in_this_process_hold_what_spark_holds(
     spark = Driver.for_run(
         program, prepared, str(tmp_path / "spark"), policy=plans, session=here.backend.spark
     )
-    recursive = any(s.recursive for s in program.strata)
     for epoch in here.epochs:
         ours, theirs = here.evaluate_epoch(epoch), spark.evaluate_epoch(epoch)
         assert theirs.spark_jobs
-        assert bool(ours.spark_jobs) == recursive, ours
+        assert not ours.spark_jobs, ours
+        assert all(s.in_process for s in ours.strata), ours
         assert ours.partitions_read == theirs.partitions_read
         assert {s.index: s.rows for s in ours.strata} == {s.index: s.rows for s in theirs.strata}
 

@@ -1,11 +1,12 @@
-"""A non-recursive stratum of one small epoch, worked out in this process.
+"""A stratum of one small epoch, worked out in this process.
 
 A small epoch's Spark jobs, plans and their analysis cost far more than its rows: a
 water-tank epoch of 10,000 readings waits about a second and a half for seven jobs.
 Here the same rules run over pandas frames of the same versions (read from the
 warehouse's Parquet files, see ``SparkEvaluator``), with the plans' semantics
 (:mod:`dagster_pomo.engine.inprocess.rules`), and the versions come back as Arrow
-tables for the warehouse.
+tables for the warehouse. The later rounds of a linear recursion run on the executor
+Spark's tasks run them on (`task_rounds`), here as there.
 """
 
 from __future__ import annotations
@@ -16,19 +17,19 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dagster_pomo.engine import task_rounds
 from dagster_pomo.engine.inprocess import rules as R
 from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
+from dagster_pomo.plan.linear_rounds import LinearPlan
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.plan.time import reach_of
 
 
 def supported(plan: CorpusPlan, stratum: StratumPlan) -> bool:
     """Whether ``stratum`` can be worked out here: no ``@next`` in the corpus (its versions
-    come from Spark plans), every rule :func:`rules.rule_supported`, and no recursion that
-    is linear (Spark tasks take those rounds, see `rounds`; other recursion runs its
-    rounds here)."""
-    if stratum.inductive or (stratum.recursive and stratum.linear is not None):
+    come from Spark plans), no provenance, and every rule :func:`rules.rule_supported`."""
+    if stratum.inductive:
         return False
     if plan.has_next or stratum.provenance(plan.schemas):
         return False  # provenance: Spark's plans alone carry it
@@ -72,16 +73,21 @@ def evaluate(
     b: int,
     limit: int,
     history: Callable[[str], pd.DataFrame] | None = None,
+    budget: int = 0,
 ) -> tuple[dict[str, pa.Table], int]:
     """The versions of each relation of ``stratum`` made for epoch ``[a, b)``: what its
     rules derive from ``state`` (a relation's versions that can take part) merged with
     ``seeds`` (facts and deferred events), one version per ``(args, t, kt)``; and the rounds
-    it took. A recursive stratum reads its own relations' earlier epochs from ``history``.
-    Raises `rules.TooLarge` when a join, or a recursive relation, passes ``limit`` rows."""
+    it took. A recursive stratum reads its own relations' earlier epochs from ``history``;
+    a linear one's rounds after the first run on `task_rounds` while its relation holds at
+    most ``budget`` versions (0: on pandas frames, as other recursion's do).
+    Raises `rules.TooLarge` when a join, or a recursive relation, passes ``limit`` rows
+    (a linear one: ``budget``)."""
     schemas = plan.schemas
     if stratum.recursive:
         assert history is not None
-        return _fixpoint(stratum, schemas, state, history, seeds, a, b, limit)
+        linear = stratum.linear if budget > 0 else None
+        return _fixpoint(stratum, schemas, state, history, seeds, (a, b), limit, linear, budget)
     out: dict[str, pa.Table] = {}
     for name in stratum.relations:
         schema = schemas[name]
@@ -114,16 +120,20 @@ def _fixpoint(
     state: Callable[[str], pd.DataFrame],
     history: Callable[[str], pd.DataFrame],
     seeds: Mapping[str, pd.DataFrame | None],
-    a: int,
-    b: int,
+    window: tuple[int, int],
     limit: int,
+    linear: LinearPlan | None,
+    budget: int,
 ) -> tuple[dict[str, pa.Table], int]:
     """A recursive stratum run semi-naive to its fixpoint: the first round joins every
     version, each later one joins only the previous round's new versions with the rest.
     A version is new when no known version has its ``(args, t, kt)`` and lives as long.
     A round costs about what its new versions cost, not what came before: a thousand
-    single-version rounds take seconds (see BENCHMARKS.md). The stratum goes to Spark
-    (`rules.TooLarge`) when a relation grows past ``limit`` versions."""
+    single-version rounds take seconds (see BENCHMARKS.md). With a ``linear`` plan, the
+    rounds after the first run on `task_rounds`. The stratum goes to Spark
+    (`rules.TooLarge`) when a relation grows past ``limit`` versions (``budget`` in the
+    linear rounds)."""
+    a, b = window
     names = list(stratum.relations)
     rules = stratum.rules
     earlier = {n: history(n) for n in names}
@@ -159,6 +169,12 @@ def _fixpoint(
         for n in names:
             fresh = _uncovered(schemas[n], _versions(schemas[n], made[n]), known[n])
             if len(fresh):
+                if linear is not None:  # the later rounds: on the tasks' executor
+                    known[n], more = _linear_rounds(
+                        linear, schemas[n], known[n], fresh, state, window, budget
+                    )
+                    rounds += more
+                    continue
                 delta[n] = fresh
                 known[n] = _versions(schemas[n], [known[n], fresh])
                 R.check_size(len(known[n]), limit)
@@ -169,6 +185,38 @@ def _fixpoint(
         for n in names
     }
     return out, rounds
+
+
+def _linear_rounds(
+    plan: LinearPlan,
+    schema: Schema,
+    known: pd.DataFrame,
+    fresh: pd.DataFrame,
+    state: Callable[[str], pd.DataFrame],
+    window: tuple[int, int],
+    budget: int,
+) -> tuple[pd.DataFrame, int]:
+    """The rounds of a linear recursion after its first, run by `task_rounds` here as a
+    Spark task runs them: from the relation's ``known`` versions and the ``fresh`` ones the
+    next round joins, with its lower relations' versions (``state``). Its versions, one per
+    key, and the rounds run; `rules.TooLarge` when it knows more than ``budget``."""
+    arrow = R.arrow_schema(schema)
+    parts = [(known, False), (fresh, True)]  # as Spark's pieces come: the last one new
+    rows = pd.concat(
+        [_as_stored(p, arrow).assign(**{task_rounds.NEW: new}) for p, new in parts],
+        ignore_index=True,
+    )
+    lower = {r: state(r) for r in sorted(plan.lower)}
+    out, rounds = task_rounds.fixpoint(plan, rows, lower, *window, budget)
+    if out[task_rounds.NEW].any():
+        raise R.TooLarge(f"{plan.relation} knows more than {budget} versions")
+    return out[R.row_columns(schema)].reset_index(drop=True), rounds
+
+
+def _as_stored(rows: pd.DataFrame, arrow: pa.Schema) -> pd.DataFrame:
+    """``rows`` with the columns and types of a stored epoch read back (as a task has them)."""
+    table = pa.Table.from_pandas(rows[arrow.names], schema=arrow, preserve_index=False)
+    return table.to_pandas()
 
 
 def _versions(schema: Schema, parts: list[pd.DataFrame | None]) -> pd.DataFrame:

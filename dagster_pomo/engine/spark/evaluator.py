@@ -560,7 +560,7 @@ class SparkEvaluator:
         """Whether this process works ``stratum`` of ``epoch`` out instead of Spark: the
         epoch is small (at most ``Policy.in_process_inputs`` input events, counted from its files:
         Spark and the warehouse on this machine) and not a range, and the stratum is one
-        `inprocess.stratum.supported` takes (no recursion, no ``@next``). A small epoch's
+        `inprocess.stratum.supported` takes (no ``@next``, no provenance). A small epoch's
         Spark jobs cost far more than its rows; a large one's rows repay them."""
         if not self.store.local or self.is_span(epoch):
             return False
@@ -643,6 +643,7 @@ class SparkEvaluator:
             epoch.end,
             self.policy.local_matches,
             lambda name: self._local_history(name, epoch),
+            self.policy.task_rows,
         )
         key = epoch_key(epoch)
         for name, table in made.items():
