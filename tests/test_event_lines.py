@@ -59,18 +59,24 @@ def relations(draw: st.DrawFn) -> tuple[Schema, bool, list[tuple[object, ...]]]:
     return schema, aggregating, records
 
 
-@given(relations())
+@given(relations(), st.sampled_from([1, 3, event_lines.SLICE]))
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_arrow_lines_are_the_bytes_of_the_event_by_event_writer(
-    tmp_path_factory: object, relation: tuple[Schema, bool, list[tuple[object, ...]]]
+    tmp_path_factory: object, relation: tuple[Schema, bool, list[tuple[object, ...]]], cut: int
 ) -> None:
+    """The lines are the same whatever the slice of events formatted at once (``cut``)."""
     schema, aggregating, records = relation
     keys = [key for _, key, _ in schema.aggregates]
     arrow = arrow_schema(schema)
     table = pa.Table.from_pylist([dict(zip(arrow.names, r, strict=True)) for r in records], arrow)
     path = Path(tmp_path_factory.mktemp("out")) / "r.jsonl"  # type: ignore[attr-defined]
     assert event_lines.writes(schema)
-    written = event_lines.write(table, schema, aggregating, keys, path)
+    whole = event_lines.SLICE
+    event_lines.SLICE = cut
+    try:
+        written = event_lines.write(table, schema, aggregating, keys, path)
+    finally:
+        event_lines.SLICE = whole
     versions = [from_record(r, schema) for r in records]
     events = sorted(merge_versions(versions, aggregating), key=output_order)
     expected = "".join(json.dumps(event_object(e, keys, False)) + "\n" for e in events)

@@ -29,6 +29,7 @@ WRITES = {"int", "bool", "str"}
 # The most versions of a relation this process reads to write its events (about 50 bytes
 # each, held at once); more go to Spark's writers.
 ROWS = 10_000_000
+SLICE = 1 << 20  # events formatted at once
 
 
 def writes(schema: Schema) -> bool:
@@ -44,9 +45,10 @@ def write(
     per event, sorted by time then arguments (`merged`); how many."""
     events = merged(versions, schema, aggregating)
     with open(path, "wb") as out:
-        for chunk in _lines(events, schema, keys).chunks:
-            if len(chunk):
-                out.write(_data(chunk))
+        for start in range(0, events.num_rows, SLICE):  # the text of a slice at a time
+            for chunk in _lines(events.slice(start, SLICE), schema, keys).chunks:
+                if len(chunk):
+                    out.write(_data(chunk))
     return events.num_rows
 
 
