@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.run import run
 from dagster_pomo.lang import compile_corpus
 from tests.compare import policy
@@ -55,6 +59,44 @@ def test_a_thousand_rounds_of_a_counter_without_shared_variables(tmp_path: Path)
     out = _run(COUNTER.format(n=1000, step=1), [], tmp_path, "spark")
     print(f"1,000 rounds in {time.perf_counter() - started:.1f} s")
     assert _counted(out, "c") == [(x, 1000) for x in range(1001)]
+
+
+def test_a_recursion_over_few_rows_runs_here_in_an_epoch_too_large_for_this_process(
+    tmp_path: Path,
+) -> None:
+    """An epoch of more input events than this process takes on runs its strata on Spark,
+    but a recursion whose relations hold few rows still runs its rounds here (a Spark round
+    costs a job and a plan): the counter at n = 1,000 beside a stratum Spark works out.
+    When a relation the recursion reads holds more rows, the recursion goes to Spark."""
+    corpus = (
+        COUNTER.format(n=1000, step=1)
+        + """
+    .decl noise(x: int);
+    seen(x) := noise(x) if x < 3;
+    below(x) := noise(x);
+    below(y) := below(x) ^ noise(y) if y < x;
+    """
+    )
+    program = compile_corpus(corpus, "mixed.pomo")
+    events = tmp_path / "noise.jsonl"
+    lines = [{"relation": "noise", "t": i, "args": [i % 7]} for i in range(60)]
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    prepared = prepare(program, events, 100, 0, 100, ANY_TIME)
+
+    def strata(how: Policy) -> dict[str, tuple[bool, int]]:
+        driver = Driver.for_run(program, prepared, str(tmp_path / f"wh{how.lower_rows}"), how)
+        stats = driver.evaluate_epoch(driver.epochs[0])
+        assert stats.spark_jobs, "the epoch is Spark's"
+        return {s.relations[0]: (s.in_process, s.rounds) for s in stats.strata}
+
+    large = Policy(in_process_inputs=10)  # 60 input events: too many for this process
+    ran = strata(large)
+    assert ran["c"] == (True, 1001)
+    assert ran["below"][0] is True  # its closure of noise reads 60 rows
+    assert ran["seen"][0] is False
+    ran = strata(replace(large, lower_rows=59))
+    assert ran["c"] == (True, 1001)  # reads its own relation alone
+    assert ran["below"][0] is False  # noise holds more rows than that: Spark's rounds
 
 
 def test_spark_plans_keep_a_self_join_estimate_bounded(tmp_path: Path) -> None:

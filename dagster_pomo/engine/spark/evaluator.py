@@ -245,14 +245,19 @@ class SparkEvaluator:
     def _history_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
         """The stored epochs before ``epoch`` that may hold versions of ``name`` alive after
         ``after`` (those its lifetime reaches), counted as read by the epoch under way."""
+        keys = self._alive_keys(name, epoch, after)
+        self._epoch.read.update((name, k) for k in keys)
+        return keys
+
+    def _alive_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
+        """The epochs before ``epoch`` that ``name``'s lifetime lets hold versions alive after
+        ``after``."""
         reach = self.life.get(name, NEVER)
-        keys = [
+        return [
             epoch_key(e)
             for e in self.epochs
             if e.start < epoch.start and (reach >= NEVER or e.end + reach > after)
         ]
-        self._epoch.read.update((name, k) for k in keys)
-        return keys
 
     def _ticks(self, start: int, end: int) -> DataFrame:
         """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start).
@@ -561,14 +566,33 @@ class SparkEvaluator:
         epoch is small (at most ``Policy.in_process_inputs`` input events, counted from its files:
         Spark and the warehouse on this machine) and not a range, and the stratum is one
         `inprocess.stratum.supported` takes (no ``@next``, no provenance). A small epoch's
-        Spark jobs cost far more than its rows; a large one's rows repay them."""
+        Spark jobs cost far more than its rows; a large one's rows repay them, but for a
+        recursion over few rows (`_reads_few`)."""
         if not self.store.local or self.is_span(epoch):
             return False
-        return (
-            self._supported_here(stratum)
-            and self.policy.in_process_inputs > 0  # 0: never, not even without inputs
-            and self.store.input_events(epoch_key(epoch)) <= self.policy.in_process_inputs
-        )
+        if not self._supported_here(stratum) or self.policy.in_process_inputs <= 0:
+            return False  # 0: never, not even without inputs
+        if self.store.input_events(epoch_key(epoch)) <= self.policy.in_process_inputs:
+            return True
+        return stratum.recursive and self._reads_few(stratum, epoch)
+
+    def _reads_few(self, stratum: StratumPlan, epoch: Epoch) -> bool:
+        """Whether every relation ``stratum`` reads holds at most ``Policy.lower_rows``
+        versions that may take part in ``epoch`` (its own: of earlier epochs), counted from
+        the files' footers. A recursion over few rows is worked out here whatever the
+        epoch's size: a Spark round costs a job and a plan (about 0.2 s), a round here
+        milliseconds, and the rounds here stop (`TooLarge`) when it grows."""
+        key, limit = epoch_key(epoch), self.policy.lower_rows
+        for name in stratum.reads:
+            if name == CLOCK:
+                continue  # worked out, not read: an epoch's ticks
+            keys = self._alive_keys(name, epoch, epoch.start)
+            if name not in stratum.relations:
+                keys.append(key)
+            stored = self.wh.stored_keys(name)
+            if sum(self.wh.stored_rows(name, k) for k in keys if k in stored) > limit:
+                return False
+        return True
 
     def _table(self, name: str, key: str) -> pd.DataFrame:
         """Stored epoch ``key`` of ``name`` as this process reads it (once an epoch)."""
