@@ -4,10 +4,12 @@ writing its outputs, against a fresh DuckDB process doing the same with `WITH RE
 Transitive closure over a random graph G(n, m) (W1's `tc`), the edges landed as JSON Lines
 events. Three fresh processes, each timed from its start to its exit:
 
-- `pomo run FILE --events EDGES --out DIR` (the outputs merged, sorted and streamed from
-  Spark to the files);
-- the same evaluation with every version collected into the Python process and merged
-  there before writing (how `--out` was written before), for comparison;
+- `pomo run FILE --events EDGES --out DIR`, as a user runs it (a small epoch is worked out
+  in the process, and a relation of integers written from Arrow, with no JVM);
+- the same run on Spark's plans and tasks, its outputs merged, sorted and written by
+  Spark (what a larger epoch gets), for comparison;
+- the same evaluation with every version collected and merged in Python one at a time
+  before writing (how `--out` was written first);
 - DuckDB: read the events, `WITH RECURSIVE`, write the closure as JSON Lines.
 
 Each output is checked to hold the same number of events as DuckDB's.
@@ -33,6 +35,20 @@ from dagster_pomo.lang import load_program
 from dagster_pomo.engine.lines import ANY_TIME
 result = run(load_program(Path(sys.argv[1])), sys.argv[2], 3_600_000, window=ANY_TIME)
 write_outputs(result, Path(sys.argv[3]))
+"""
+ON_SPARK = """
+import sys
+from pathlib import Path
+from dagster_pomo.engine import event_lines
+from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.policy import Policy
+from dagster_pomo.engine.run import run
+from dagster_pomo.engine.spark import warehouse
+from dagster_pomo.lang import load_program
+warehouse.LOCAL_ROWS, event_lines.ROWS = 0, -1  # Spark writes every relation
+spark = Policy(in_process_inputs=0)
+run(load_program(Path(sys.argv[1])), sys.argv[2], 3_600_000, window=ANY_TIME, policy=spark,
+    out=Path(sys.argv[3]))
 """
 DUCKDB = """
 import sys, duckdb
@@ -82,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps({"relation": "edge", "t": 0, "args": [a, b]}) + "\n" for a, b in edges
             )
         )
-        runs: dict[str, list[float]] = {"pomo run --out": [], "collected": [], "DuckDB": []}
+        runs: dict[str, list[float]] = {
+            "pomo run --out": [],
+            "on Spark": [],
+            "collected": [],
+            "DuckDB": [],
+        }
         counts: dict[str, int] = {}
         for i in range(args.repeat):
             out = work / f"out{i}"
@@ -102,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
                 )  # fmt: skip
             )
             counts["pomo run --out"] = _lines(out / "path.jsonl")
+            on_spark = work / f"spark{i}"
+            runs["on Spark"].append(
+                _timed([python, "-c", ON_SPARK, str(corpus), str(events), str(on_spark)])
+            )
+            counts["on Spark"] = _lines(on_spark / "path.jsonl")
             collected = work / f"collected{i}"
             runs["collected"].append(
                 _timed([python, "-c", COLLECTED, str(corpus), str(events), str(collected)])
