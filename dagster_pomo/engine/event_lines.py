@@ -12,7 +12,9 @@ are the same bytes either way.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -44,11 +46,21 @@ def write(
     """The events of ``versions`` (a relation's stored versions) as lines in ``path``: one
     per event, sorted by time then arguments (`merged`); how many."""
     events = merged(versions, schema, aggregating)
-    with open(path, "wb") as out:
-        for start in range(0, events.num_rows, SLICE):  # the text of a slice at a time
-            for chunk in _lines(events.slice(start, SLICE), schema, keys).chunks:
-                if len(chunk):
-                    out.write(_data(chunk))
+
+    def lines(start: int) -> pa.ChunkedArray:
+        return _lines(events.slice(start, SLICE), schema, keys)
+
+    # The text of a slice at a time, two made on threads (Arrow lets go of the interpreter's
+    # lock) while this one writes the slices before, in order; at most three held at once.
+    with open(path, "wb") as out, ThreadPoolExecutor(2, thread_name_prefix="pomo-lines") as pool:
+        pending: deque[Future[pa.ChunkedArray]] = deque()
+        for start in [*range(0, events.num_rows, SLICE), None]:
+            if start is not None:
+                pending.append(pool.submit(lines, start))
+            while pending and (start is None or len(pending) > 2):
+                for chunk in pending.popleft().result().chunks:
+                    if len(chunk):
+                        out.write(_data(chunk))
     return events.num_rows
 
 

@@ -11,7 +11,9 @@ Spark's tasks run them on (`task_rounds`), here as there.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -24,6 +26,8 @@ from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.linear_rounds import LinearPlan
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.plan.time import reach_of
+
+THREADS = 8  # the most threads a linear recursion's rounds take here
 
 
 def supported(plan: CorpusPlan, stratum: StratumPlan) -> bool:
@@ -170,8 +174,9 @@ def _fixpoint(
             fresh = _uncovered(schemas[n], _versions(schemas[n], made[n]), known[n])
             if len(fresh):
                 if linear is not None:  # the later rounds: on the tasks' executor
+                    spread = dict(stratum.stable).get(n)
                     known[n], more = _linear_rounds(
-                        linear, schemas[n], known[n], fresh, state, window, budget
+                        linear, schemas[n], (known[n], fresh), state, window, budget, spread
                     )
                     rounds += more
                     continue
@@ -190,27 +195,54 @@ def _fixpoint(
 def _linear_rounds(
     plan: LinearPlan,
     schema: Schema,
-    known: pd.DataFrame,
-    fresh: pd.DataFrame,
+    given: tuple[pd.DataFrame, pd.DataFrame],
     state: Callable[[str], pd.DataFrame],
     window: tuple[int, int],
     budget: int,
+    spread: int | None,
 ) -> tuple[pd.DataFrame, int]:
-    """The rounds of a linear recursion after its first, run by `task_rounds` here as a
-    Spark task runs them: from the relation's ``known`` versions and the ``fresh`` ones the
-    next round joins, with its lower relations' versions (``state``). Its versions, one per
-    key, and the rounds run; `rules.TooLarge` when it knows more than ``budget``."""
+    """The rounds of a linear recursion after its first, run by `task_rounds` here as
+    Spark's tasks run them: from the relation's known versions and the fresh ones the next
+    round joins (``given``), with its lower relations' versions (``state``). Spread on its
+    stable argument (column ``spread``), each part is taken to its fixpoint on a thread
+    of its own, as a task of its own on Spark (numpy lets go of the interpreter's lock).
+    Its versions, one per key, and the rounds run; `rules.TooLarge` when a part knows more
+    than ``budget``."""
     arrow = R.arrow_schema(schema)
-    parts = [(known, False), (fresh, True)]  # as Spark's pieces come: the last one new
-    rows = pd.concat(
-        [_as_stored(p, arrow).assign(**{task_rounds.NEW: new}) for p, new in parts],
+    rows = pd.concat(  # as Spark's pieces come: the last one new
+        [
+            _as_stored(p, arrow).assign(**{task_rounds.NEW: new})
+            for p, new in zip(given, (False, True), strict=True)
+        ],
         ignore_index=True,
     )
     lower = {r: state(r) for r in sorted(plan.lower)}
-    out, rounds = task_rounds.fixpoint(plan, rows, lower, *window, budget)
+    parts = _spread(rows, schema.columns[spread] if spread is not None else None)
+
+    def fixpoint(part: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+        return task_rounds.fixpoint(plan, part, lower, *window, budget)
+
+    if len(parts) == 1:
+        done = [fixpoint(parts[0])]
+    else:
+        with ThreadPoolExecutor(len(parts), thread_name_prefix="pomo-rounds") as pool:
+            done = list(pool.map(fixpoint, parts))
+    out = pd.concat([o for o, _ in done], ignore_index=True) if len(done) > 1 else done[0][0]
     if out[task_rounds.NEW].any():
         raise R.TooLarge(f"{plan.relation} knows more than {budget} versions")
-    return out[R.row_columns(schema)].reset_index(drop=True), rounds
+    return out[R.row_columns(schema)].reset_index(drop=True), max(r for _, r in done)
+
+
+def _spread(rows: pd.DataFrame, column: str | None) -> list[pd.DataFrame]:
+    """``rows`` cut in as many parts as this machine has cores (at most `THREADS`) by the
+    hash of ``column``, a stable argument no rule moves: each part reaches its fixpoint
+    alone. One part when there is no such argument."""
+    parts = min(os.cpu_count() or 1, THREADS)
+    if column is None or parts == 1 or len(rows) < parts:
+        return [rows]
+    where = pd.util.hash_pandas_object(rows[column], index=False).to_numpy() % parts
+    cut = [rows[where == i] for i in range(parts)]
+    return [c for c in cut if len(c)]
 
 
 def _as_stored(rows: pd.DataFrame, arrow: pa.Schema) -> pd.DataFrame:
