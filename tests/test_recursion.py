@@ -13,6 +13,7 @@ import pytest
 
 from dagster_pomo.engine import event_lines, task_rounds
 from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.inprocess import stratum as local_stratum
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.policy import DEFAULT, Policy
@@ -84,7 +85,8 @@ SPARK = Policy(in_process_inputs=0)  # every epoch on Spark's plans and tasks
         # The tasks stop part-way, and Spark's rounds go on from there; versions by hash.
         (30, 0, False),
         (0, task_rounds.CELLS, False),  # Spark's rounds only
-        # Small epochs in this process: the rounds on the tasks' executor, here ...
+        # Small epochs in this process: the rounds on the tasks' executor, here (the
+        # relation spread over threads however few its versions) ...
         (DEFAULT.task_rows, task_rounds.CELLS, True),
         # ... which gives up past 30 versions: the stratum goes to Spark, as above ...
         (30, 0, True),
@@ -95,6 +97,7 @@ def test_rounds_in_tasks_give_what_the_reference_gives(
     events: Path, expected: dict[str, list], monkeypatch, task_rows: int, cells: int, here: bool
 ) -> None:
     monkeypatch.setattr(task_rounds, "CELLS", cells)  # tasks get the module by value: as patched
+    monkeypatch.setattr(local_stratum, "SPREAD_ROWS", 0)
     assert len(expected["path"]) > 60 and expected["sg"], "the case must recurse a fair amount"
     # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
     how = replace(DEFAULT if here else SPARK, task_rows=task_rows)
