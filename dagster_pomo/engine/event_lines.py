@@ -103,15 +103,15 @@ def _lines(events: pa.Table, schema: Schema, keys: Sequence[str]) -> pa.ChunkedA
     exp = events["exp"]
     never = pc.greater_equal(exp, NEVER)
     parts: list[object] = ['{"args": [']
-    parts += _joined(args, events.num_rows)
+    parts += _joined(args)
     parts += ['], "t": ', pc.cast(events["t"], pa.string()), ', "exp": ']
     parts += [pc.if_else(never, "null", pc.cast(exp, pa.string())), ', "aggregates": {']
-    parts += _joined(aggs, events.num_rows)
+    parts += _joined(aggs)
     parts += ["}}\n"]
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _joined(columns: list[pa.ChunkedArray], rows: int) -> list[object]:
+def _joined(columns: list[pa.ChunkedArray]) -> list[object]:
     """``columns`` with ", " between them, as pieces of `_lines`'s join."""
     if not columns:
         return [""]

@@ -88,7 +88,7 @@ def evaluate(
     ``seeds`` (facts and deferred events), one version per ``(args, t, kt)``; and the rounds
     it took. A recursive stratum reads its own relations' earlier epochs from ``history``;
     a linear one's rounds after the first run on `task_rounds` while its relation holds at
-    most ``budget`` versions (0: on pandas frames, as other recursion's do).
+    most ``budget`` versions (0: on pandas frames, as other recursions' rounds do).
     Raises `rules.TooLarge` when a join, or a recursive relation, passes ``limit`` rows
     (a linear one: ``budget``)."""
     schemas = plan.schemas
