@@ -70,6 +70,9 @@ def merged(versions: pa.Table, schema: Schema, aggregating: bool) -> pa.Table:
     ``_tau``), else the largest ``exp`` of its versions. One sort puts an event's versions
     together, its latest last."""
     identity = ["t", *schema.columns]
+    fast = _merged_packed(versions, identity, aggregating)
+    if fast is not None:
+        return fast
     order = [(c, "ascending") for c in (*identity, "kt", "_tau")]
     rows = versions.take(pc.sort_indices(versions, sort_keys=order))
     n = rows.num_rows
@@ -88,6 +91,89 @@ def merged(versions: pa.Table, schema: Schema, aggregating: bool) -> pa.Table:
     exp = np.maximum.reduceat(rows["exp"].to_numpy(), starts)
     events = rows.take(pa.array(starts))
     return events.set_column(events.schema.get_field_index("exp"), "exp", pa.array(exp))
+
+
+# A packed key: the columns' values less their least, in mixed radix (the first column most
+# significant), so that one int64 orders rows as the columns do one after the other.
+_Packing = list[tuple[str, pa.DataType, int, int]]  # column, type, least value, span
+
+
+def _merged_packed(versions: pa.Table, identity: list[str], aggregating: bool) -> pa.Table | None:
+    """`merged` by sorting one int64 a version, where the identity's values (and, for an
+    aggregate, ``kt`` and ``_tau``) are integers or booleans whose ranges fit in one: no
+    sort over several columns and no gather of whole rows (a tenth of the time for
+    millions of versions). The event's columns are decoded from its key. None otherwise."""
+    packed = _packed(versions, identity) if versions.num_rows else None
+    if packed is None:
+        return None
+    key, packing = packed
+    span = _span(packing)
+    columns: dict[str, pa.Array]
+    if aggregating:  # the latest version of each event: sorted last among its versions
+        later = _packed(versions, ["kt", "_tau"])
+        if later is None or span * _span(later[1]) >= _LIMIT:
+            return None
+        order = np.argsort(key * _span(later[1]) + later[0], kind="stable")
+        ordered = key[order]
+        last = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
+        columns = _unpacked(ordered[last], packing)
+        rest = versions.take(pa.array(order[last]))
+        columns.update({c: rest[c] for c in rest.column_names if c not in columns})
+    else:
+        exp = versions["exp"].to_numpy()
+        one_expiry = exp.min() == exp.max()  # then the events are the distinct keys
+        order = None if one_expiry else np.argsort(key, kind="stable")
+        ordered = np.sort(key) if order is None else key[order]
+        starts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1]))
+        events = ordered[starts]
+        if order is None:
+            merged_exp = np.full(len(events), exp[0])
+        else:
+            merged_exp = np.maximum.reduceat(exp[order], starts)
+        columns = _unpacked(events, packing)
+        columns["exp"] = pa.array(merged_exp)
+    return pa.table(columns)
+
+
+_LIMIT = 1 << 62
+
+
+def _packed(table: pa.Table, columns: list[str]) -> tuple[np.ndarray, _Packing] | None:
+    """The rows of ``columns`` packed into one int64 each (see `_Packing`), or None where a
+    column is not integers or booleans, holds a null, or the ranges do not fit."""
+    key = np.zeros(table.num_rows, dtype=np.int64)
+    packing: _Packing = []
+    total = 1
+    for name in columns:
+        column = table[name]
+        integral = pa.types.is_integer(column.type) or pa.types.is_boolean(column.type)
+        if not integral or column.null_count:
+            return None
+        values = column.to_numpy().astype(np.int64, copy=False)
+        least, most = int(values.min()), int(values.max())
+        span = most - least + 1
+        total *= span
+        if total >= _LIMIT:
+            return None
+        if span > 1:
+            key = key * span + (values - least)
+        packing.append((name, column.type, least, span))
+    return key, packing
+
+
+def _span(packing: _Packing) -> int:
+    """How many keys `_packed` can make with ``packing``."""
+    return int(np.prod([span for *_, span in packing], dtype=object))
+
+
+def _unpacked(keys: np.ndarray, packing: _Packing) -> dict[str, pa.Array]:
+    """The columns `_packed` packed into ``keys``, in their types."""
+    columns: dict[str, pa.Array] = {}
+    rest = keys
+    for name, typ, least, span in reversed(packing):
+        rest, value = np.divmod(rest, span)
+        columns[name] = pa.array(value + least).cast(typ)
+    return dict(reversed(columns.items()))
 
 
 def _lines(events: pa.Table, schema: Schema, keys: Sequence[str]) -> pa.ChunkedArray:
