@@ -91,10 +91,16 @@ def _frame(pairs, t=0, exp=NEVER, new=True) -> pd.DataFrame:
 TC = "path(a, b) := edge(a, b);\npath(a, c) := path(a, b) ^ edge(b, c);"
 
 
+def _fixpoint(*args: object) -> tuple[pd.DataFrame, int]:
+    """`task_rounds.fixpoint`, its versions as a frame."""
+    out, rounds = task_rounds.fixpoint(*args)  # type: ignore[arg-type]
+    return out.to_pandas(), rounds
+
+
 def _closure(edges, rows, budget=10**9):
     plan = _plan(TC)
     lower = {"edge": _frame(edges).drop(columns=task_rounds.NEW)}
-    return task_rounds.fixpoint(plan, rows, lower, -NEVER, NEVER, budget)
+    return _fixpoint(plan, rows, lower, -NEVER, NEVER, budget)
 
 
 @pytest.mark.usefixtures("way")
@@ -114,11 +120,11 @@ def test_a_path_lives_as_long_as_its_shortest_lived_edge() -> None:
     plan = _plan(TC)
     edges = pd.concat([_frame([(0, 1)], t=0, exp=50), _frame([(1, 2)], t=10, exp=30)])
     lower = {"edge": edges.drop(columns=task_rounds.NEW)}
-    out, _ = task_rounds.fixpoint(plan, _frame([(0, 1)], t=0, exp=50), lower, -NEVER, NEVER, 10**9)
+    out, _ = _fixpoint(plan, _frame([(0, 1)], t=0, exp=50), lower, -NEVER, NEVER, 10**9)
     got = {(r.a, r.b): (r.t, r.kt, r.exp) for r in out.itertuples()}
     assert got == {(0, 1): (0, 0, 50), (0, 2): (10, 10, 30)}
     # Matches are only made at times in the epoch.
-    out, _ = task_rounds.fixpoint(plan, _frame([(0, 1)], t=0, exp=50), lower, -NEVER, 10, 10**9)
+    out, _ = _fixpoint(plan, _frame([(0, 1)], t=0, exp=50), lower, -NEVER, 10, 10**9)
     assert set(zip(out["a"], out["b"], strict=True)) == {(0, 1)}
 
 
@@ -179,7 +185,7 @@ def test_guards_and_negations_are_judged_as_spark_judges_them() -> None:
         {"n": [2, 3], "t": [0, 20], "kt": [0, 20], "exp": [5, 30], "_tau": [0, 20]}
     ).astype("int64")
     lower = {"edge": _frame(cycle).drop(columns=task_rounds.NEW), "blocked": blocked}
-    out, _ = task_rounds.fixpoint(plan, _frame(cycle), lower, -NEVER, NEVER, 10**9)
+    out, _ = _fixpoint(plan, _frame(cycle), lower, -NEVER, NEVER, 10**9)
     assert all(a != b or (a, b) in cycle for a, b in zip(out["a"], out["b"], strict=True))
     # At time 0, 2 is blocked (until 5): only its edge reaches it, and no path goes on through
     # it; 3 is blocked only from 20.
@@ -187,7 +193,7 @@ def test_guards_and_negations_are_judged_as_spark_judges_them() -> None:
     assert set(zip(out["a"], out["b"], strict=True)) == reached
     later = _frame(cycle, t=10)
     lower["edge"] = later.drop(columns=task_rounds.NEW)
-    out, _ = task_rounds.fixpoint(plan, later, lower, -NEVER, NEVER, 10**9)
+    out, _ = _fixpoint(plan, later, lower, -NEVER, NEVER, 10**9)
     pairs = {(a, b) for a in range(4) for b in range(4) if a != b}
     assert set(zip(out["a"], out["b"], strict=True)) == pairs
 
@@ -236,7 +242,7 @@ def test_cells_and_hashes_find_the_same_versions(seed: int, monkeypatch) -> None
     plan = _plan(TC)
 
     def run() -> list:
-        out, _ = task_rounds.fixpoint(plan, rows, {"edge": edges}, 5, 50, 10**9)
+        out, _ = _fixpoint(plan, rows, {"edge": edges}, 5, 50, 10**9)
         return out.sort_values(list(out.columns)).values.tolist()
 
     cells = run()
@@ -255,6 +261,6 @@ def test_versions_stamped_before_they_were_known_are_found_by_hash(monkeypatch) 
     plan = _plan(TC)
     lower = {"edge": _frame(chain).drop(columns=task_rounds.NEW)}
     made = _hash_ways(monkeypatch)
-    out, _ = task_rounds.fixpoint(plan, rows, lower, -NEVER, NEVER, 10**9)
+    out, _ = _fixpoint(plan, rows, lower, -NEVER, NEVER, 10**9)
     assert made and len(out) == 5 * 6 // 2
     assert ((out["a"] == 0) & (out["b"] == 1) & (out["t"] == -3)).sum() == 1

@@ -379,7 +379,7 @@ def fixpoint(
     start: int,
     end: int,
     budget: int,
-) -> tuple[pd.DataFrame, int]:
+) -> tuple[pa.Table, int]:
     """Run ``plan``'s rules on ``rows`` (stored columns and ``__new``: the versions the next
     round joins) until no round makes a version that no known one covers (same key, living
     at least as long), or until more than ``budget`` versions are known.
@@ -428,7 +428,7 @@ def _fixpoint(
     window: tuple[int, int],
     budget: int,
     way: Callable[[], _Cells | _Known],
-) -> tuple[pd.DataFrame, int]:
+) -> tuple[pa.Table, int]:
     start, end = window
     frames, negations = [], []
     for rule in plan.rules:
@@ -474,16 +474,27 @@ def _fixpoint(
         delta = _concat(fresh) if fresh else {}
         if fresh:
             kept.append(delta)
-    out = pd.DataFrame(_concat([k for k in kept if _rows(k)]))[columns]
+    # The rounds' columns as they are, end to end (a copy of millions of rows costs more
+    # than a round here).
+    out = _table([k for k in kept if _rows(k)] or kept[:1], columns)
     if merge:  # some key got a longer-living version: keep that one, with the earliest _tau
-        best = out.groupby(plan.key, sort=False, as_index=False)
-        out = best.agg(exp=("exp", "max"), _tau=("_tau", "min"))[columns]
-    out[NEW] = False
-    if _rows(delta):
-        left = pd.DataFrame({c: delta[c] for c in plan.key}).assign(**{NEW: True})
-        out = out.drop(columns=NEW).merge(left, on=plan.key, how="left")
-        out[NEW] = out[NEW].eq(True)  # the versions of no waiting key have none
-    return out, rounds
+        best = out.to_pandas().groupby(plan.key, sort=False, as_index=False)
+        frame = best.agg(exp=("exp", "max"), _tau=("_tau", "min"))[columns]
+        out = pa.Table.from_pandas(frame, preserve_index=False)
+    waiting = np.zeros(out.num_rows, dtype=bool)
+    if _rows(delta):  # the versions of the keys still to join
+        keys = pd.DataFrame({c: out[c].to_numpy() for c in plan.key})
+        left = pd.DataFrame({c: delta[c] for c in plan.key}).drop_duplicates()
+        waiting = keys.merge(left.assign(**{NEW: True}), on=plan.key, how="left")[NEW]
+        waiting = waiting.eq(True).to_numpy()
+    return out.append_column(NEW, pa.array(waiting)), rounds
+
+
+def _table(parts: Sequence[Cols], columns: list[str]) -> pa.Table:
+    """``parts`` one after the other as a table of ``columns``, their numpy arrays not copied
+    where Arrow can take them as they are (numbers)."""
+    tables = [pa.table({c: p[c] for c in columns}) for p in parts]
+    return pa.concat_tables(tables, promote_options="default")
 
 
 def _new_among(kept: Cols, given: Cols, waiting: np.ndarray, key: list[str]) -> np.ndarray:
@@ -526,19 +537,22 @@ def task(
         frames = {name: table.to_pandas() for name, table in lower.items()}
         out, rounds = fixpoint(plan, rows, frames, start, end, budget)
         if folder is None:
-            out[ROUNDS] = rounds
-            table = pa.Table.from_pandas(out[schema.names], schema=schema, preserve_index=False)
-            yield from table.to_batches(max_chunksize=1 << 16)
+            out = out.append_column(ROUNDS, pa.array(np.full(out.num_rows, rounds)))
+            yield from as_stored(out, schema).to_batches(max_chunksize=1 << 16)
             return
-        waiting = int(out[NEW].sum())
+        waiting = int(np.count_nonzero(out[NEW].to_numpy()))
         names = [n for n in schema.names if n != ROUNDS and (n != NEW or waiting)]
-        kept = pa.schema([schema.field(n) for n in names])
-        _write(pa.Table.from_pandas(out[names], schema=kept, preserve_index=False), folder)
+        _write(as_stored(out, pa.schema([schema.field(n) for n in names])), folder)
         yield pa.RecordBatch.from_pylist(
-            [{"rows": len(out), "waiting": waiting, "rounds": rounds}], schema=SUMMARY
+            [{"rows": out.num_rows, "waiting": waiting, "rounds": rounds}], schema=SUMMARY
         )
 
     return run
+
+
+def as_stored(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The columns of ``schema`` from ``table``, in its types."""
+    return table.select(schema.names).cast(schema)
 
 
 SUMMARY = pa.schema([("rows", pa.int64()), ("waiting", pa.int64()), ("rounds", pa.int64())])

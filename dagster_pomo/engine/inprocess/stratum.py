@@ -157,6 +157,7 @@ def _fixpoint(
 
     lower = {x.relation: state(x.relation) for r in rules for x in r.negations}
     delta: dict[str, pd.DataFrame] | None = None
+    finished: dict[str, pa.Table] = {}  # a linear relation's versions from the tasks' executor
     rounds = 0
     while True:
         rounds += 1
@@ -179,7 +180,7 @@ def _fixpoint(
             if len(fresh):
                 if linear is not None:  # the later rounds: on the tasks' executor
                     spread = dict(stratum.stable).get(n)
-                    known[n], more = _linear_rounds(
+                    finished[n], more = _linear_rounds(
                         linear, schemas[n], (known[n], fresh), state, window, budget, spread
                     )
                     rounds += more
@@ -190,7 +191,9 @@ def _fixpoint(
         if not delta:
             break
     out = {
-        n: pa.Table.from_pandas(known[n], schema=R.arrow_schema(schemas[n]), preserve_index=False)
+        n: finished[n]
+        if n in finished
+        else pa.Table.from_pandas(known[n], schema=R.arrow_schema(schemas[n]), preserve_index=False)
         for n in names
     }
     return out, rounds
@@ -204,7 +207,7 @@ def _linear_rounds(
     window: tuple[int, int],
     budget: int,
     spread: int | None,
-) -> tuple[pd.DataFrame, int]:
+) -> tuple[pa.Table, int]:
     """The rounds of a linear recursion after its first, run by `task_rounds` here as
     Spark's tasks run them: from the relation's known versions and the fresh ones the next
     round joins (``given``), with its lower relations' versions (``state``). Spread on its
@@ -223,7 +226,7 @@ def _linear_rounds(
     lower = {r: state(r) for r in sorted(plan.lower)}
     parts = _spread(rows, schema.columns[spread] if spread is not None else None)
 
-    def fixpoint(part: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    def fixpoint(part: pd.DataFrame) -> tuple[pa.Table, int]:
         return task_rounds.fixpoint(plan, part, lower, *window, budget)
 
     if len(parts) == 1:
@@ -231,10 +234,10 @@ def _linear_rounds(
     else:
         with ThreadPoolExecutor(len(parts), thread_name_prefix="pomo-rounds") as pool:
             done = list(pool.map(fixpoint, parts))
-    out = pd.concat([o for o, _ in done], ignore_index=True) if len(done) > 1 else done[0][0]
-    if out[task_rounds.NEW].any():
+    out = pa.concat_tables([o for o, _ in done])
+    if out[task_rounds.NEW].to_numpy().any():
         raise R.TooLarge(f"{plan.relation} knows more than {budget} versions")
-    return out[R.row_columns(schema)].reset_index(drop=True), max(r for _, r in done)
+    return task_rounds.as_stored(out, arrow), max(r for _, r in done)
 
 
 def _spread(rows: pd.DataFrame, column: str | None) -> list[pd.DataFrame]:
