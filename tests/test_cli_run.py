@@ -276,10 +276,11 @@ def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`--out` on Spark merges, sorts and streams each relation's events from the warehouse,
-    by Spark's workers, or read into this process when the warehouse holds few of them;
-    either way the files are byte for byte those of the versions merged in this process
-    (aggregates, versions of one event, future-stamped and deferred events, expiry
-    included)."""
+    by Spark's workers, or by this process from Arrow columns, or read into this process
+    when the warehouse holds few of them; every way the files are byte for byte those of
+    the versions merged in this process (floats and text, aggregates, versions of one event,
+    future-stamped and deferred events, expiry included)."""
+    from dagster_pomo.engine import event_lines
     from dagster_pomo.engine.run import run, write_outputs
     from dagster_pomo.engine.spark import warehouse
     from dagster_pomo.examples import water_tank_events
@@ -292,17 +293,19 @@ def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(
     collected = run(program, landing, 3_600_000)
     write_outputs(collected, tmp_path / "collected")
     read_here = run(program, landing, 3_600_000, out=tmp_path / "here")
-    monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # no relation is few: Spark writes
+    monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # no relation is few: Arrow writes
+    arrow = run(program, landing, 3_600_000, out=tmp_path / "arrow")
+    monkeypatch.setattr(event_lines, "ROWS", -1)  # nor one for Arrow: Spark's workers write
     streamed = run(program, landing, 3_600_000, out=tmp_path / "streamed")
     assert list((tmp_path / "streamed").glob(".*.parts")) == [], "Spark's parts cleaned up"
-    for done in (read_here, streamed):
+    for done in (read_here, arrow, streamed):
         assert done.written == {n: len(collected.events(n)) for n in collected.outputs}
     assert sum(streamed.written.values()) > 3000
     for name in [*collected.outputs, "_quarantine"]:
         file = f"{name}.jsonl"
         expected = (tmp_path / "collected" / file).read_bytes()
-        assert (tmp_path / "here" / file).read_bytes() == expected, name
-        assert (tmp_path / "streamed" / file).read_bytes() == expected, name
+        for way in ("here", "arrow", "streamed"):
+            assert (tmp_path / way / file).read_bytes() == expected, (way, name)
 
 
 INT_CORPUS = """.decl e(x: int, y: int) lifetime 1h;

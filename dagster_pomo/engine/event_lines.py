@@ -5,8 +5,8 @@ writes it, sorted by time then arguments. Built one event at a time in Python, m
 of events take tens of seconds; on Spark, the JVM must start and run a job even when the
 run itself needed none. Here the versions are merged per event, sorted and formatted
 as whole Arrow columns, for the relations whose values Arrow writes as `json.dumps`
-does (integers, times, booleans) or that are cheap to write one by one (text); the lines
-are the same bytes either way.
+does (integers, times, booleans, floats but for a few) or that are cheap to write one by
+one (text); the lines are the same bytes either way.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import pyarrow.compute as pc
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import NEVER
 
-# Value types written here: Arrow's text of integers and booleans is `json.dumps`'s, and
-# text is written by `json.dumps` value by value. Floats (their shortest form) and sets
-# go to the other writers, as do relations that carry provenance.
-WRITES = {"int", "bool", "str"}
+# Value types written here: Arrow's text of integers and booleans is `json.dumps`'s, of
+# floats nearly so (`_float_text`), and text is written by `json.dumps` value by value.
+# Sets go to the other writers, as do relations that carry provenance.
+WRITES = {"int", "bool", "str", "float"}
 # The most versions of a relation this process reads to write its events (about 50 bytes
 # each, held at once); more go to Spark's writers.
 ROWS = 10_000_000
@@ -70,6 +70,10 @@ def merged(versions: pa.Table, schema: Schema, aggregating: bool) -> pa.Table:
     ``_tau``), else the largest ``exp`` of its versions. One sort puts an event's versions
     together, its latest last."""
     identity = ["t", *schema.columns]
+    for name, typ in zip(schema.columns, schema.types, strict=True):
+        if typ == "float":  # -0.0 is the event of 0.0, written as 0.0 (`output_object`)
+            at = versions.schema.get_field_index(name)
+            versions = versions.set_column(at, name, pc.add(versions[name], 0.0))
     fast = _merged_packed(versions, identity, aggregating)
     if fast is not None:
         return fast
@@ -207,12 +211,34 @@ def _joined(columns: list[pa.ChunkedArray]) -> list[object]:
     return out
 
 
-def _text(column: pa.ChunkedArray, typ: str) -> pa.ChunkedArray:
+def _text(column: pa.ChunkedArray, typ: str) -> pa.ChunkedArray | pa.Array:
     """Each value as `json.dumps` writes it (``null`` for none)."""
     if typ == "str":
         made = [json.dumps(v) for v in column.to_pylist()]
         return pa.chunked_array([pa.array(made, pa.string())])
+    if typ == "float":
+        return _float_text(column.combine_chunks())
     return pc.fill_null(pc.cast(column, pa.string()), "null")
+
+
+def _float_text(column: pa.Array) -> pa.Array:
+    """Each float as `json.dumps` writes it: Python's shortest text that reads back as the
+    same float. Arrow's text has the same digits; from 1e-4 up to 1e10 (and for zero) it
+    differs only by the ``.0`` of a whole number, added here. Python writes the others
+    (exponents, non-finite values: rare in events), value by value."""
+    values = column.to_numpy(zero_copy_only=False)  # a null reads as NaN
+    text = pc.cast(column, pa.string())
+    size = np.abs(values)
+    with np.errstate(invalid="ignore"):
+        plain = ((size >= 1e-4) & (size < 1e10)) | (values == 0)
+        whole = plain & (np.floor(values) == values)
+    if whole.any():
+        text = pc.if_else(pa.array(whole), pc.binary_join_element_wise(text, ".0", ""), text)
+    other = ~plain & ~column.is_null().to_numpy(zero_copy_only=False)
+    if other.any():
+        made = pa.array([json.dumps(float(v)) for v in values[other]], pa.string())
+        text = pc.replace_with_mask(text, pa.array(other), made)
+    return pc.fill_null(text, "null")
 
 
 def _data(chunk: pa.Array) -> memoryview:

@@ -67,7 +67,8 @@ def output_object(
     from dagster_pomo.timeline import NEVER
 
     obj: dict[str, object] = {
-        "args": list(args),
+        # -0.0 is the event of 0.0 (equal keys, as Spark groups them): written as 0.0.
+        "args": [v + 0.0 if isinstance(v, float) else v for v in args],
         "t": t,
         "exp": None if exp >= NEVER else exp,
         "aggregates": {
