@@ -98,15 +98,17 @@ def merged(versions: pa.Table, schema: Schema, aggregating: bool) -> pa.Table:
 
 
 # A packed key: the columns' values less their least, in mixed radix (the first column most
-# significant), so that one int64 orders rows as the columns do one after the other.
-_Packing = list[tuple[str, pa.DataType, int, int]]  # column, type, least value, span
+# significant), so that one int64 orders rows as the columns do one after the other. Text
+# is packed as its rank among the column's distinct values (kept, sorted, to decode it).
+_Packing = list[tuple[str, pa.DataType, int, int, pa.Array | None]]  # + least, span, texts
 
 
 def _merged_packed(versions: pa.Table, identity: list[str], aggregating: bool) -> pa.Table | None:
     """`merged` by sorting one int64 a version, where the identity's values (and, for an
-    aggregate, ``kt`` and ``_tau``) are integers or booleans whose ranges fit in one: no
-    sort over several columns and no gather of whole rows (a tenth of the time for
-    millions of versions). The event's columns are decoded from its key. None otherwise."""
+    aggregate, ``kt`` and ``_tau``) are integers, booleans or text whose ranges (numbers
+    of distinct texts) fit in one: no sort over several columns and no gather of whole
+    rows (a tenth of the time for millions of versions). The event's columns are decoded
+    from its key. None otherwise."""
     packed = _packed(versions, identity) if versions.num_rows else None
     if packed is None:
         return None
@@ -144,16 +146,21 @@ _LIMIT = 1 << 62
 
 def _packed(table: pa.Table, columns: list[str]) -> tuple[np.ndarray, _Packing] | None:
     """The rows of ``columns`` packed into one int64 each (see `_Packing`), or None where a
-    column is not integers or booleans, holds a null, or the ranges do not fit."""
+    column is not integers, booleans or text, holds a null, or the ranges do not fit."""
     key = np.zeros(table.num_rows, dtype=np.int64)
     packing: _Packing = []
     total = 1
     for name in columns:
         column = table[name]
-        integral = pa.types.is_integer(column.type) or pa.types.is_boolean(column.type)
-        if not integral or column.null_count:
+        texts = None
+        if column.null_count:
             return None
-        values = column.to_numpy().astype(np.int64, copy=False)
+        if pa.types.is_string(column.type):
+            values, texts = _ranks(column)
+        elif pa.types.is_integer(column.type) or pa.types.is_boolean(column.type):
+            values = column.to_numpy().astype(np.int64, copy=False)
+        else:
+            return None
         least, most = int(values.min()), int(values.max())
         span = most - least + 1
         total *= span
@@ -161,22 +168,35 @@ def _packed(table: pa.Table, columns: list[str]) -> tuple[np.ndarray, _Packing] 
             return None
         if span > 1:
             key = key * span + (values - least)
-        packing.append((name, column.type, least, span))
+        packing.append((name, column.type, least, span, texts))
     return key, packing
+
+
+def _ranks(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """Each text's rank among the column's distinct texts, and those texts sorted (by code
+    point, as Python sorts them: UTF-8's byte order)."""
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    order = pc.sort_indices(encoded.dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[encoded.indices.to_numpy()], encoded.dictionary.take(pa.array(order))
 
 
 def _span(packing: _Packing) -> int:
     """How many keys `_packed` can make with ``packing``."""
-    return int(np.prod([span for *_, span in packing], dtype=object))
+    return int(np.prod([span for _, _, _, span, _ in packing], dtype=object))
 
 
 def _unpacked(keys: np.ndarray, packing: _Packing) -> dict[str, pa.Array]:
     """The columns `_packed` packed into ``keys``, in their types."""
     columns: dict[str, pa.Array] = {}
     rest = keys
-    for name, typ, least, span in reversed(packing):
+    for name, typ, least, span, texts in reversed(packing):
         rest, value = np.divmod(rest, span)
-        columns[name] = pa.array(value + least).cast(typ)
+        if texts is None:
+            columns[name] = pa.array(value + least).cast(typ)
+        else:
+            columns[name] = texts.take(pa.array(value + least))
     return dict(reversed(columns.items()))
 
 
@@ -213,9 +233,10 @@ def _joined(columns: list[pa.ChunkedArray]) -> list[object]:
 
 def _text(column: pa.ChunkedArray, typ: str) -> pa.ChunkedArray | pa.Array:
     """Each value as `json.dumps` writes it (``null`` for none)."""
-    if typ == "str":
-        made = [json.dumps(v) for v in column.to_pylist()]
-        return pa.chunked_array([pa.array(made, pa.string())])
+    if typ == "str":  # each distinct text written once
+        encoded = pc.dictionary_encode(column.combine_chunks())
+        made = [json.dumps(v) for v in encoded.dictionary.to_pylist()]
+        return pc.fill_null(pa.array(made, pa.string()).take(encoded.indices), "null")
     if typ == "float":
         return _float_text(column.combine_chunks())
     return pc.fill_null(pc.cast(column, pa.string()), "null")
