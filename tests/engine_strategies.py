@@ -124,8 +124,10 @@ def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
                 lines.append(f"{head} @time(t) := {p}(x, y) @time(t);")
             else:
                 offset, period = draw(st.sampled_from([0, 2])), draw(st.sampled_from([3, 5]))
+                # Stamped at the tick, or the middle of the period before it, or later.
+                at = draw(st.sampled_from(["tick", "tick - n / 2", "1 + tick"]))
                 lines.append(
-                    f"{head} @time(tick) := {p}(x, y) @time(seen) ^ clock(o, n) @time(tick)"
+                    f"{head} @time({at}) := {p}(x, y) @time(seen) ^ clock(o, n) @time(tick)"
                     f" if seen < tick ^ seen >= tick - n where o = {offset}, n = {period};"
                 )
             unary.append(d)

@@ -146,6 +146,16 @@ def _same_on_every_engine(case: Case, tmp: Path) -> None:
 
 
 @few_spark_examples
+@given(st.builds(Case, corpora(("clock", "timed_agg", "join", "clock")), event_streams()))
+def test_clock_aggregates_are_the_same_on_every_engine_and_epoch_size(
+    tmp_path_factory, case: Case
+) -> None:
+    """Aggregates over clock ticks, stamped at the tick or the period before it or later:
+    each group's matches are made at one time, a grouping on Spark (`at_one_time`)."""
+    _same_on_every_engine(case, tmp_path_factory.mktemp("clock"))
+
+
+@few_spark_examples
 @given(st.builds(Case, corpora(("cid", "join", "const", "cid")), event_streams()))
 def test_content_ids_are_the_same_on_every_engine_and_epoch_size(
     tmp_path_factory, case: Case

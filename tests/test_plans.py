@@ -52,3 +52,64 @@ def test_joins_are_decided_once_in_the_plan() -> None:
     band = r.scans[2].join.band
     assert band is not None and (band.left, band.right) == ("z", "w")
     assert [scan.join.kind for scan in s.scans] == ["first", "cross"]
+
+
+CLOCKED = """.decl level(tank: str, x: float) lifetime 10m;
+.decl late(tank: str, x: float);
+late(tank, x) @time(t + 1) := level(tank, x) @time(t);
+"""
+
+
+@pytest.mark.parametrize(
+    ("rule", "grouped"),
+    [
+        # the resampling shape: stamped before the tick, every reading before it
+        (
+            "m(k) @count @time(tick - p / 2) := level(k, x) @time(s) ^ clock(0, p) @time(tick)"
+            " if s < tick ^ s >= tick - p where p = 1m;",
+            True,
+        ),
+        (
+            "m(k) @count @time(1 + tick) := level(k, x) @time(s) ^ clock(0, 60000) @time(tick)"
+            " if s <= tick;",
+            True,
+        ),
+        # a reading may come after the tick: matches at the reading's time too
+        (
+            "m(k) @count @time(tick) := level(k, x) @time(s) ^ clock(0, 60000) @time(tick)"
+            " if s < tick + 5;",
+            False,
+        ),
+        # the earlier atom's time
+        (
+            "m(k) @count @time(s) := level(k, x) @time(s) ^ clock(0, 60000) @time(tick)"
+            " if s < tick;",
+            False,
+        ),
+        # not the tick give or take a constant: two ticks may share a group's time
+        (
+            "m(k) @count @time(tick / 2) := level(k, x) @time(s) ^ clock(0, 60000) @time(tick)"
+            " if s < tick;",
+            False,
+        ),
+        # a derived relation's versions may be known after their time
+        (
+            "m(k) @count @time(tick) := late(k, x) @time(s) ^ clock(0, 60000) @time(tick)"
+            " if s < tick;",
+            False,
+        ),
+        # no explicit time: a running aggregate
+        ("m(k) @count := level(k, x) @time(s) ^ clock(0, 60000) @time(tick) if s < tick;", False),
+    ],
+)
+def test_an_aggregate_is_grouped_where_each_group_matches_at_one_time(
+    rule: str, grouped: bool
+) -> None:
+    """`one_time_groups`: a grouping replaces the running window only where the head's time
+    is one atom's time (give or take a constant) and the guards keep the others' events,
+    known at their own time, no later."""
+    program = compile_corpus(CLOCKED + rule + "\n", "clocked.pomo")
+    plan = compile_plan(program, infer_schemas(program, {}))
+    (made,) = [r for s in plan.strata for r in s.rules if r.relation == "m"]
+    assert made.aggregate is not None
+    assert made.aggregate.at_one_time is grouped

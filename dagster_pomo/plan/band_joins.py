@@ -101,3 +101,19 @@ def bands(guards: Sequence[ast.Expr], constants: Mapping[str, object]) -> list[B
         if has_high:
             highs[key] = min(highs.get(key, band.high), band.high)
     return [Band(*k, lows[k], highs[k]) for k in order if k in lows and k in highs]
+
+
+def no_later(
+    earlier: str, later: str, guards: Sequence[ast.Expr], constants: Mapping[str, object]
+) -> bool:
+    """Whether one of the guards keeps ``earlier <= later``."""
+    for guard in guards:
+        found = _bound(guard, constants)
+        if found is None:
+            continue
+        band, has_low, has_high = found
+        if (band.left, band.right) == (earlier, later) and has_high and band.high <= 0:
+            return True
+        if (band.left, band.right) == (later, earlier) and has_low and band.low >= 0:
+            return True
+    return False

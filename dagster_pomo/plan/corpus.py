@@ -3,7 +3,8 @@
 `compile_plan` runs a short sequence of plain passes over a checked program and
 its schemas, each adding one decision: the rules' plans, which recursive strata
 can run their later rounds as a linear plan inside a task, which argument their
-relations can be spread on, and the facts a corpus knows before any event. Every
+relations can be spread on, which aggregates are groupings (`one_time_groups`), and the
+facts a corpus knows before any event. Every
 backend executes the result; none walks the AST again.
 """
 
@@ -16,6 +17,7 @@ from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.plan.constant_defs import clocks
 from dagster_pomo.plan.linear_rounds import LinearPlan, linear_plan
+from dagster_pomo.plan.one_time_groups import at_one_time
 from dagster_pomo.plan.partitioning import stable_argument
 from dagster_pomo.plan.rules import RulePlan, plan_rule
 from dagster_pomo.plan.schema import Schema
@@ -127,6 +129,22 @@ def plan_recursion(
     return tuple(out)
 
 
+def plan_aggregates(program: Program, strata: tuple[StratumPlan, ...]) -> tuple[StratumPlan, ...]:
+    """Strata whose aggregates are marked where each group matches at one time."""
+    derived = {n for s in strata for n in s.relations}
+    known = {r.name for r in program.catalog if not r.derived and r.name not in derived}
+    out = []
+    for s in strata:
+        rules = tuple(
+            replace(r, aggregate=replace(r.aggregate, at_one_time=True))
+            if r.aggregate is not None and at_one_time(r, known)
+            else r
+            for r in s.rules
+        )
+        out.append(replace(s, rules=rules))
+    return tuple(out)
+
+
 def deferring(program: Program) -> frozenset[str]:
     return frozenset(
         r.head.relation for r in program.corpus.rules if r.body and r.head.time is not None
@@ -137,6 +155,7 @@ def compile_plan(program: Program, schemas: Mapping[str, Schema]) -> CorpusPlan:
     """The plan of a checked ``program`` whose relations have ``schemas``."""
     strata = plan_strata(program, schemas)
     strata = plan_recursion(program, schemas, strata)
+    strata = plan_aggregates(program, strata)
     return CorpusPlan(
         program,
         schemas,

@@ -113,6 +113,7 @@ class Aggregate:
     functions: tuple[tuple[str, ast.Expr | None, str, str], ...]
     reach_from: tuple[str, ...]
     lattice: str | None = None  # the registered lattice a ``@lattice`` function merges with
+    at_one_time: bool = False  # each group's matches are made at one time (`one_time_groups`)
 
 
 @dataclass(frozen=True)

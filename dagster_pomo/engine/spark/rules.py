@@ -687,6 +687,9 @@ def aggregate(
     hashed = F.xxhash64(key).alias("__hash")
     prov = [provenance(rule).alias("__prov")] if head.provenance else []
     made = df.select(*group, "__tau", "__mexp", *values, *prov, key.alias("__key"), hashed)
+    if rule.aggregate.at_one_time and not head.provenance:
+        grouped = _at_one_time(rule, made, group, values, a)
+        return _aggregated(rule, grouped, group)
     made = made.repartition(*group) if group else made
     # A combination of events may match in several versions. At time x it counts once, with
     # the latest expiry among its versions made by x and alive at x: cut its time line into
@@ -713,6 +716,28 @@ def aggregate(
     sets = any(fn in ("collect", "lattice") for fn, *_ in functions)
     by = _by_sweep if numeric and not head.provenance and not sets else _by_window
     grouped = by(rule, made.withColumnRenamed("__tau", "__at"), group, values, a, b, buckets)
+    return _aggregated(rule, grouped, group)
+
+
+def _at_one_time(
+    rule: RulePlan, made: DataFrame, group: list[str], values: list[str], a: int
+) -> DataFrame:
+    """The aggregates' parts where each group's matches are all made at one time
+    (`Aggregate.at_one_time`): one grouping, no running window. The relations it reads
+    hold one version an event (made at its time), so a combination of events is one
+    match, alive then (`valid`)."""
+    alive = made.filter(F.col("__tau") >= a)
+    parts = _partials(rule, values)
+    return alive.groupBy(*group, F.col("__tau").alias("__at")).agg(
+        *[one.alias(name) for name, one, _ in parts]
+    )
+
+
+def _aggregated(rule: RulePlan, grouped: DataFrame, group: list[str]) -> DataFrame:
+    """The head's versions from the aggregates' parts at each time (``__at``)."""
+    head = rule.head
+    assert rule.aggregate is not None
+    functions = rule.aggregate.functions
     aggs = []
     for i, (fn, _, column, typ) in enumerate(functions):
         part = F.col(f"__part{i}")
