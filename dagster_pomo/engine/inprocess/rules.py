@@ -572,16 +572,19 @@ def aggregate(
         }
     )
     made = made[ok]
-    # A combination of events may match in several versions: at time x it counts once,
-    # with the latest expiry among its versions made by x. Its time line is cut into
-    # segments, from each version's tau to the next one's (see the Spark plan).
-    combination = [*group, *m.keys]  # never empty: every atom's event is a key
-    made = made.sort_values([*combination, "__at"], kind="stable").reset_index(drop=True)
-    same = made.groupby(combination, sort=False, dropna=False)
-    made["__mexp"] = same["__mexp"].cummax()
-    after = same["__at"].shift(-1, fill_value=NEVER)
-    until = np.minimum(after.to_numpy(dtype=np.int64), made["__mexp"].to_numpy())
-    made["__until"] = until
+    if rule.aggregate.at_one_time:  # one version-match a combination, alive until its exp
+        until = made["__mexp"].to_numpy()
+    else:
+        # A combination of events may match in several versions: at time x it counts once,
+        # with the latest expiry among its versions made by x. Its time line is cut into
+        # segments, from each version's tau to the next one's (see the Spark plan).
+        combination = [*group, *m.keys]  # never empty: every atom's event is a key
+        made = made.sort_values([*combination, "__at"], kind="stable").reset_index(drop=True)
+        same = made.groupby(combination, sort=False, dropna=False)
+        made["__mexp"] = same["__mexp"].cummax()
+        after = same["__at"].shift(-1, fill_value=NEVER)
+        until = np.minimum(after.to_numpy(dtype=np.int64), made["__mexp"].to_numpy())
+    made = made.assign(__until=until)
     at = made["__at"].to_numpy()
     made = made[(until > at) & (until > a)]
     at, until = made["__at"].to_numpy(), made["__until"].to_numpy()
