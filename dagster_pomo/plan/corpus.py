@@ -122,7 +122,7 @@ def plan_recursion(
             carries = s.provenance(schemas)
             s = replace(  # noqa: PLW2901
                 s,
-                linear=None if carries else linear_plan(source, schemas, program.catalog),
+                linear=None if carries else linear_plan(s, schemas, program.catalog),
                 stable=tuple((n, stable_argument(source, n)) for n in s.relations),
             )
         out.append(s)

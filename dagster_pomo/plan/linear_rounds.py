@@ -1,13 +1,14 @@
-"""Which recursive strata can run their rounds inside a task (see ``rounds``).
+"""Which recursive strata can run their rounds on the tasks' executor (``task_rounds``).
 
 The rounds after the first join only new versions of the recursive relation, so
 only the rules that read it matter to them, and those must be simple enough to
-evaluate without Spark's expression compiler: one atom of the relation, the
-others (and any negated ones) of lower strata, every argument a variable or ``_``,
-guards only comparisons of variables and constants of one type (integers,
-strings, booleans), no ``where``, aggregates, annotations or explicit head time,
-and a variable read from columns of one type that its head column has too. The
-first round, which may use everything the language has, runs on Spark as before.
+evaluate without an expression compiler: one atom of the relation, the others (and
+any negated ones) of lower strata, every argument a variable or ``_``, guards only
+comparisons of variables and constants of one type (integers, strings, booleans), no
+``where``, aggregates, annotations or explicit head time, and a variable read from
+columns of one type that its head column has too. The plan is made from the
+stratum's `RulePlan`s. The first round, which may use everything the language has,
+runs on the other executors.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dagster_pomo.lang import Stratum, ast
+from dagster_pomo.lang import ast
 from dagster_pomo.lang.catalog import Catalog
 from dagster_pomo.plan.schema import Schema
+
+if TYPE_CHECKING:  # the plans these are made from; tasks get this module without them
+    from dagster_pomo.plan.corpus import StratumPlan
+    from dagster_pomo.plan.rules import Negation, RulePlan, Scan
 
 
 @dataclass(frozen=True)
@@ -82,15 +87,16 @@ class LinearPlan:
 
 
 def linear_plan(
-    stratum: Stratum, schemas: Mapping[str, Schema], catalog: Catalog
+    stratum: StratumPlan, schemas: Mapping[str, Schema], catalog: Catalog
 ) -> LinearPlan | None:
-    """The plan of ``stratum``'s later rounds, or None when they need Spark."""
+    """The plan of ``stratum``'s later rounds, from its rules' plans; None when they need
+    Spark."""
     if not stratum.recursive or len(stratum.relations) != 1:
         return None
     (name,) = stratum.relations
     plans = []
     for rule in stratum.rules:
-        if any(a.relation == name for a in (*rule.positive, *rule.negative)):
+        if any(x.relation == name for x in (*rule.scans, *rule.negations)):
             plan = _rule_plan(rule, name, schemas)
             if plan is None:
                 return None
@@ -101,30 +107,31 @@ def linear_plan(
     return LinearPlan(name, schema.columns, catalog[name].lifetime, tuple(plans))
 
 
-def _rule_plan(rule: ast.Rule, name: str, schemas: Mapping[str, Schema]) -> LinearRule | None:
-    if rule.defs or rule.head.annotations:
+def _rule_plan(rule: RulePlan, name: str, schemas: Mapping[str, Schema]) -> LinearRule | None:
+    head = rule.head
+    if rule.defs or rule.aggregate is not None or rule.body_aggregates or rule.choices:
         return None
-    if rule.head.time is not None or rule.is_inductive:
+    if head.time is not None or head.provenance or rule.inductive:
         return None
-    own = [a for a in rule.positive if a.relation == name]
+    own = [x for x in rule.scans if x.relation == name]
     if len(own) != 1:
         return None
     types: dict[str, str] = {}
     atoms = []
-    for atom in rule.positive:
-        plan = _atom_plan(atom, schemas[atom.relation], types)
+    for scan in rule.scans:
+        plan = _scan_plan(scan, schemas[scan.relation], types)
         if plan is None:
             return None
         atoms.append(plan)
-    head = []
-    for arg, typ in zip(rule.head.args, schemas[name].types, strict=True):
+    args = []
+    for arg, _, typ in head.args:
         if not isinstance(arg, ast.Var) or types.get(arg.name) != typ:
             return None
-        head.append(arg.name)
+        args.append(arg.name)
     negated = []
-    for atom in rule.negative:
-        plan = _atom_plan(atom, schemas[atom.relation], types)
-        if plan is None or atom.relation == name:
+    for negation in rule.negations:
+        plan = _negated_plan(negation, types)
+        if plan is None or negation.relation == name:
             return None
         negated.append(plan)
     guards = []
@@ -133,9 +140,9 @@ def _rule_plan(rule: ast.Rule, name: str, schemas: Mapping[str, Schema]) -> Line
         if check is None:
             return None
         guards.append(check)
-    recursive = atoms[rule.positive.index(own[0])]
+    recursive = atoms[rule.scans.index(own[0])]
     others = _joinable([a for a in atoms if a is not recursive], recursive)
-    return LinearRule(recursive, others, tuple(head), tuple(guards), tuple(negated))
+    return LinearRule(recursive, others, tuple(args), tuple(guards), tuple(negated))
 
 
 _KINDS = {"int": "int", "duration": "int", "str": "str", "bool": "bool"}
@@ -171,14 +178,27 @@ def _joinable(atoms: list[LinearAtom], first: LinearAtom) -> tuple[LinearAtom, .
     return tuple(out)
 
 
-def _atom_plan(atom: ast.Atom, schema: Schema, types: dict[str, str]) -> LinearAtom | None:
-    """The atom's reads; None when an argument is not a variable or ``_``, or a variable
-    meets a column of another type (Spark would convert; pandas might not)."""
-    if atom.annotations:
+def _scan_plan(scan: Scan, schema: Schema, types: dict[str, str]) -> LinearAtom | None:
+    """The scan's reads; None when it matches constants or expressions, reads anything but
+    argument columns (a time, an aggregate's value, a content ID), carries provenance, or
+    a variable meets a column of another type (Spark would convert; pandas might not)."""
+    if scan.constants or scan.checks or scan.provenance:
         return None
+    typed = dict(zip(schema.columns, schema.types, strict=True))
+    for var, column, typ in scan.binds:
+        if column not in typed or types.setdefault(var, typ) != typ:
+            return None
+    if any(typed[a] != typed[b] for a, b in scan.same):
+        return None
+    return LinearAtom(scan.relation, tuple((c, v) for v, c, _ in scan.binds), scan.same)
+
+
+def _negated_plan(negation: Negation, types: dict[str, str]) -> LinearAtom | None:
+    """A negated atom's reads; None when an argument is not a variable or ``_``, or a
+    variable meets a column of another type."""
     reads: dict[str, str] = {}
     same = []
-    for arg, column, typ in zip(atom.args, schema.columns, schema.types, strict=True):
+    for arg, column, typ in negation.columns:
         if isinstance(arg, ast.Wildcard):
             continue
         if not isinstance(arg, ast.Var) or types.setdefault(arg.name, typ) != typ:
@@ -187,4 +207,4 @@ def _atom_plan(atom: ast.Atom, schema: Schema, types: dict[str, str]) -> LinearA
             same.append((reads[arg.name], column))
         else:
             reads[arg.name] = column
-    return LinearAtom(atom.relation, tuple((c, v) for v, c in reads.items()), tuple(same))
+    return LinearAtom(negation.relation, tuple((c, v) for v, c in reads.items()), tuple(same))
