@@ -16,8 +16,10 @@ class Policy:
     # (see `SparkEvaluator.span`); False: epoch by epoch, as a schedule does.
     one_pass: bool = True
     # A deductive stratum of an epoch of at most this many input events is worked out in
-    # this process, not by Spark's plans (see `SparkEvaluator.in_process`); 0: never.
-    in_process_inputs: int = 100_000
+    # this process, not by Spark's plans (see `SparkEvaluator.in_process`); 0: never. On two
+    # cores the process is faster up to 500,000 and beyond (docs/operations.md); the bound
+    # leaves Spark the epochs a cluster spreads over many executors.
+    in_process_inputs: int = 250_000
     # A range of at most this many epochs, holding at most `in_process_inputs` input events
     # in all, whose strata this process can work out, goes epoch by epoch in this process
     # rather than in one Spark pass (see `SparkEvaluator.few_and_small`).
