@@ -68,11 +68,15 @@ def _watched(command: list[str]) -> tuple[float, float, float]:
         while process.poll() is None:
             try:
                 python = root.memory_info().rss
-                jvm = sum(
-                    c.memory_info().rss for c in root.children(recursive=True) if "java" in c.name()
-                )
+                children = root.children(recursive=True)
             except psutil.Error:
-                break
+                break  # the run has ended
+            jvm = 0
+            for child in children:  # a Python worker may end between listing and reading
+                try:
+                    jvm += child.memory_info().rss if "java" in child.name() else 0
+                except psutil.Error:
+                    continue
             peaks["python"] = max(peaks["python"], python / 2**20)
             peaks["jvm"] = max(peaks["jvm"], jvm / 2**20)
             time.sleep(0.2)
