@@ -83,7 +83,7 @@ def test_arrow_lines_are_the_bytes_of_the_event_by_event_writer(
     whole = event_lines.SLICE
     event_lines.SLICE = cut
     try:
-        written = event_lines.write(table, schema, aggregating, keys, path)
+        written = event_lines.write(lambda: table, schema, aggregating, keys, path)
     finally:
         event_lines.SLICE = whole
     versions = [from_record(r, schema) for r in records]

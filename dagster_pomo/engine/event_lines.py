@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,7 +31,7 @@ WRITES = {"int", "bool", "str", "float"}
 # The most versions of a relation this process reads to write its events (about 50 bytes
 # each, held at once); more go to Spark's writers.
 ROWS = 10_000_000
-SLICE = 1 << 20  # events formatted at once
+SLICE = 1 << 18  # events formatted at once
 
 
 def writes(schema: Schema) -> bool:
@@ -41,26 +41,36 @@ def writes(schema: Schema) -> bool:
 
 
 def write(
-    versions: pa.Table, schema: Schema, aggregating: bool, keys: Sequence[str], path: Path
+    read: Callable[[], pa.Table],
+    schema: Schema,
+    aggregating: bool,
+    keys: Sequence[str],
+    path: Path,
 ) -> int:
-    """The events of ``versions`` (a relation's stored versions) as lines in ``path``: one
-    per event, sorted by time then arguments (`merged`); how many."""
-    events = merged(versions, schema, aggregating)
+    """The events of the versions ``read`` gives (a relation's stored versions) as lines in
+    ``path``: one per event, sorted by time then arguments (`merged`); how many. The
+    versions are let go of once merged: the process holds them or the events, not both,
+    and Arrow's allocator hands back what it no longer uses after each step (it keeps
+    freed memory for reuse: the process's peak would be twice the data it holds)."""
+    pool = pa.default_memory_pool()
+    events = merged(read(), schema, aggregating)
+    pool.release_unused()
 
     def lines(start: int) -> pa.ChunkedArray:
         return _lines(events.slice(start, SLICE), schema, keys)
 
     # The text of a slice at a time, two made on threads (Arrow lets go of the interpreter's
     # lock) while this one writes the slices before, in order; at most three held at once.
-    with open(path, "wb") as out, ThreadPoolExecutor(2, thread_name_prefix="pomo-lines") as pool:
+    with open(path, "wb") as out, ThreadPoolExecutor(2, thread_name_prefix="pomo-lines") as made:
         pending: deque[Future[pa.ChunkedArray]] = deque()
         for start in [*range(0, events.num_rows, SLICE), None]:
             if start is not None:
-                pending.append(pool.submit(lines, start))
+                pending.append(made.submit(lines, start))
             while pending and (start is None or len(pending) > 2):
                 for chunk in pending.popleft().result().chunks:
                     if len(chunk):
                         out.write(_data(chunk))
+                pool.release_unused()
     return events.num_rows
 
 

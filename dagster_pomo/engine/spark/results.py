@@ -124,8 +124,14 @@ class Results:
             return None
         schema = self.schemas[relation]
         if event_lines.writes(schema) and self.wh.stored_total(relation, keys) <= event_lines.ROWS:
-            table = self.wh.read_table(relation, keys, arrow_schema(schema))
-            return event_lines.write(table, schema, aggregating, aggregate_keys, path)
+            stored = arrow_schema(schema)
+            return event_lines.write(
+                lambda: self.wh.read_table(relation, keys, stored),
+                schema,
+                aggregating,
+                aggregate_keys,
+                path,
+            )
         if self.wh.holds_few(relation, keys) or not _local_master(self.wh.spark):
             return None  # few: `events` reads them here, with no Spark job
         df = self._merged(relation, keys, aggregating).orderBy("t", *schema.columns)
