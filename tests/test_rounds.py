@@ -9,7 +9,7 @@ import pytest
 
 from dagster_pomo.engine import task_rounds
 from dagster_pomo.lang import compile_corpus
-from dagster_pomo.plan.linear_rounds import linear_plan
+from dagster_pomo.plan.corpus import compile_plan
 from dagster_pomo.plan.schema import infer_schemas
 
 DECLS = (
@@ -20,9 +20,10 @@ NEVER = 1 << 62
 
 
 def _plan(rules: str):
+    """The linear plan `compile_plan` gives the corpus's recursive stratum, if any."""
     program = compile_corpus(DECLS + rules, "p.pomo")
-    stratum = next(s for s in program.strata if s.recursive)
-    return linear_plan(stratum, infer_schemas(program, {}), program.catalog)
+    plan = compile_plan(program, infer_schemas(program, {}))
+    return next(s for s in plan.strata if s.recursive).linear
 
 
 @pytest.mark.parametrize(
