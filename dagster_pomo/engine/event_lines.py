@@ -28,8 +28,9 @@ from dagster_pomo.timeline import NEVER
 # floats nearly so (`_float_text`), and text is written by `json.dumps` value by value.
 # Sets go to the other writers, as do relations that carry provenance.
 WRITES = {"int", "bool", "str", "float"}
-# The most versions of a relation this process reads to write its events (about 50 bytes
-# each, held at once); more go to Spark's writers.
+# The most versions of a relation this process reads to write its events (held at once:
+# about 220 bytes each at the peak, with the sort and the slices being formatted); more go
+# to Spark's writers.
 ROWS = 10_000_000
 SLICE = 1 << 18  # events formatted at once
 

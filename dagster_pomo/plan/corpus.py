@@ -131,6 +131,8 @@ def plan_recursion(
 
 def plan_aggregates(program: Program, strata: tuple[StratumPlan, ...]) -> tuple[StratumPlan, ...]:
     """Strata whose aggregates are marked where each group matches at one time."""
+    # Input relations and the clock: their versions are made at their time (an `@next`
+    # head's relation is in a stratum though the catalog may not mark it derived).
     derived = {n for s in strata for n in s.relations}
     known = {r.name for r in program.catalog if not r.derived and r.name not in derived}
     out = []
