@@ -4,7 +4,9 @@ self-join on no shared variable, one row a round) beside a stratum of many readi
 Two fresh processes, each a whole `pomo run --out` timed from start to exit: as shipped
 (the counter's rounds in the process, its relation holding few rows) and with every
 recursion left to Spark's rounds (`Policy(lower_rows=-1)`), the peer. Their outputs are
-checked equal.
+checked equal. With ``--cluster``, both run on a standalone cluster started here (two
+one-core workers): the counter's rounds in the driver, its versions brought by Spark,
+against Spark's rounds.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
+
+from bench.standalone import on_cluster, standalone
 
 CORPUS = """
 .decl noise(x: int);
@@ -42,27 +47,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.few_rows", description=__doc__)
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--readings", type=int, default=150_000)
+    parser.add_argument("--cluster", action="store_true", help="on a standalone cluster")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pomo-few-") as tmp:
         work = Path(tmp)
-        corpus = work / "counter.pomo"
-        corpus.write_text(CORPUS.format(rounds=args.rounds))
-        events = work / "noise.jsonl"
-        with open(events, "w") as handle:
-            for i in range(args.readings):
-                handle.write(json.dumps({"relation": "noise", "t": i, "args": [i % 7]}) + "\n")
-        seconds, outputs = {}, {}
-        for how in ("here", "spark"):
-            out = work / how
-            began = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-c", RUN, str(corpus), str(events), str(out), how],
-                check=True,
-                capture_output=True,
-            )
-            seconds[how] = time.perf_counter() - began
-            outputs[how] = {f.name: f.read_bytes() for f in sorted(out.glob("*.jsonl"))}
-    print(f"the counter of {args.rounds:,} rounds beside {args.readings:,} readings")
+        with standalone(work) if args.cluster else nullcontext("") as master:
+            if master is None:
+                print("the standalone cluster did not start")
+                return 1
+            return _compare(work, args.rounds, args.readings, master)
+
+
+def _compare(work: Path, rounds: int, readings: int, master: str) -> int:
+    """Both runs; ``master``: the cluster's URL, or "" for local mode."""
+    env = on_cluster(master) if master else None
+    corpus = work / "counter.pomo"
+    corpus.write_text(CORPUS.format(rounds=rounds))
+    events = work / "noise.jsonl"
+    with open(events, "w") as handle:
+        for i in range(readings):
+            handle.write(json.dumps({"relation": "noise", "t": i, "args": [i % 7]}) + "\n")
+    seconds, outputs = {}, {}
+    for how in ("here", "spark"):
+        out = work / how
+        began = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-c", RUN, str(corpus), str(events), str(out), how],
+            check=True,
+            capture_output=True,
+            env=env,
+        )
+        seconds[how] = time.perf_counter() - began
+        outputs[how] = {f.name: f.read_bytes() for f in sorted(out.glob("*.jsonl"))}
+    where = f" on a standalone cluster ({master})" if master else ""
+    print(f"the counter of {rounds:,} rounds beside {readings:,} readings{where}")
     print("| process | s |")
     print("| --- | ---: |")
     print(f"| `pomo run --out`, the counter's rounds in the process | {seconds['here']:.1f} |")

@@ -8,19 +8,15 @@ The cluster's driver runs in a process of its own (this one keeps its local sess
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyspark
 import pytest
 
+from bench.standalone import on_cluster, standalone
 from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.run import RunResult, run, write_outputs
 from dagster_pomo.examples import water_tank_events
@@ -30,59 +26,15 @@ from tests.test_dagster_assets import _normal, stored
 
 HOUR = 3_600_000
 POMO = Path(sys.executable).with_name("pomo")
-SPARK_HOME = Path(pyspark.__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _workers_alive(ui: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as page:
-            state = json.load(page)
-    except OSError:
-        return 0
-    return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``spark://127.0.0.1:PORT`` of a master with two one-core workers, stopped after."""
-    tmp = tmp_path_factory.mktemp("cluster")
-    port, ui = _free_port(), _free_port()
-    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOG_DIR": str(tmp)}
-    spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    url = f"spark://127.0.0.1:{port}"
-    master = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
-    master += ["--port", str(port), "--webui-port", str(ui)]
-    started = [
-        subprocess.Popen(master, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    ]
-    for i in range(2):
-        worker = [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1"]
-        worker += ["--cores", "1", "--memory", "1g", "--webui-port", str(_free_port())]
-        worker += ["--work-dir", str(tmp / f"worker{i}")]
-        started.append(
-            subprocess.Popen(worker, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        )
-    try:
-        deadline = time.monotonic() + 90
-        while _workers_alive(ui) < 2:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in started):
-                pytest.skip("a standalone Spark master and two workers did not start here")
-            time.sleep(0.5)
+    with standalone(tmp_path_factory.mktemp("cluster")) as url:
+        if url is None:
+            pytest.skip("a standalone Spark master and two workers did not start here")
         yield url
-    finally:
-        for p in started:
-            p.terminate()
-        for p in started:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +54,6 @@ def local(tanks: Path) -> RunResult:
     return run(load_program(RULES / "water_tanks.pomo"), tanks, HOUR, policy=spark_plans)
 
 
-def _on_cluster(url: str) -> dict[str, str]:
-    """The environment of a process whose Spark runs on the cluster: its executors' Python
-    workers use this interpreter, which has the project's packages (docs/operations.md)."""
-    return {**os.environ, "POMO_SPARK_MASTER": url, "PYSPARK_PYTHON": sys.executable}
-
-
 def test_pomo_run_on_a_cluster_writes_what_local_mode_writes(
     cluster: str, tanks: Path, local: RunResult, tmp_path: Path
 ) -> None:
@@ -118,7 +64,7 @@ def test_pomo_run_on_a_cluster_writes_what_local_mode_writes(
     done = subprocess.run(
         [str(POMO), "run", corpus, "--events", str(tanks), "--master", cluster]
         + ["--out", str(tmp_path / "cluster"), "--landing-reader", "spark"],
-        env=_on_cluster(cluster),
+        env=on_cluster(cluster),
         capture_output=True,
         text=True,
         check=False,
@@ -164,7 +110,7 @@ def test_a_dagster_backfill_on_a_cluster_stores_what_pomo_run_derives(
         """
     )
     (tmp_path / "home").mkdir()
-    env = {**_on_cluster(cluster), "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**on_cluster(cluster), "PYTHONPATH": str(Path(__file__).parents[1])}
     env.pop("POMO_SPARK_MASTER")  # the resource's own master wins
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
@@ -174,3 +120,55 @@ def test_a_dagster_backfill_on_a_cluster_stores_what_pomo_run_derives(
     assert got["overflow_alert"], "the partitions hold alerts"
     for name, rows in got.items():
         assert rows == _normal(local.events(name)), name
+
+
+COUNTER = """
+.decl tick(x: int);
+.decl c(x: int, n: int);
+c(0, {rounds});
+c(x + 1, n) := c(x, _) ^ c(_, n) if x < n;
+"""
+EPOCHS = """
+import json, sys
+from pathlib import Path
+from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.run import prepare
+from dagster_pomo.lang import load_program
+
+program = load_program(Path(sys.argv[1]))
+prepared = prepare(program, sys.argv[2], 3_600_000, None, None, ANY_TIME)
+driver = Driver.for_run(program, prepared, sys.argv[3])
+ran = []
+for epoch in prepared.epoch_range.epochs:
+    stats = driver.evaluate_epoch(epoch)
+    ran += [[s.relations, s.rounds, s.in_process] for s in stats.strata if "c" in s.relations]
+args = sorted(v.args for v in driver.versions("c"))
+print(json.dumps({"ran": ran, "c": args}))
+"""
+
+
+def test_a_thousand_rounds_of_a_non_linear_recursion_run_in_the_driver_on_a_cluster(
+    cluster: str, tmp_path: Path
+) -> None:
+    """The counter that joins its relation with itself on no shared variable, one row a
+    round: on a cluster its versions come through Spark to the driver, which runs the
+    rounds (a Spark job each would cost ~0.2 s); the second epoch reads the first's
+    versions through Spark too, and derives nothing new."""
+    rounds = 1000
+    corpus = tmp_path / "counter.pomo"
+    corpus.write_text(COUNTER.format(rounds=rounds))
+    events = tmp_path / "ticks.jsonl"
+    lines = [{"relation": "tick", "t": t, "args": [t]} for t in (0, HOUR + 1)]
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = subprocess.run(
+        [sys.executable, "-c", EPOCHS, str(corpus), str(events), str(tmp_path / "wh")],
+        env={**on_cluster(cluster), "PYTHONPATH": str(Path(__file__).parents[1])},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said["c"] == [[x, rounds] for x in range(rounds + 1)]
+    assert said["ran"] == [[["c"], rounds + 1, True], [["c"], 1, True]]

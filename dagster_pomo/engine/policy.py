@@ -32,7 +32,9 @@ class Policy:
     # Rounds of a linear recursion run inside Spark tasks while a task knows at most this
     # many versions (see `rounds`); 0: Spark's rounds only.
     task_rows: int = 4_000_000
-    # ... and only when each lower relation they join has at most this many rows.
+    # ... and only when each lower relation they join has at most this many rows. A
+    # recursion reading at most this many versions of each relation also runs in this
+    # process (`SparkEvaluator.in_process`: in a large epoch, or on a cluster); 0: never.
     lower_rows: int = 200_000
     # A landing of more bytes than this is read by Spark's tasks, not by this process (see
     # `engine.spark.landing`); below 0: never.

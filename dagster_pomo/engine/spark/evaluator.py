@@ -45,6 +45,7 @@ from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
+from dagster_pomo.engine.spark.process_reads import ProcessReads
 from dagster_pomo.engine.spark.range_pass import RangePass
 from dagster_pomo.engine.spark.session import LazySession, started
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -113,10 +114,9 @@ class _EpochCaches:
 
     # Its versions so far, by (`_slot`, relation): read once, reused by rules.
     current: dict[tuple[tuple[int, int], str], DataFrame] = field(default_factory=dict)
-    # Stored epochs this process read, per (relation, epoch key), for the epoch (or span)
-    # ``tables_for`` (see `_table`).
-    tables: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict)
-    tables_for: tuple[int, int] | None = None
+    # What this process read for its strata of the epoch (or span) ``reads_for``.
+    reads: ProcessReads | None = None
+    reads_for: tuple[int, int] | None = None
     read: set[tuple[str, str]] = field(default_factory=set)  # partitions it read
 
 
@@ -562,16 +562,23 @@ class SparkEvaluator:
         )
 
     def in_process(self, stratum: StratumPlan, epoch: Epoch) -> bool:
-        """Whether this process works ``stratum`` of ``epoch`` out instead of Spark: the
-        epoch is small (at most ``Policy.in_process_inputs`` input events, counted from its files:
-        Spark and the warehouse on this machine) and not a range, and the stratum is one
-        `inprocess.stratum.supported` takes (no ``@next``, no provenance). A small epoch's
-        Spark jobs cost far more than its rows; a large one's rows repay them, but for a
-        recursion over few rows (`_reads_few`)."""
-        if not self.store.local or self.is_span(epoch):
-            return False
-        if not self._supported_here(stratum) or self.policy.in_process_inputs <= 0:
+        """Whether this process works ``stratum`` of ``epoch`` out instead of Spark. The
+        stratum is one `inprocess.stratum.supported` takes (no ``@next``, no provenance).
+        Spark and the warehouse on this machine: the epoch is not a range, and is small
+        (at most ``Policy.in_process_inputs`` input events, counted from its files),
+        or the stratum a recursion over few rows (`_reads_few`). A small epoch's Spark jobs
+        cost far more than its rows; a large one's rows repay them, but not a recursion's
+        rounds over few rows (a job and a plan each). Elsewhere: a non-linear recursion,
+        whose reads then bring at most ``Policy.lower_rows`` rows each (`ProcessReads`)."""
+        if self.policy.in_process_inputs <= 0 or not self._supported_here(stratum):
             return False  # 0: never, not even without inputs
+        if not self.store.local:
+            # Spark elsewhere: a non-linear recursion's rounds (a linear one's run in Spark's
+            # tasks), its versions read through Spark while few (see `ProcessReads`), for an
+            # epoch or a range (the rounds over a range are those of one long epoch).
+            return stratum.recursive and stratum.linear is None and self.policy.lower_rows > 0
+        if self.is_span(epoch):
+            return False
         if self.store.input_events(epoch_key(epoch)) <= self.policy.in_process_inputs:
             return True
         return stratum.recursive and self._reads_few(stratum, epoch)
@@ -594,12 +601,14 @@ class SparkEvaluator:
                 return False
         return True
 
-    def _table(self, name: str, key: str) -> pd.DataFrame:
-        """Stored epoch ``key`` of ``name`` as this process reads it (once an epoch)."""
-        if (name, key) not in self._epoch.tables:
-            schema = local_rules.arrow_schema(self.schemas[name])
-            self._epoch.tables[(name, key)] = self.wh.read_table(name, [key], schema).to_pandas()
-        return self._epoch.tables[(name, key)]
+    def _reads(self, epoch: Epoch) -> ProcessReads:
+        """What this process reads of the warehouse for ``epoch``'s strata (see
+        `ProcessReads`)."""
+        if self._epoch.reads is None or self._epoch.reads_for != _slot(epoch):
+            files, limit = self.store.local, self.policy.lower_rows
+            self._epoch.reads = ProcessReads(self.wh, self.schemas, self.structs, files, limit)
+            self._epoch.reads_for = _slot(epoch)
+        return self._epoch.reads
 
     def _local_state(self, name: str, epoch: Epoch, earlier: int = 0) -> pd.DataFrame:
         """`state` in this process: the versions of ``name`` that can take part in a match
@@ -609,7 +618,7 @@ class SparkEvaluator:
             start = epoch.start - earlier
             return local.ticks(self.plan, schema, self.clock_start, start, epoch.end)
         history = self._local_history(name, epoch, earlier)
-        current = self._table(name, epoch_key(epoch))
+        current = self._reads(epoch).stored(name, self._keys(epoch))
         parts = [p for p in [history, current] if len(p)]
         return pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts or [current])[0]
 
@@ -617,17 +626,13 @@ class SparkEvaluator:
         """The versions of ``name`` from epochs before ``epoch`` still alive in it (or
         ``earlier`` before it)."""
         after = epoch.start - earlier
-        keys = self._history_keys(name, epoch, after)
-        stored = self.wh.stored_keys(name)  # a relation's folder lists few of its epochs
-        history = [self._table(name, k) for k in keys if k in stored]
-        parts = [h[h["exp"].to_numpy() > after] for h in history]
-        parts = [p for p in parts if len(p)]
-        if not parts:
-            return local.empty(self.schemas[name])
-        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        return self._reads(epoch).stored(name, self._history_keys(name, epoch, after), after)
 
     def _local_seeds(self, name: str, epoch: Epoch) -> pd.DataFrame | None:
         """`_seeds` in this process: facts and events deferred to ``epoch``."""
+        if not self.store.local:
+            seeds = self._seeds(name, epoch, {})
+            return None if seeds is None else self._reads(epoch).fetched(name, seeds)
         schema = local_rules.arrow_schema(self.schemas[name])
         parts = []
         facts = [r for r in self.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
@@ -654,8 +659,6 @@ class SparkEvaluator:
         would be."""
         stats = StratumStats(stratum.index, stratum.relations, rounds=1, in_process=True)
         started = time.perf_counter()
-        if self._epoch.tables_for != _slot(epoch):
-            self._epoch.tables, self._epoch.tables_for = {}, _slot(epoch)
         seeds = {n: self._local_seeds(n, epoch) for n in stratum.relations}
         made, stats.rounds = local.evaluate(
             self.plan,
@@ -672,10 +675,14 @@ class SparkEvaluator:
         key = epoch_key(epoch)
         for name, table in made.items():
             end = epoch.end if name in self.defers else None
+            if not self.store.local:  # Spark's writer, to wherever the warehouse is
+                rows = self.spark.createDataFrame(table, self.structs[name])
+                stats.rows[name] = self._store(name, epoch, rows, end)
+                continue
             stats.rows[name] = self.store.put(name, key, table, end)
             if end is not None:
                 table = table.filter(pc.less(table["kt"], end))
-            self._epoch.tables[(name, key)] = table.to_pandas()
+            self._reads(epoch).keep(name, key, table.to_pandas())
             self._epoch.current.pop((_slot(epoch), name), None)  # Spark's plans read it anew
         stats.seconds = time.perf_counter() - started
         return stats
@@ -729,6 +736,8 @@ class SparkEvaluator:
         finally:
             for frame in cached:
                 frame.unpersist()
+            if stratum.recursive:
+                self.recursion.release(stratum)
         stats.seconds = time.perf_counter() - started
         return stats
 

@@ -56,6 +56,8 @@ class _Fixpoint:
     written: dict[str, int] = field(default_factory=dict)
     # Rows of each relation's pieces so far (a version may repeat across pieces).
     rows: dict[str, int] = field(default_factory=dict)
+    # Scratch folders of pieces stored as files (see `Recursion._through_files`).
+    scratch: list[str] = field(default_factory=list)
 
 
 class Recursion:
@@ -75,6 +77,7 @@ class Recursion:
         self._stable = {n for n, j in stable.items() if j is not None}
         self._spread = {n: self._spread_on(n, j) for n, j in stable.items()}
         self._covers: dict[str, Column] = {}  # a relation's anti-join condition, once needed
+        self._left: dict[int, list[str]] = {}  # scratch folders per stratum (see `release`)
 
     def evaluate(
         self, stratum: StratumPlan, epoch: Epoch, seeds: Mapping[str, DataFrame | None]
@@ -88,6 +91,7 @@ class Recursion:
         current = {n: self.ev.empty(n) if s is None else s for n, s in seeds.items()}
         below = stratum.reads - set(names)
         fix = _Fixpoint({b: self.ev.state(b, epoch).localCheckpoint(eager=True) for b in below})
+        self._left[stratum.index] = fix.scratch
         for n in names:
             self.ev.hold(epoch, n, current[n])
         delta = self._round(fix, rules, epoch, names, current, None)
@@ -137,13 +141,13 @@ class Recursion:
             if not made[n]:
                 continue
             if self.ev.schemas[n].provenance:
-                grown = self._merged(n, reduce(DataFrame.unionByName, made[n]), current)
+                grown = self._merged(fix, n, reduce(DataFrame.unionByName, made[n]), current)
                 if grown is not None:
                     new[n] = grown
                     self.ev.hold(epoch, n, current[n])
                 continue
             if n not in fix.pieces:  # the seeds, laid out like the pieces to come
-                seeds, had = self._counted_piece(n, current[n])
+                seeds, had = self._counted_piece(fix, n, current[n])
                 fix.pieces[n] = []
                 fix.rows[n] = had
                 if had:
@@ -155,7 +159,7 @@ class Recursion:
                 if n not in self._covers:  # built once Spark runs (see `SparkEvaluator.on_spark`)
                     self._covers[n] = self._covering(n)
                 fresh = fresh.join(seen, on=self._covers[n], how="left_anti")
-            fresh, counted = self._counted_piece(n, fresh)
+            fresh, counted = self._counted_piece(fix, n, fresh)
             if not counted:
                 continue
             new[n] = fresh
@@ -165,14 +169,14 @@ class Recursion:
             current[n] = reduce(DataFrame.union, [rows for rows, _ in fix.pieces[n]])
             most = 2 if fix.rows[n] <= self.SMALL_ROWS else self.PIECES
             if len(fix.pieces[n]) >= most:  # keep plans short: one piece again
-                current[n] = self._piece(n, current[n])
+                current[n] = self._piece(fix, n, current[n])
                 fix.pieces[n] = []
                 self._keep(fix, n, current[n])
             self.ev.hold(epoch, n, current[n])
         return new or None
 
     def _merged(
-        self, name: str, made: DataFrame, current: dict[str, DataFrame]
+        self, fix: _Fixpoint, name: str, made: DataFrame, current: dict[str, DataFrame]
     ) -> DataFrame | None:
         """A provenance carrier's round: its versions so far and the round's merged into one
         stored piece, one version per key (`SparkEvaluator.dedupe`: the longest life, the
@@ -181,10 +185,10 @@ class Recursion:
         Merging as it goes is what makes a carrier's rounds end: each version's provenance
         only grows, and a version is new only while it does (two stored jobs a round)."""
         before = current[name]
-        merged = self._piece(name, self.ev.dedupe(name, before.unionByName(made)))
+        merged = self._piece(fix, name, self.ev.dedupe(name, before.unionByName(made)))
         same = [*self.ev.version_key(name), "exp", PROV]
         grown, counted = self._counted_piece(
-            name, merged.join(before.select(*same), on=same, how="left_anti")
+            fix, name, merged.join(before.select(*same), on=same, how="left_anti")
         )
         current[name] = merged
         return grown if counted else None
@@ -262,7 +266,7 @@ class Recursion:
         if not pending:
             return None, stored, ran
         # A task reached its limit: Spark's rounds go on from what the tasks know.
-        piece = self._piece(name, stored)
+        piece = self._piece(fix, name, stored)
         fix.pieces[name] = []
         fix.rows[name] = task_rows  # at least what a task may know: not small
         self._keep(fix, name, piece)
@@ -294,15 +298,38 @@ class Recursion:
         stored = bounded(rows.observe(seen, *metrics).localCheckpoint(eager=True))
         return stored, dict(seen.get)
 
-    def _piece(self, name: str, rows: DataFrame) -> DataFrame:
+    def _piece(self, fix: _Fixpoint, name: str, rows: DataFrame) -> DataFrame:
         """``rows`` stored (one Spark job) laid out as :meth:`_laid_out` says."""
+        if is_connect(self.ev.spark):
+            return self._through_files(fix, name, self._laid_out(name, rows))
         return bounded(self._laid_out(name, rows).localCheckpoint(eager=True))
 
-    def _counted_piece(self, name: str, rows: DataFrame) -> tuple[DataFrame, int]:
+    def _counted_piece(self, fix: _Fixpoint, name: str, rows: DataFrame) -> tuple[DataFrame, int]:
         """:meth:`_piece`, and how many rows it holds."""
+        if is_connect(self.ev.spark):
+            piece = self._through_files(fix, name, self._laid_out(name, rows))
+            return piece, piece.count()
         count = F.count(F.lit(1)).alias("rows")
         piece, seen = self._observed(f"piece-{name}", self._laid_out(name, rows), count)
         return piece, int(seen.get("rows") or 0)
+
+    def _through_files(self, fix: _Fixpoint, name: str, rows: DataFrame) -> DataFrame:
+        """``rows`` written to the warehouse's scratch folder and read back (one Spark
+        job), under Spark Connect: its checkpoints keep the size estimate of the plan they
+        came from, out of reach of `estimates.bounded`, and a self-join's squares itself
+        every round (thirty single-row rounds planned for minutes); a file's estimate is
+        its size. The files' layout is lost (a round's anti-joins shuffle them). Removed
+        by `release`."""
+        path = self.ev.wh.scratch(f"round-{name}")
+        fix.scratch.append(path)
+        rows.write.parquet(path)
+        return self.ev.spark.read.schema(rows.schema).parquet(path)
+
+    def release(self, stratum: StratumPlan) -> None:
+        """Remove the files ``stratum``'s rounds left (see `_through_files`), once what it
+        derived is stored."""
+        for path in self._left.pop(stratum.index, []):
+            self.ev.wh.delete(path)
 
     def _laid_out(self, name: str, rows: DataFrame) -> DataFrame:
         """``rows`` hash-partitioned on the relation's spread and sorted on its version key.

@@ -1,0 +1,85 @@
+"""Stored versions read by this process, for a stratum it works out itself.
+
+Where Spark and the warehouse are on this machine, the process reads the epochs' Parquet
+files with no Spark job, each epoch once while the epoch under way lasts. Elsewhere (a
+cluster, Spark Connect, a warehouse on another file system) only a recursion over few
+rows is worked out here (see `SparkEvaluator.in_process`): its versions come through
+Spark, one job per read, and a read of more than ``limit`` rows gives the stratum back to
+Spark's plans (`TooLarge`) before anything is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from dagster_pomo.engine.inprocess import rules as local_rules
+from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.plan.schema import Schema
+
+
+class ProcessReads:
+    """One epoch's reads (make a new one for every epoch: earlier epochs' files may change
+    between them)."""
+
+    def __init__(
+        self,
+        wh: Warehouse,
+        schemas: Mapping[str, Schema],
+        structs: Mapping[str, StructType],
+        files: bool,
+        limit: int,
+    ) -> None:
+        """``files``: whether this process reads the warehouse's files itself; ``limit``: the
+        most rows one read through Spark may bring."""
+        self.wh, self.schemas, self.structs = wh, schemas, structs
+        self.files, self.limit = files, limit
+        self._tables: dict[tuple[str, str], pd.DataFrame] = {}  # files read, per epoch
+        self._fetched: dict[tuple[str, tuple[str, ...], int | None], pd.DataFrame] = {}
+
+    def stored(self, name: str, keys: Sequence[str], after: int | None = None) -> pd.DataFrame:
+        """The stored epochs ``keys`` of ``name`` (their versions alive after ``after``,
+        when given)."""
+        if not self.files:
+            key = (name, tuple(keys), after)
+            if key not in self._fetched:
+                rows = self.wh.read(name, self.structs[name], keys)
+                if after is not None:
+                    rows = rows.filter(F.col("exp") > after)
+                self._fetched[key] = self.fetched(name, rows)
+            return self._fetched[key]
+        stored = self.wh.stored_keys(name) if len(keys) > 1 else set(keys)
+        parts = [self.table(name, k) for k in keys if k in stored]
+        if after is not None:
+            parts = [p[p["exp"].to_numpy() > after] for p in parts]
+        parts = [p for p in parts if len(p)]
+        if len(parts) > 1:
+            return pd.concat(parts, ignore_index=True)
+        return parts[0] if parts else self._empty(name)
+
+    def table(self, name: str, key: str) -> pd.DataFrame:
+        """Stored epoch ``key`` of ``name``, read from its files (once)."""
+        if (name, key) not in self._tables:
+            schema = local_rules.arrow_schema(self.schemas[name])
+            self._tables[(name, key)] = self.wh.read_table(name, [key], schema).to_pandas()
+        return self._tables[(name, key)]
+
+    def keep(self, name: str, key: str, rows: pd.DataFrame) -> None:
+        """``rows`` are epoch ``key`` of ``name`` now (this process stored them)."""
+        self._tables[(name, key)] = rows
+
+    def fetched(self, name: str, rows: DataFrame) -> pd.DataFrame:
+        """``rows`` of ``name`` brought to this process by Spark (one job); `TooLarge`
+        beyond ``limit`` rows."""
+        table = rows.limit(self.limit + 1).toArrow()
+        if table.num_rows > self.limit:
+            raise local_rules.TooLarge(f"more than {self.limit:,} versions of {name} to read")
+        schema = local_rules.arrow_schema(self.schemas[name])
+        return table.select(schema.names).cast(schema).to_pandas()
+
+    def _empty(self, name: str) -> pd.DataFrame:
+        return local_rules.arrow_schema(self.schemas[name]).empty_table().to_pandas()
