@@ -195,12 +195,33 @@ def test_pomo_demo_runs_the_pipeline_through_dagster_and_reports_actions(
     assert (tmp_path / "demo" / "warehouse" / "water_tanks" / "_actions.sqlite").is_file()
 
 
+CONNECT_RUNS = """
+import json, sys
+from pathlib import Path
+from dagster_pomo.cli.main import main
+from dagster_pomo.engine.policy import Policy
+from dagster_pomo.engine.run import run
+from dagster_pomo.lang import load_program
+
+code = main(sys.argv[2:])
+if code:
+    raise SystemExit(code)
+few = Policy(lower_rows=5)
+result = run(load_program(Path(sys.argv[1])), None, 3_600_000, 0, 3_600_000, policy=few)
+print("counter:", json.dumps(sorted(v.args for v in result.events("c"))))
+"""
+
+
 def test_spark_connect_gives_what_the_reference_gives(tmp_path: Path) -> None:
     """`POMO_SPARK_REMOTE` runs the engine through a Spark Connect client (here a local
     server), its landing read by Spark's tasks: recursion (linear, in Spark's tasks; and
     non-linear, worked out in this process from versions Spark brings, across two epochs),
     a sliding aggregate over numbers and one over words all agree, and a bad line is
-    quarantined as the reference run's reading has it."""
+    quarantined as the reference run's reading has it. A self-joining recursion on
+    Spark's rounds ends there too: a round's stored piece kept the size estimate of the
+    plan it came from, out of reach under Connect, and the self-join squared it every
+    round (thirty single-row rounds of the counter were still being planned after
+    minutes); each piece now goes through files, whose estimate is their size."""
     corpus = tmp_path / "mixed.pomo"
     corpus.write_text(
         """.decl edge(a: int, b: int);
@@ -221,6 +242,15 @@ c(x + 1, n) := c(x, _) ^ c(_, n) if x < n;
         for t, w, x in ((10, "pear", 10.0), (50, "fig", 20.0), (130, "kiwi", 40.0))
     ]
     events.write_text("".join(json.dumps(line) + "\n" for line in lines) + "not an event\n")
+    # A recursion reading more versions than `Policy.lower_rows` is given back to Spark's
+    # rounds (nothing stored before): `c` beside ten `pad` facts, when it may read five.
+    rounds = 30
+    pads = "".join(f"pad({k});\n" for k in range(10))
+    counter = tmp_path / "counter.pomo"
+    counter.write_text(
+        f".decl pad(k: int);\n{pads}.decl c(x: int, n: int);\nc(0, {rounds});\n"
+        "c(x + 1, n) := c(x, _) ^ c(_, n) ^ pad(0) if x < n;\n"
+    )
     env = {**os.environ, "POMO_SPARK_REMOTE": "local"}
     outs, said = {}, {}
     for engine in ("spark", "reference"):
@@ -228,12 +258,18 @@ c(x + 1, n) := c(x, _) ^ c(_, n) if x < n;
         args = ["run", str(corpus), "--events", str(events), "--epoch", "80ms", "--times", "any"]
         args += ["--engine", engine, "--out", str(outs[engine])]
         args += ["--landing-reader", "spark"] if engine == "spark" else []
+        if engine == "spark":  # then the counter, in the same process and session
+            command = [sys.executable, "-c", CONNECT_RUNS, str(counter), *args]
+        else:
+            command = [str(POMO), *args]
         result = subprocess.run(
-            [str(POMO), *args], capture_output=True, text=True, cwd=ROOT, env=env, check=False
+            command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900, check=False
         )
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 0, result.stderr[-3000:]
         said[engine] = result.stdout + result.stderr
     assert "spark: local\n" in said["spark"]  # the Connect URL, not a master such as local[*]
+    got = json.loads(said["spark"].split("counter: ")[1].splitlines()[0])
+    assert got == [[x, rounds] for x in range(rounds + 1)]
     for name in ("path", "stats", "first", "c", "_quarantine"):
         spark = (outs["spark"] / f"{name}.jsonl").read_text()
         assert spark == (outs["reference"] / f"{name}.jsonl").read_text(), name
@@ -241,46 +277,6 @@ c(x + 1, n) := c(x, _) ^ c(_, n) if x < n;
     assert {tuple(json.loads(line)["args"]) for line in found} == {
         (a, b) for a in range(4) for b in range(4)
     }
-
-
-SPARK_ROUNDS = """
-import json, sys
-from pathlib import Path
-from dagster_pomo.engine.policy import Policy
-from dagster_pomo.engine.run import run
-from dagster_pomo.lang import load_program
-
-few = Policy(lower_rows=5)  # pad's 10 rows are too many: Spark's rounds take over
-result = run(load_program(Path(sys.argv[1])), None, 3_600_000, 0, 3_600_000, policy=few)
-print(json.dumps(sorted(v.args for v in result.events("c"))))
-"""
-
-
-def test_spark_connect_runs_a_self_joining_recursion_on_sparks_rounds(tmp_path: Path) -> None:
-    """A recursion reading more versions than `Policy.lower_rows` through Spark Connect is
-    given back to Spark's rounds, nothing stored before. There a round's stored piece kept
-    the size estimate of the plan it came from, out of reach, and a self-join squared it
-    every round: thirty single-row rounds of the counter were still being planned after
-    minutes. Each piece goes through files there: its estimate is its size, and the
-    counter ends."""
-    corpus = tmp_path / "counter.pomo"
-    rounds = 40
-    pads = "".join(f"pad({k});\n" for k in range(10))
-    corpus.write_text(
-        f".decl pad(k: int);\n{pads}.decl c(x: int, n: int);\nc(0, {rounds});\n"
-        "c(x + 1, n) := c(x, _) ^ c(_, n) ^ pad(0) if x < n;\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", SPARK_ROUNDS, str(corpus)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "POMO_SPARK_REMOTE": "local"},
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == [[x, rounds] for x in range(rounds + 1)]
 
 
 TEN_MS = ("--epoch", "10ms")
@@ -320,8 +316,9 @@ def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`--out` on Spark merges, sorts and streams each relation's events from the warehouse,
-    by Spark's workers, or by this process from Arrow columns, or read into this process
-    when the warehouse holds few of them; every way the files are byte for byte those of
+    by Spark's workers, or by this process from Arrow columns (all at once, or a range of
+    times at a time), or read into this process when the warehouse holds few of them; every
+    way the files are byte for byte those of
     the versions merged in this process (floats and text, aggregates, versions of one event,
     future-stamped and deferred events, expiry included)."""
     from dagster_pomo.engine import event_lines
@@ -339,16 +336,24 @@ def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(
     read_here = run(program, landing, 3_600_000, out=tmp_path / "here")
     monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # no relation is few: Arrow writes
     arrow = run(program, landing, 3_600_000, out=tmp_path / "arrow")
+    monkeypatch.setattr(event_lines, "HELD", 100)  # a range of times at a time, each epoch's
+    cut = event_lines.time_slices
+    ranges: list[int] = []
+    monkeypatch.setattr(
+        event_lines, "time_slices", lambda *a: ranges.append(len(cut(*a))) or cut(*a)
+    )
+    sliced = run(program, landing, 3_600_000, out=tmp_path / "sliced")
+    assert max(ranges) > 1
     monkeypatch.setattr(event_lines, "ROWS", -1)  # nor one for Arrow: Spark's workers write
     streamed = run(program, landing, 3_600_000, out=tmp_path / "streamed")
     assert list((tmp_path / "streamed").glob(".*.parts")) == [], "Spark's parts cleaned up"
-    for done in (read_here, arrow, streamed):
+    for done in (read_here, arrow, sliced, streamed):
         assert done.written == {n: len(collected.events(n)) for n in collected.outputs}
     assert sum(streamed.written.values()) > 3000
     for name in [*collected.outputs, "_quarantine"]:
         file = f"{name}.jsonl"
         expected = (tmp_path / "collected" / file).read_bytes()
-        for way in ("here", "arrow", "streamed"):
+        for way in ("here", "arrow", "sliced", "streamed"):
             assert (tmp_path / way / file).read_bytes() == expected, (way, name)
 
 

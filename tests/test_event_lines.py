@@ -4,9 +4,11 @@ gives: the same events (merged per identity), the same order, the same JSON text
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -83,9 +85,60 @@ def test_arrow_lines_are_the_bytes_of_the_event_by_event_writer(
     whole = event_lines.SLICE
     event_lines.SLICE = cut
     try:
-        written = event_lines.write(lambda: table, schema, aggregating, keys, path)
+        written = event_lines.write([lambda: table], schema, aggregating, keys, path)
     finally:
         event_lines.SLICE = whole
+    versions = [from_record(r, schema) for r in records]
+    events = sorted(merge_versions(versions, aggregating), key=output_order)
+    expected = "".join(json.dumps(event_object(e, keys, False)) + "\n" for e in events)
+    assert path.read_text(encoding="utf-8") == expected
+    assert written == len(events)
+
+
+@given(relations(), st.integers(1, 12), st.integers(1, 4), st.randoms(use_true_random=False))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_relation_read_a_range_of_times_at_a_time_gives_the_same_lines(
+    tmp_path_factory: object,
+    relation: tuple[Schema, bool, list[tuple[object, ...]]],
+    held: int,
+    files: int,
+    rnd: random.Random,
+) -> None:
+    """Its versions stored in several files (an event's versions in any of them), read
+    in ranges of times of about ``held`` versions each (`time_slices`, from each file's
+    rows and least and greatest time): every range's files read with that range's filter
+    write what the whole relation at once writes."""
+    schema, aggregating, records = relation
+    keys = [key for _, key, _ in schema.aggregates]
+    arrow = arrow_schema(schema)
+    rows = [dict(zip(arrow.names, r, strict=True)) for r in records]
+    owner = [rnd.randrange(files) for _ in rows]
+    stored = {
+        f"f{i}": pa.Table.from_pylist(
+            [r for r, o in zip(rows, owner, strict=True) if o == i], arrow
+        )
+        for i in range(files)
+    }
+    times = {
+        name: (t.num_rows, *((pc.min(t["t"]).as_py(), pc.max(t["t"]).as_py())))
+        for name, t in stored.items()
+    }
+    slices = event_lines.time_slices(times, held)
+    bounds = [lo for lo, _, _ in slices[1:]]
+    assert bounds == sorted(set(bounds)), "ranges in order, none empty by construction"
+
+    def read(lo: int | None, hi: int | None, names: list[str]) -> pa.Table:
+        parts = [stored[n] for n in names]
+        table = pa.concat_tables(parts) if parts else arrow.empty_table()
+        keep = pc.and_(
+            pc.greater_equal(table["t"], lo if lo is not None else -(2**63)),
+            pc.less(table["t"], hi) if hi is not None else pc.is_valid(table["t"]),
+        )
+        return table.filter(keep)
+
+    reads = [lambda s=s: read(*s) for s in slices]
+    path = Path(tmp_path_factory.mktemp("out")) / "r.jsonl"  # type: ignore[attr-defined]
+    written = event_lines.write(reads, schema, aggregating, keys, path)
     versions = [from_record(r, schema) for r in records]
     events = sorted(merge_versions(versions, aggregating), key=output_order)
     expected = "".join(json.dumps(event_object(e, keys, False)) + "\n" for e in events)

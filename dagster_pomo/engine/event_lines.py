@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,11 +28,16 @@ from dagster_pomo.timeline import NEVER
 # floats nearly so (`_float_text`), and text is written by `json.dumps` value by value.
 # Sets go to the other writers, as do relations that carry provenance.
 WRITES = {"int", "bool", "str", "float"}
-# The most versions of a relation this process reads to write its events (held at once:
-# about 220 bytes each at the peak, with the sort and the slices being formatted); more go
-# to Spark's writers.
+# The most versions of a relation this process writes; more go to Spark's writers.
 ROWS = 10_000_000
+# The most versions it reads at once (about 220 bytes each at the peak, with the sort and
+# the slices being formatted): a larger relation is read a range of times at a time
+# (`time_slices`), so that the process's memory does not grow with the relation.
+HELD = 2_000_000
 SLICE = 1 << 18  # events formatted at once
+
+# A stored file's rows and least and greatest time (None: not known).
+FileTimes = tuple[int, int | None, int | None]
 
 
 def writes(schema: Schema) -> bool:
@@ -41,38 +46,76 @@ def writes(schema: Schema) -> bool:
     return not schema.provenance and types <= WRITES
 
 
+def time_slices(
+    files: Mapping[str, FileTimes], held: int
+) -> list[tuple[int | None, int | None, list[str]]]:
+    """Ranges of time ``[lo, hi)`` (None: unbounded), in order, that cut the versions of
+    ``files`` (by name: rows, least and greatest ``t``) into reads of about ``held`` each
+    (one file's more at most), each with the files holding versions in it. Every version
+    of an event has the event's time, so each range's events are whole, and written one
+    range after the other they are in order. One range when there are few, or a file's
+    times are not known."""
+    known = {name: f for name, f in files.items() if f[0] > 0}
+    if sum(n for n, _, _ in known.values()) <= held or any(
+        lo is None or hi is None for _, lo, hi in known.values()
+    ):
+        return [(None, None, list(known))]
+    starts = sorted((lo, n) for n, lo, _ in known.values() if lo is not None)
+    cuts: list[int] = []
+    gathered = 0
+    for lo, n in starts:
+        if gathered >= held and lo > (cuts[-1] if cuts else starts[0][0]):
+            cuts.append(lo)
+            gathered = 0
+        gathered += n
+    bounds: list[int | None] = [None, *cuts, None]
+    return [
+        (lo, hi, [name for name, (_, a, b) in known.items() if _overlaps(a, b, lo, hi)])
+        for lo, hi in zip(bounds, bounds[1:], strict=False)
+    ]
+
+
+def _overlaps(least: int | None, greatest: int | None, lo: int | None, hi: int | None) -> bool:
+    return (hi is None or least is None or least < hi) and (
+        lo is None or greatest is None or greatest >= lo
+    )
+
+
 def write(
-    read: Callable[[], pa.Table],
+    reads: Sequence[Callable[[], pa.Table]],
     schema: Schema,
     aggregating: bool,
     keys: Sequence[str],
     path: Path,
 ) -> int:
-    """The events of the versions ``read`` gives (a relation's stored versions) as lines in
-    ``path``: one per event, sorted by time then arguments (`merged`); how many. The
-    versions are let go of once merged: the process holds them or the events, not both,
-    and Arrow's allocator hands back what it no longer uses after each step (it keeps
-    freed memory for reuse: the process's peak would be twice the data it holds)."""
+    """The events of the versions ``reads`` give (a relation's stored versions, a range of
+    times each, in order: see `time_slices`) as lines in ``path``: one per event, sorted by
+    time then arguments (`merged`); how many. A range's versions are let go of once
+    merged: the process holds them or the events, not both, and Arrow's allocator hands
+    back what it no longer uses after each step (it keeps freed memory for reuse: the
+    process's peak would be twice the data it holds)."""
     pool = pa.default_memory_pool()
-    events = merged(read(), schema, aggregating)
-    pool.release_unused()
-
-    def lines(start: int) -> pa.ChunkedArray:
-        return _lines(events.slice(start, SLICE), schema, keys)
-
+    written = 0
     # The text of a slice at a time, two made on threads (Arrow lets go of the interpreter's
     # lock) while this one writes the slices before, in order; at most three held at once.
     with open(path, "wb") as out, ThreadPoolExecutor(2, thread_name_prefix="pomo-lines") as made:
-        pending: deque[Future[pa.ChunkedArray]] = deque()
-        for start in [*range(0, events.num_rows, SLICE), None]:
-            if start is not None:
-                pending.append(made.submit(lines, start))
-            while pending and (start is None or len(pending) > 2):
-                for chunk in pending.popleft().result().chunks:
-                    if len(chunk):
-                        out.write(_data(chunk))
-                pool.release_unused()
-    return events.num_rows
+        for read in reads:
+            events = merged(read(), schema, aggregating)
+            pool.release_unused()
+            pending: deque[Future[pa.ChunkedArray]] = deque()
+            for start in [*range(0, events.num_rows, SLICE), None]:
+                if start is not None:
+                    part = events.slice(start, SLICE)
+                    pending.append(made.submit(_lines, part, schema, keys))
+                while pending and (start is None or len(pending) > 2):
+                    for chunk in pending.popleft().result().chunks:
+                        if len(chunk):
+                            out.write(_data(chunk))
+                    pool.release_unused()
+            written += events.num_rows
+            del events
+            pool.release_unused()
+    return written
 
 
 def merged(versions: pa.Table, schema: Schema, aggregating: bool) -> pa.Table:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -114,24 +115,24 @@ class Results:
         """Write the relation's events (as `events` gives them) to ``path``, one JSON object a
         line as `versions.output_object` makes it. From a local warehouse, by this process
         in Arrow where `event_lines` writes the relation's values and it holds at most
-        `event_lines.ROWS` versions (no Spark job); else by Spark partition by partition
-        in sort order (the lines made by Spark itself where `_json_line` can, else by its
-        Python workers, the rows going to them as Arrow), then joined into ``path``: nothing
-        passes through this process. How many were written; None (nothing done) when the
-        warehouse holds few of them (`events` reads them here) or it and Spark's workers do
-        not share this machine's disk."""
+        `event_lines.ROWS` versions (no Spark job; `event_lines.HELD` of them held at once);
+        else by Spark partition by partition in sort order (the lines made by Spark itself
+        where `_json_line` can, else by its Python workers, the rows going to them as
+        Arrow), then joined into ``path``: nothing passes through this process. How many
+        were written; None (nothing done) when the warehouse holds few of them (`events`
+        reads them here) or it and Spark's workers do not share this machine's disk."""
         if not self.wh.is_local:
             return None
         schema = self.schemas[relation]
-        if event_lines.writes(schema) and self.wh.stored_total(relation, keys) <= event_lines.ROWS:
-            stored = arrow_schema(schema)
-            return event_lines.write(
-                lambda: self.wh.read_table(relation, keys, stored),
-                schema,
-                aggregating,
-                aggregate_keys,
-                path,
-            )
+        if event_lines.writes(schema):
+            files = self.wh.stored_times(relation, keys)
+            if sum(n for n, _, _ in files.values()) <= event_lines.ROWS:
+                stored = arrow_schema(schema)
+                reads = [
+                    partial(self.wh.read_table, relation, part, stored, times=(lo, hi))
+                    for lo, hi, part in event_lines.time_slices(files, event_lines.HELD)
+                ]
+                return event_lines.write(reads, schema, aggregating, aggregate_keys, path)
         if self.wh.holds_few(relation, keys) or not _local_master(self.wh.spark):
             return None  # few: `events` reads them here, with no Spark job
         df = self._merged(relation, keys, aggregating).orderBy("t", *schema.columns)

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from dagster_pomo.engine.event_lines import FileTimes
 from dagster_pomo.engine.spark.frames import empty
 
 STALE_SECONDS = 24 * 3600  # a staging folder this old was left by a run that died
@@ -160,16 +161,57 @@ class Warehouse:
             return set()
         return {n.removeprefix("epoch=") for n in names if n.startswith("epoch=")}
 
+    def stored_times(self, relation: str, keys: Iterable[str]) -> dict[str, FileTimes]:
+        """Per stored epoch of ``keys``: its rows, and the least and greatest ``t`` of its
+        versions (None when a file's statistics do not say), read from the Parquet files'
+        footers (no Spark job; the warehouse must be on the local file system)."""
+        out: dict[str, FileTimes] = {}
+        for key in keys:
+            folder = Path(_local(self.path(relation, key)))
+            if not folder.is_dir():
+                continue
+            rows, least, greatest = 0, None, None
+            known = True
+            for f in folder.glob("*.parquet"):
+                meta = pq.read_metadata(f)
+                rows += meta.num_rows
+                paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
+                column = paths.index("t") if "t" in paths else -1
+                for g in range(meta.num_row_groups):
+                    group = meta.row_group(g)
+                    stats = group.column(column).statistics if column >= 0 else None
+                    if not group.num_rows:
+                        continue
+                    if stats is None or not stats.has_min_max:
+                        known = False
+                        continue
+                    least = stats.min if least is None else min(least, stats.min)
+                    greatest = stats.max if greatest is None else max(greatest, stats.max)
+            out[key] = (rows, least, greatest) if known else (rows, None, None)
+        return out
+
     def read_table(
-        self, relation: str, keys: Iterable[str], schema: pa.Schema, deferred: bool = False
+        self,
+        relation: str,
+        keys: Iterable[str],
+        schema: pa.Schema,
+        deferred: bool = False,
+        times: tuple[int | None, int | None] = (None, None),
     ) -> pa.Table:
         """The stored epochs ``keys`` of ``relation`` read by this process, with no Spark job
-        (the warehouse must be on the local file system)."""
+        (the warehouse must be on the local file system); their versions whose ``t`` lies
+        in ``times`` (``[lo, hi)``, None: unbounded)."""
+        lo, hi = times
+        filters = [("t", ">=", lo)] if lo is not None else []
+        filters += [("t", "<", hi)] if hi is not None else []
         parts = []
         for key in keys:
             folder = Path(_local(self.path(relation, key, deferred)))
             if folder.is_dir():
-                parts += [pq.read_table(f) for f in sorted(folder.glob("*.parquet"))]
+                parts += [
+                    pq.read_table(f, filters=filters or None)
+                    for f in sorted(folder.glob("*.parquet"))
+                ]
         if not parts:
             return schema.empty_table()
         return pa.concat_tables([t.select(schema.names).cast(schema) for t in parts])
