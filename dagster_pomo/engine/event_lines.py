@@ -33,7 +33,7 @@ ROWS = 10_000_000
 # The most versions it reads at once (about 220 bytes each at the peak, with the sort and
 # the slices being formatted): a larger relation is read a range of times at a time
 # (`time_slices`), so that the process's memory does not grow with the relation.
-HELD = 2_000_000
+HELD = 1_000_000
 SLICE = 1 << 18  # events formatted at once
 
 # A stored file's rows and least and greatest time (None: not known).
