@@ -1,6 +1,7 @@
 """A real Spark cluster: a standalone master and two workers started from the installed
 PySpark on 127.0.0.1, no download. `pomo run` and a Dagster backfill of the water tanks
-with ``--master spark://127.0.0.1:PORT`` store and write what local mode does.
+with ``--master spark://127.0.0.1:PORT`` store and write what local mode does, and a
+recursion of 1,000 single-row rounds runs there in seconds.
 
 The cluster's driver runs in a process of its own (this one keeps its local session).
 """
@@ -25,7 +26,6 @@ from tests.conftest import RULES
 from tests.test_dagster_assets import _normal, stored
 
 HOUR = 3_600_000
-POMO = Path(sys.executable).with_name("pomo")
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +54,60 @@ def local(tanks: Path) -> RunResult:
     return run(load_program(RULES / "water_tanks.pomo"), tanks, HOUR, policy=spark_plans)
 
 
-def test_pomo_run_on_a_cluster_writes_what_local_mode_writes(
+COUNTER = """
+.decl tick(x: int);
+.decl c(x: int, n: int);
+c(0, {rounds});
+c(x + 1, n) := c(x, _) ^ c(_, n) if x < n;
+"""
+# `pomo run` as its command line runs it, then the counter epoch by epoch, in the same
+# process and Spark application (an application's start costs ~20 s here).
+RUN_THEN_COUNT = """
+import json, sys
+from pathlib import Path
+from dagster_pomo.cli.main import main
+from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.run import prepare
+from dagster_pomo.lang import load_program
+
+code = main(sys.argv[4:])
+if code:
+    raise SystemExit(code)
+program = load_program(Path(sys.argv[1]))
+prepared = prepare(program, sys.argv[2], 3_600_000, None, None, ANY_TIME)
+driver = Driver.for_run(program, prepared, sys.argv[3])
+ran = []
+for epoch in prepared.epoch_range.epochs:
+    stats = driver.evaluate_epoch(epoch)
+    ran += [[s.relations, s.rounds, s.in_process] for s in stats.strata if "c" in s.relations]
+args = sorted(v.args for v in driver.versions("c"))
+print("counter:", json.dumps({"ran": ran, "c": args}))
+"""
+
+
+def test_pomo_run_on_a_cluster_writes_what_local_mode_writes_and_recursion_rounds_run_in_the_driver(
     cluster: str, tanks: Path, local: RunResult, tmp_path: Path
 ) -> None:
     """The landing read by the cluster's executors (`--landing-reader spark`), the local run
-    having read it in its process."""
+    having read it in its process. Then, in the same process, the counter that joins its
+    relation with itself on no shared variable, one row a round: its 1,000 rounds run in
+    the driver, its versions brought by Spark (a Spark round would cost ~0.2 s); the
+    second epoch reads the first's versions through Spark too, and derives nothing new."""
     assert write_outputs(local, tmp_path / "local")["overflow_alert"] > 0
+    rounds = 1000
+    counter = tmp_path / "counter.pomo"
+    counter.write_text(COUNTER.format(rounds=rounds))
+    ticks = tmp_path / "ticks.jsonl"
+    lines = [{"relation": "tick", "t": t, "args": [t]} for t in (0, HOUR + 1)]
+    ticks.write_text("".join(json.dumps(line) + "\n" for line in lines))
     corpus = str(RULES / "water_tanks.pomo")
+    run_args = ["run", corpus, "--events", str(tanks), "--master", cluster]
+    run_args += ["--out", str(tmp_path / "cluster"), "--landing-reader", "spark"]
     done = subprocess.run(
-        [str(POMO), "run", corpus, "--events", str(tanks), "--master", cluster]
-        + ["--out", str(tmp_path / "cluster"), "--landing-reader", "spark"],
-        env=on_cluster(cluster),
+        [sys.executable, "-c", RUN_THEN_COUNT, str(counter), str(ticks), str(tmp_path / "wh")]
+        + run_args,
+        env={**on_cluster(cluster), "PYTHONPATH": str(Path(__file__).parents[1])},
         capture_output=True,
         text=True,
         check=False,
@@ -76,6 +119,9 @@ def test_pomo_run_on_a_cluster_writes_what_local_mode_writes(
     for name in files:
         local_bytes = (tmp_path / "local" / name).read_bytes()
         assert (tmp_path / "cluster" / name).read_bytes() == local_bytes, name
+    said = json.loads(done.stdout.split("counter: ")[1].splitlines()[0])
+    assert said["c"] == [[x, rounds] for x in range(rounds + 1)]
+    assert said["ran"] == [[["c"], rounds + 1, True], [["c"], 1, True]]
 
 
 def test_a_dagster_backfill_on_a_cluster_stores_what_pomo_run_derives(
@@ -120,55 +166,3 @@ def test_a_dagster_backfill_on_a_cluster_stores_what_pomo_run_derives(
     assert got["overflow_alert"], "the partitions hold alerts"
     for name, rows in got.items():
         assert rows == _normal(local.events(name)), name
-
-
-COUNTER = """
-.decl tick(x: int);
-.decl c(x: int, n: int);
-c(0, {rounds});
-c(x + 1, n) := c(x, _) ^ c(_, n) if x < n;
-"""
-EPOCHS = """
-import json, sys
-from pathlib import Path
-from dagster_pomo.engine.driver import Driver
-from dagster_pomo.engine.lines import ANY_TIME
-from dagster_pomo.engine.run import prepare
-from dagster_pomo.lang import load_program
-
-program = load_program(Path(sys.argv[1]))
-prepared = prepare(program, sys.argv[2], 3_600_000, None, None, ANY_TIME)
-driver = Driver.for_run(program, prepared, sys.argv[3])
-ran = []
-for epoch in prepared.epoch_range.epochs:
-    stats = driver.evaluate_epoch(epoch)
-    ran += [[s.relations, s.rounds, s.in_process] for s in stats.strata if "c" in s.relations]
-args = sorted(v.args for v in driver.versions("c"))
-print(json.dumps({"ran": ran, "c": args}))
-"""
-
-
-def test_a_thousand_rounds_of_a_non_linear_recursion_run_in_the_driver_on_a_cluster(
-    cluster: str, tmp_path: Path
-) -> None:
-    """The counter that joins its relation with itself on no shared variable, one row a
-    round: on a cluster its versions come through Spark to the driver, which runs the
-    rounds (a Spark job each would cost ~0.2 s); the second epoch reads the first's
-    versions through Spark too, and derives nothing new."""
-    rounds = 1000
-    corpus = tmp_path / "counter.pomo"
-    corpus.write_text(COUNTER.format(rounds=rounds))
-    events = tmp_path / "ticks.jsonl"
-    lines = [{"relation": "tick", "t": t, "args": [t]} for t in (0, HOUR + 1)]
-    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    done = subprocess.run(
-        [sys.executable, "-c", EPOCHS, str(corpus), str(events), str(tmp_path / "wh")],
-        env={**on_cluster(cluster), "PYTHONPATH": str(Path(__file__).parents[1])},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = json.loads(done.stdout.splitlines()[-1])
-    assert said["c"] == [[x, rounds] for x in range(rounds + 1)]
-    assert said["ran"] == [[["c"], rounds + 1, True], [["c"], 1, True]]
