@@ -299,16 +299,17 @@ class Recursion:
         return stored, dict(seen.get)
 
     def _piece(self, fix: _Fixpoint, name: str, rows: DataFrame) -> DataFrame:
-        """``rows`` stored (one Spark job) laid out as :meth:`_laid_out` says."""
+        """``rows`` stored (one Spark job) laid out as :meth:`_laid_out` says (under Connect,
+        in files: see :meth:`_through_files`)."""
         if is_connect(self.ev.spark):
-            return self._through_files(fix, name, self._laid_out(name, rows))
+            return self._through_files(fix, name, rows)
         return bounded(self._laid_out(name, rows).localCheckpoint(eager=True))
 
     def _counted_piece(self, fix: _Fixpoint, name: str, rows: DataFrame) -> tuple[DataFrame, int]:
         """:meth:`_piece`, and how many rows it holds."""
         if is_connect(self.ev.spark):
-            piece = self._through_files(fix, name, self._laid_out(name, rows))
-            return piece, piece.count()
+            piece = self._piece(fix, name, rows)
+            return piece, piece.count()  # the files' rows: no observed metrics under Connect
         count = F.count(F.lit(1)).alias("rows")
         piece, seen = self._observed(f"piece-{name}", self._laid_out(name, rows), count)
         return piece, int(seen.get("rows") or 0)
@@ -318,10 +319,12 @@ class Recursion:
         job), under Spark Connect: its checkpoints keep the size estimate of the plan they
         came from, out of reach of `estimates.bounded`, and a self-join's squares itself
         every round (thirty single-row rounds planned for minutes); a file's estimate is
-        its size. The files' layout is lost (a round's anti-joins shuffle them). Removed
-        by `release`."""
+        its size. Files keep no layout, so none is made (a round's anti-joins shuffle
+        them); only the stored column order, for the pieces' union. Removed by
+        `release`."""
         path = self.ev.wh.scratch(f"round-{name}")
         fix.scratch.append(path)
+        rows = rows.select(*R.row_columns(self.ev.schemas[name]))
         rows.write.parquet(path)
         return self.ev.spark.read.schema(rows.schema).parquet(path)
 
