@@ -100,9 +100,21 @@ def dagster_dev(tmp_path: Path) -> Iterator[Server]:
         "POMO_RULES": str(rules),
         # The freshness daemon evaluates every 5 s rather than every 30 s (its own setting).
         "FRESHNESS_DAEMON_INTERVAL_SECONDS": "5",
+        **_daemon_tick(tmp_path),
     }
     with _serving(ROOT / "workspace.yaml", env, tmp_path) as url:
         yield Server(url, home, warehouse, landing, rules)
+
+
+def _daemon_tick(tmp_path: Path) -> dict[str, str]:
+    """The environment under which the backfill daemon of ``dagster dev`` ticks every 3 s
+    rather than every 30 (see ``tests/daemon_tick/sitecustomize.py``)."""
+    path = [str(ROOT / "tests" / "daemon_tick"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {
+        "PYTHONPATH": os.pathsep.join(path),
+        "POMO_DAEMON_TICK": "3",
+        "POMO_DAEMON_TICK_MARK": str(tmp_path / "daemon_tick"),
+    }
 
 
 @contextmanager
@@ -291,7 +303,7 @@ def _job_backfill(page, url: str, job: str, keys: list[str], shots: Path) -> tup
 
 def _ran(url: str, backfill: str, runs: int) -> dict:
     """The backfill's state once it has ``runs`` runs, all finished, or once it is finished
-    itself. The daemon marks a backfill finished at its next 30-second tick after its last
+    itself. The daemon marks a backfill finished at its next tick after its last
     run: `_finished` waits for that (and for any further run it would launch, wrongly)."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -330,7 +342,7 @@ def _range_runs(state: dict, keys: list[str]) -> list[dict]:
 
 def _freshness(url: str) -> set[str]:
     """The freshness statuses of the water tanks' assets once the daemon has evaluated them
-    all (it does so every 30 seconds)."""
+    all (every 5 s here)."""
     deadline = time.monotonic() + 120
     while True:
         nodes = _graphql(url, FRESHNESS, {})["assetNodes"]
@@ -386,11 +398,13 @@ def test_the_ui_shows_lineage_runs_a_backfill_in_one_run_and_shows_its_partition
         # over the whole range (a self-dependent asset gets a run of its own, after its
         # parents), never a run per partition, and it derives what the reference
         # evaluator derives from the same events. (The whole graph, actions included, is
-        # a chain of five such runs, each waiting for the daemon's next 30-second tick;
+        # a chain of five such runs, each waiting for the daemon's next tick;
         # tests/test_dagster_assets.py and tests/test_actions.py run it in process.)
         began = time.monotonic()
         backfill, state = _backfill(url, KEYS, BACKFILLED, 2)
         took = {"assets": time.monotonic() - began}
+        # The daemon that launched it ticked every 3 s (Dagster still has the constant).
+        assert (tmp_path / "daemon_tick").exists(), "Dagster's daemon interval has moved"
         assert len(_range_runs(state, KEYS)) == 2  # one per multi-asset
         # The webserver shows each relation's code version (a digest of its definition)
         # and what Dagster makes of it: the backfilled partitions are fresh.
