@@ -43,7 +43,8 @@ def golden() -> Golden:
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_spark_session_per_run():
-    """Every Spark test shares one local session; it is stopped when the run ends."""
+    """Every Spark test of a worker process shares one local session; it is stopped when
+    the worker's tests end."""
     yield
     from pyspark.sql import SparkSession
 
