@@ -5,7 +5,10 @@ this process's reader (`ingest.ingest_files`) gives, however the files are cut i
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -106,15 +109,31 @@ def _parquet_landing(folder: Path) -> None:
     (folder / "broken.parquet").write_bytes(b"PAR1 not really")
 
 
+@pytest.mark.parametrize("place", ["in-place", "scratch"])
 @pytest.mark.parametrize("span", [(None, None), (T + 200, T + 300)], ids=["whole", "start-until"])
 def test_spark_reads_a_landing_as_this_process_does(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, span: tuple[int | None, int | None]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    span: tuple[int | None, int | None],
+    place: str,
 ) -> None:
     """Every file kind and every kind of bad line, cut in many pieces read by several
     tasks: the same outputs and quarantine, byte for byte, the same counts, and no event
-    held in this process."""
+    held in this process. The tasks write the events in their epochs' files themselves
+    (they see the warehouse's disk), or into a scratch folder (as on a cluster)."""
     from dagster_pomo.engine.spark import landing
 
+    made, staged = [], landing.staged
+
+    @contextmanager
+    def seen(*args: Any, **kwargs: Any) -> Iterator[landing.Staged]:
+        with staged(*args, **kwargs) as read:
+            made.append(type(read))
+            yield read
+
+    monkeypatch.setattr(landing, "staged", seen)
+    if place == "scratch":  # as where the tasks do not see this machine's disk
+        monkeypatch.setattr(landing, "runs_here", lambda spark: False)
     monkeypatch.setattr(landing, "PIECE_BYTES", 4096)
     monkeypatch.setattr(lines, "PIECE_ROWS", 100)
     folder = tmp_path / "landing"
@@ -130,6 +149,7 @@ def test_spark_reads_a_landing_as_this_process_does(
         out = tmp_path / name
         got[name] = run(program, folder, 60_000, start, until, policy=policy, out=out).ingested
     spark, here = got["spark"], got["here"]
+    assert made == [landing.InPlace if place == "in-place" else landing.InScratch]
     inputs = [r.name for r in program.catalog.inputs]
     assert not any(spark.events.get(name) for name in inputs), "no event in this process"
     assert any(here.events.get(name) for name in inputs)

@@ -47,7 +47,7 @@ from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
 from dagster_pomo.engine.spark.process_reads import ProcessReads
 from dagster_pomo.engine.spark.range_pass import RangePass
-from dagster_pomo.engine.spark.session import LazySession, started
+from dagster_pomo.engine.spark.session import LazySession, runs_here, started
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.stats import EpochScope, StratumStats
 from dagster_pomo.engine.versions import Version, from_record, record
@@ -229,9 +229,7 @@ class SparkEvaluator:
 
     def local_spark(self) -> bool:
         """Whether Spark runs in this process's machine (local mode, not Connect)."""
-        if isinstance(self.spark, LazySession):  # only ever local
-            return True
-        return not is_connect(self.spark) and self.spark.sparkContext.master.startswith("local")
+        return runs_here(self.spark)
 
     # ------------------------------------------------------------------ state
 

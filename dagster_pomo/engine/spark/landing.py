@@ -16,6 +16,7 @@ quarantine is written.
 from __future__ import annotations
 
 import bisect
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -53,6 +55,7 @@ from dagster_pomo.engine.lines import (
 )
 from dagster_pomo.engine.lines import numbered as numbered_pieces
 from dagster_pomo.engine.spark import frames
+from dagster_pomo.engine.spark.session import runs_here
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import Version, digest_of, record, row_hash
 from dagster_pomo.lang import Program
@@ -286,8 +289,8 @@ def _gone() -> Iterator[Quarantined]:
 
 @dataclass
 class Staged:
-    """A landing read by Spark's tasks into a scratch folder of the warehouse (see
-    `staged`): its counts, and each input relation's events to store."""
+    """A landing read by Spark's tasks (see `staged`): its counts and bad lines, and each
+    input relation's events to store (`InScratch`, `InPlace`)."""
 
     spark: SparkSession
     wh: Warehouse
@@ -295,9 +298,9 @@ class Staged:
     types: dict[str, tuple[str, ...]]  # each input relation's column types, as stored
     schemas: dict[str, Schema]  # every relation's, from those types
     inputs: list[Schema]
-    rows: DataFrame  # the scratch folder's rows (see `_scratch_schema`)
     files: list[str]  # the files read, as given (``f`` of a row is its index)
     got: dict[str, Any]  # the counts (see `_metrics`)
+    bad_lines: DataFrame  # file, line, reason, text of each bad line
 
     @property
     def lines(self) -> int:
@@ -317,10 +320,50 @@ class Staged:
     ) -> dict[str, tuple[int, int]]:
         """Each input relation's events of ``epochs`` (consecutive; the corpus's ``facts``
         of it too; with ``first_of_all``, ``epochs`` start the run, so earlier times go to
-        the first, as `Driver.key_for` places them) stored in their epochs' partitions, one
-        Spark job a relation that has any; how many each stored and the sum of their
-        `versions.row_hash` values (see `versions.digest_of`), when the tasks hashed their
-        rows (`staged`'s ``digests``)."""
+        the first, as `Driver.key_for` places them) stored in their epochs' partitions; how
+        many each stored and the sum of their `versions.row_hash` values (see
+        `versions.digest_of`), when the tasks hashed their rows (`staged`'s ``digests``)."""
+        raise NotImplementedError
+
+    def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
+        """Per file read: its lines, and the first and last time of its accepted events."""
+        raise NotImplementedError
+
+    def quarantined(self) -> DataFrame:
+        """The bad lines, in order of file and line."""
+        return self.bad_lines.orderBy("file", "line")
+
+    def held(self, ingested: Ingested, limit: int | None = HELD) -> None:
+        """``ingested``'s counts and bad lines from what the tasks read: the first ``limit``
+        bad lines held (all with None), and all of them streamed (`Ingested.quarantine_lines`)
+        until the scratch folder is removed."""
+        ingested.files = list(self.files)
+        ingested.files_read = len(self.files)
+        ingested.lines_read = self.lines
+        ingested.accepted_by_spark = self.lines - self.bad
+        if not self.bad:
+            return
+        bad = self.quarantined()
+        held = bad if limit is None else bad.limit(limit)
+        ingested.quarantined = [Quarantined(**r.asDict()) for r in held.collect()]
+        ingested.bad = self.bad
+        if limit is not None:
+            ingested.all_quarantined = lambda: (
+                Quarantined(**r.asDict()) for r in bad.toLocalIterator()
+            )
+
+
+@dataclass
+class InScratch(Staged):
+    """The landing read into a scratch folder of the warehouse, wherever it is (one row a
+    line, see `_scratch_schema`); each relation's events then stored by Spark's writer."""
+
+    rows: DataFrame  # the scratch folder's rows
+
+    def store(
+        self, epochs: list[Epoch], facts: Mapping[str, list[Version]], first_of_all: bool = True
+    ) -> dict[str, tuple[int, int]]:
+        """One Spark job a relation that has any events to store."""
         out: dict[str, tuple[int, int]] = {}
         for i, schema in enumerate(self.inputs):
             mine = facts.get(schema.name, [])
@@ -357,8 +400,7 @@ class Staged:
         return int(counted.get["n"]), int(counted.get["h"] or 0) + facts_total
 
     def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
-        """Per file read: its lines, and the first and last time of its accepted events
-        (one Spark job)."""
+        """One Spark job."""
         accepted = F.col("r") >= 0
         by_file = self.rows.groupBy("f").agg(
             F.count(F.lit(1)).alias("lines"),
@@ -368,29 +410,217 @@ class Staged:
         got = {r["f"]: (r["lines"], r["first"], r["last"]) for r in by_file.collect()}
         return {file: got.get(f, (0, None, None)) for f, file in enumerate(self.files)}
 
-    def quarantined(self) -> DataFrame:
-        """The bad lines, in order of file and line."""
-        bad = self.rows.where(F.col("r") == BAD).select("file", "line", "reason", "text")
-        return bad.orderBy("file", "line")
 
-    def held(self, ingested: Ingested, limit: int | None = HELD) -> None:
-        """``ingested``'s counts and bad lines from what the tasks read: the first ``limit``
-        bad lines held (all with None), and all of them streamed (`Ingested.quarantine_lines`)
-        until the scratch folder is removed."""
-        ingested.files = list(self.files)
-        ingested.files_read = len(self.files)
-        ingested.lines_read = self.lines
-        ingested.accepted_by_spark = self.lines - self.bad
-        if not self.bad:
-            return
-        bad = self.quarantined()
-        held = bad if limit is None else bad.limit(limit)
-        ingested.quarantined = [Quarantined(**r.asDict()) for r in held.collect()]
-        ingested.bad = self.bad
-        if limit is not None:
-            ingested.all_quarantined = lambda: (
-                Quarantined(**r.asDict()) for r in bad.toLocalIterator()
-            )
+# What a task writing the landing's events in place returns (see `_writer`): each bad line
+# (`LINE`), and per file and relation (`BAD` for the bad lines) how many lines it read and
+# the first and last time of the accepted ones (`READ`), and per file, relation and epoch
+# how many events it wrote and the sum of their hashes (`WROTE`).
+LINE, READ, WROTE = 0, 1, 2
+TALLY = pa.schema(
+    [
+        pa.field("kind", pa.int8()),
+        pa.field("f", pa.int32()),
+        pa.field("r", pa.int32()),
+        pa.field("epoch", pa.int64()),
+        pa.field("n", pa.int64()),
+        pa.field("h", pa.decimal128(38, 0)),
+        pa.field("first", pa.int64()),
+        pa.field("last", pa.int64()),
+        pa.field("file", pa.string()),
+        pa.field("line", pa.int64()),
+        pa.field("reason", pa.string()),
+        pa.field("text", pa.string()),
+    ]
+)
+
+
+def _writer(
+    program: Program,
+    inputs: Sequence[Schema],
+    types: Mapping[str, tuple[str, ...]],
+    window: TimeWindow,
+    grid: Grid,
+    given: Mapping[str, str],
+    files: Sequence[str],
+    digests: bool,
+    roots: Sequence[str],
+    end: int | None,
+) -> Callable[[tuple[int, list[Piece]]], Iterator[pa.RecordBatch]]:
+    """What a task does with its pieces when it sees the warehouse's disk: each line read,
+    checked and typed (`ingest.read_piece`); each accepted event of a time before ``end``
+    written, as the warehouse stores it, to ``<roots[r]>/<epoch>/part-<task>.parquet`` (a
+    task's events of one relation and epoch in one file, in the order of its lines); the
+    rows of `TALLY` returned. A task run again writes the same files over."""
+    index = {s.name: i for i, s in enumerate(inputs)}
+    numbers = {file: f for f, file in enumerate(files)}
+    lifetimes = [program.catalog[s.name].lifetime for s in inputs]
+    layouts = [arrow_schema(s) for s in inputs]
+
+    def write(task: tuple[int, list[Piece]]) -> Iterator[pa.RecordBatch]:
+        number, pieces = task
+        held: dict[tuple[int, int], tuple[list[list[Any]], list[int], list[int]]] = {}
+        writers: dict[tuple[int, int], pq.ParquetWriter] = {}
+
+        def flush() -> None:
+            for (r, key), (values, times, exps) in held.items():
+                arrays = [
+                    *(pa.array(c, f.type) for c, f in zip(values, layouts[r], strict=False)),
+                    pa.array(times, pa.int64()),
+                    pa.array(times, pa.int64()),  # kt: an input event's is its time
+                    pa.array(exps, pa.int64()),
+                    pa.array([0] * len(times), pa.int64()),  # tau
+                ]
+                if (r, key) not in writers:
+                    folder = os.path.join(roots[r], str(key))
+                    os.makedirs(folder, exist_ok=True)
+                    name = os.path.join(folder, f"part-{number:05d}.parquet")
+                    writers[r, key] = pq.ParquetWriter(name, layouts[r])
+                writers[r, key].write_batch(pa.RecordBatch.from_arrays(arrays, schema=layouts[r]))
+            held.clear()
+
+        read: dict[tuple[int, int], list[int]] = {}  # by file and relation: lines, first, last
+        wrote: dict[tuple[int, int, int], list[int]] = {}  # by file, relation, epoch
+        bad: list[dict[str, Any]] = []
+        size = 0
+        try:
+            for piece in pieces:
+                f = numbers[piece.file]
+                for event in read_piece(program, piece, types, window):
+                    if isinstance(event, Quarantined):
+                        shown = given.get(event.file, event.file)
+                        line = {"file": shown, "line": event.line, "reason": event.reason}
+                        bad.append({**line, "kind": LINE, "f": f, "r": BAD, "text": event.text})
+                        (read.get((f, BAD)) or read.setdefault((f, BAD), [0, 0, 0]))[0] += 1
+                        if len(bad) >= ROWS_A_BATCH:
+                            yield pa.RecordBatch.from_pylist(bad, schema=TALLY)
+                            bad = []
+                        continue
+                    rel, values, t, _ = event
+                    r = index[rel.name]
+                    seen = read.get((f, r))
+                    if seen is None:
+                        read[f, r] = [1, t, t]
+                    else:
+                        seen[0] += 1
+                        seen[1], seen[2] = min(seen[1], t), max(seen[2], t)
+                    if end is not None and t >= end:
+                        continue
+                    key, exp = grid.key(t), expiry(t, lifetimes[r])
+                    columns = held.get((r, key))
+                    if columns is None:
+                        columns = held[r, key] = ([[] for _ in values], [], [])
+                    for column, value in zip(columns[0], values, strict=True):
+                        column.append(value)
+                    columns[1].append(t)
+                    columns[2].append(exp)
+                    sums = wrote.get((f, r, key)) or wrote.setdefault((f, r, key), [0, 0])
+                    sums[0] += 1
+                    if digests:
+                        sums[1] += _hash(t, values, exp)
+                    size += 1
+                    if size >= ROWS_A_BATCH:  # memory stays flat, whatever the order
+                        flush()
+                        size = 0
+            flush()
+        finally:
+            for writer in writers.values():
+                writer.close()
+        rows = bad
+        rows += [
+            {"kind": READ, "f": f, "r": r, "n": n, "first": a, "last": b}
+            for (f, r), (n, a, b) in read.items()
+        ]
+        rows += [
+            {"kind": WROTE, "f": f, "r": r, "epoch": key, "n": n, "h": h if digests else None}
+            for (f, r, key), (n, h) in wrote.items()
+        ]
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=TALLY)
+
+    return write
+
+
+@dataclass
+class InPlace(Staged):
+    """The landing's events written by Spark's tasks in each input relation's epochs'
+    files, in folders beside the warehouse's (`Warehouse.staging`); each epoch then moved
+    into place (`Warehouse.promote`). Only where the tasks see the warehouse's disk."""
+
+    roots: list[str]  # each input relation's folder of epochs written
+    wrote: dict[tuple[int, int], tuple[int, int]]  # by relation and epoch: events, hashes
+    read: dict[int, tuple[int, int | None, int | None]]  # by file: lines, first, last
+
+    @classmethod
+    def of(cls, known: tuple[Any, ...], rows: DataFrame, roots: list[str]) -> InPlace:
+        """What the tasks wrote, from their tallies (one small Spark job)."""
+        inputs = known[5]
+        wrote: dict[tuple[int, int], list[int]] = {}
+        read: dict[int, list[Any]] = {}
+        got: dict[str, Any] = {"lines": 0, "bad": 0, "first": None, "last": None}
+        got.update({f"n{i}": 0 for i in range(len(inputs))})
+        for row in rows.where(F.col("kind") != LINE).collect():
+            r, n = row["r"], row["n"]
+            if row["kind"] == WROTE:
+                sums = wrote.setdefault((r, row["epoch"]), [0, 0])
+                sums[0] += n
+                sums[1] += int(row["h"] or 0)
+                continue
+            per = read.setdefault(row["f"], [0, None, None])
+            per[0] += n
+            got["lines"] += n
+            if r == BAD:
+                got["bad"] += n
+                continue
+            got[f"n{r}"] += n
+            first, last = row["first"], row["last"]
+            per[1] = first if per[1] is None else min(per[1], first)
+            per[2] = last if per[2] is None else max(per[2], last)
+            got["first"] = first if got["first"] is None else min(got["first"], first)
+            got["last"] = last if got["last"] is None else max(got["last"], last)
+        bad = rows.where(F.col("kind") == LINE).select("file", "line", "reason", "text")
+        done = {k: (v[0], v[1]) for k, v in wrote.items()}
+        per_file = {f: (v[0], v[1], v[2]) for f, v in read.items()}
+        return cls(*known, got, bad, roots, done, per_file)
+
+    def store(
+        self, epochs: list[Epoch], facts: Mapping[str, list[Version]], first_of_all: bool = True
+    ) -> dict[str, tuple[int, int]]:
+        """No Spark job: each epoch's folder moved in, the facts' file written first."""
+        out: dict[str, tuple[int, int]] = {}
+        if not epochs:
+            return out
+        first, end = epochs[0].start, epochs[-1].end
+        starts, ends = {e.start for e in epochs}, [e.end for e in epochs]
+        for i, schema in enumerate(self.inputs):
+            mine = facts.get(schema.name, [])
+            placed = [f for f in mine if f.kt < end and (first_of_all or f.kt >= first)]
+            keys = {key for (r, key) in self.wrote if r == i and key in starts}
+            if not (self.got[f"n{i}"] or mine):
+                continue
+            by_key: dict[int, list[Version]] = {}
+            for fact in placed:
+                by_key.setdefault(epochs[bisect.bisect_right(ends, fact.kt)].start, []).append(fact)
+            layout = arrow_schema(schema)
+            for key, versions in by_key.items():
+                folder = os.path.join(self.roots[i], str(key))
+                os.makedirs(folder, exist_ok=True)
+                records = [record(v, schema) for v in versions]
+                table = pa.Table.from_pylist(
+                    [dict(zip(layout.names, r, strict=True)) for r in records], schema=layout
+                )
+                pq.write_table(table, os.path.join(folder, "part-facts.parquet"))
+            n = len(placed)
+            total = sum(int.from_bytes(row_hash(f), "big") for f in placed)
+            for key in sorted(keys | set(by_key)):
+                got = self.wrote.get((i, key), (0, 0))
+                n, total = n + got[0], total + got[1]
+                self.wh.promote(os.path.join(self.roots[i], str(key)), schema.name, str(key))
+            out[schema.name] = (n, total)
+        return out
+
+    def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
+        """No Spark job."""
+        return {file: self.read.get(f, (0, None, None)) for f, file in enumerate(self.files)}
 
 
 @contextmanager
@@ -401,12 +631,16 @@ def staged(
     paths: Sequence[Path],
     grid: Grid,
     window: TimeWindow,
+    end: int | None,
     digests: bool = False,
 ) -> Iterator[Staged]:
     """The landing ``paths`` read by Spark's tasks (one job, and before it, where needed, one
-    counting newlines and one counting kinds of values) into a scratch folder of ``wh``,
-    removed when the block ends; each event placed on ``grid``. With ``digests``, each
-    row's hash as `versions.digest` takes it, so that `Staged.store` gives digests."""
+    counting newlines and one counting kinds of values), each event placed on ``grid``;
+    what the tasks wrote is removed when the block ends. Where the tasks see the
+    warehouse's disk, they write each input relation's events of times before ``end``
+    (all, without one) in its epochs' files themselves (`InPlace`); elsewhere into a
+    scratch folder of the warehouse (`InScratch`). With ``digests``, each row's hash as
+    `versions.digest` takes it, so that `Staged.store` gives digests."""
     # Tasks open files by their full path (they run in folders of their own); the
     # quarantine names each as it was given.
     given = {str(p.absolute()): str(p) for p in paths}
@@ -416,28 +650,36 @@ def staged(
     stored_as = stored_types(types)
     schemas = infer_schemas(program, stored_as)
     inputs = [schemas[rel.name] for rel in program.catalog.inputs]
-    layout = _scratch_schema(inputs)
+    files = list(given)
+    shown = [given[f] for f in files]
+    known = (spark, wh, program, stored_as, schemas, inputs, shown)
+    plain = all(not s.aggregates and not s.provenance for s in inputs)
+    roots = [wh.staging(s.name) for s in inputs] if plain and runs_here(spark) else []
     scratch = wh.scratch("landing")
     try:
-        files = list(given)
-        read = _reader(program, inputs, types, window, grid, layout, given, files, digests)
-        seen = Observation("landing")
-        rows = _over_tasks(spark, tasks, read, layout).observe(seen, *_metrics(inputs))
-        rows.write.mode("overwrite").partitionBy("r").parquet(scratch)
-        stored = spark.read.schema(from_arrow_schema(layout)).parquet(scratch)
-        yield Staged(
-            spark,
-            wh,
-            program,
-            stored_as,
-            schemas,
-            inputs,
-            stored,
-            [given[f] for f in files],
-            seen.get,
-        )
+        if roots and all(roots):
+            places = [root for root in roots if root]
+            write = _writer(
+                program, inputs, types, window, grid, given, files, digests, places, end
+            )
+            work = _over_tasks(spark, list(enumerate(tasks)), write, TALLY)
+            work.write.mode("overwrite").parquet(scratch)
+            rows = spark.read.schema(from_arrow_schema(TALLY)).parquet(scratch)
+            yield InPlace.of(known, rows, places)
+        else:
+            layout = _scratch_schema(inputs)
+            read = _reader(program, inputs, types, window, grid, layout, given, files, digests)
+            seen = Observation("landing")
+            rows = _over_tasks(spark, tasks, read, layout).observe(seen, *_metrics(inputs))
+            rows.write.mode("overwrite").partitionBy("r").parquet(scratch)
+            stored = spark.read.schema(from_arrow_schema(layout)).parquet(scratch)
+            bad = stored.where(F.col("r") == BAD).select("file", "line", "reason", "text")
+            yield InScratch(*known, seen.get, bad, stored)
     finally:
         wh.delete(scratch)
+        for root in roots:
+            if root:
+                wh.discard(root)
 
 
 @contextmanager
@@ -457,7 +699,8 @@ def read_landing(
     bad lines can be streamed (`Ingested.quarantine_lines`) until the block ends."""
     from dagster_pomo.engine.lines import DEFAULT_TIMES
 
-    with staged(spark, wh, program, paths, Grid(size, start), window or DEFAULT_TIMES) as read:
+    grid, times = Grid(size, start), window or DEFAULT_TIMES
+    with staged(spark, wh, program, paths, grid, times, until) as read:
         ingested = load_inputs(program, Ingested(types=read.types))
         epochs = epoch_range(read.span or ingested.times, size, start, until)
         read.store(epochs.epochs, ingested.events)
@@ -494,7 +737,8 @@ def store_landing(
     each file: its signature (taken before reading), lines, first and last time, bad
     lines."""
     signatures = {str(p): file_signature(p) for p in paths}
-    with staged(spark, wh, program, paths, grid, window, digests=True) as read:
+    end = epochs[-1].end if epochs else None
+    with staged(spark, wh, program, paths, grid, window, end, digests=True) as read:
         ingested = Ingested(types=read.types)
         found = read.store(epochs, facts, first_of_all)
         read.held(ingested, limit=None)

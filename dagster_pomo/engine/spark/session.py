@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from dagster_pomo.engine.java import require_java
 from dagster_pomo.engine.settings import OUR_JAVA_OPTIONS, SparkSettings
 from dagster_pomo.engine.spark.class_archive import with_archive
-from dagster_pomo.engine.spark.lookups import remember_lookups
+from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -132,6 +132,14 @@ def lazy_session(settings: SparkSettings | None = None) -> SparkSession | LazySe
     if active is not None or settings.remote or not settings.master.startswith("local"):
         return spark_session(settings)
     return LazySession(settings)
+
+
+def runs_here(spark: SparkSession | LazySession) -> bool:
+    """Whether ``spark``'s tasks run on this machine (local mode, not Connect): they see
+    the files this process sees."""
+    if isinstance(spark, LazySession):  # only ever local
+        return True
+    return not is_connect(spark) and spark.sparkContext.master.startswith("local")
 
 
 def started(spark: object) -> object | None:
