@@ -61,3 +61,28 @@ def _example_lattices():
     from dagster_pomo.examples import LATTICES
 
     register_lattices(LATTICES)
+
+
+# The modules whose tests take longest (a minute or more each here), started first: a
+# worker takes a whole module at a time, in collection order, so the two then finish
+# together rather than one running the last long module alone.
+LONGEST_FIRST = (
+    "test_engine_properties",
+    "test_cluster",
+    "test_airflow_ui",
+    "test_ui",
+    "test_cli_run",
+    "test_airflow",
+    "test_dagster_assets",
+    "test_pomologic",
+    "test_class_archive",
+    "test_session",
+    "test_actions",
+    "test_long_recursion",
+    "test_language_properties",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
