@@ -60,7 +60,7 @@ from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import Version, digest_of, record, row_hash
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.schema import Schema, infer_schemas
-from dagster_pomo.timeline import Epoch, epoch_key
+from dagster_pomo.timeline import Epoch
 
 BAD = -1  # the relation index of a bad line in the scratch folder
 HELD = 1_000  # bad lines this process holds (to show); the quarantine file gets them all
@@ -283,6 +283,26 @@ def _metrics(inputs: Sequence[Schema]) -> list[Any]:
     ]
 
 
+def _facts_by_epoch(
+    facts: list[Version], epochs: list[Epoch], first_of_all: bool
+) -> dict[int, list[Version]]:
+    """The corpus's ``facts`` of a relation that ``epochs`` (consecutive) store, by the start
+    of each one's epoch: none from ``epochs``' end on, and earlier ones in the first only
+    when ``epochs`` start the run (``first_of_all``, as `Driver.key_for` places them)."""
+    first, end = epochs[0].start, epochs[-1].end
+    ends = [e.end for e in epochs]
+    out: dict[int, list[Version]] = {}
+    for fact in facts:
+        if fact.kt < end and (first_of_all or fact.kt >= first):
+            out.setdefault(epochs[bisect.bisect_right(ends, fact.kt)].start, []).append(fact)
+    return out
+
+
+def _facts_hash(by_epoch: Mapping[int, list[Version]]) -> int:
+    """The sum of the facts' `versions.row_hash` values (they are hashed here)."""
+    return sum(int.from_bytes(row_hash(f), "big") for facts in by_epoch.values() for f in facts)
+
+
 def _gone() -> Iterator[Quarantined]:
     raise RuntimeError("the bad lines were kept in the run's scratch folder, removed at its end")
 
@@ -380,24 +400,23 @@ class InScratch(Staged):
         chosen = (F.col("t") < end) & F.col("epoch").between(first, last)
         rows = self.rows.where((F.col("r") == i) & chosen)
         rows = rows.select(*columns, "t", kt, "exp", tau, F.col("epoch").cast("string"), "h")
-        ends = [e.end for e in epochs]
-        placed = [f for f in facts if f.kt < end and (earlier or f.kt >= first)]
+        placed = _facts_by_epoch(facts, epochs, earlier)
         if placed:
             struct = from_arrow_schema(arrow_schema(schema))  # the stored columns
             with_epoch = StructType(
                 [*struct.fields, StructField("epoch", StringType()), StructField("h", LongType())]
             )
             records = [
-                (*record(f, schema), epoch_key(epochs[bisect.bisect_right(ends, f.kt)]), None)
-                for f in placed
+                (*record(f, schema), str(key), None)
+                for key, versions in placed.items()
+                for f in versions
             ]
             rows = rows.unionByName(frames.local(self.spark, records, with_epoch))
         counted = Observation(f"stored-{i}")
         summed = F.sum(F.col("h").cast(DecimalType(38, 0)))
         rows = rows.observe(counted, F.count(F.lit(1)).alias("n"), summed.alias("h"))
         self.wh.write_partitioned(schema.name, rows.drop("h"))
-        facts_total = sum(int.from_bytes(row_hash(f), "big") for f in placed)  # hashed here
-        return int(counted.get["n"]), int(counted.get["h"] or 0) + facts_total
+        return int(counted.get["n"]), int(counted.get["h"] or 0) + _facts_hash(placed)
 
     def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
         """One Spark job."""
@@ -551,13 +570,16 @@ class InPlace(Staged):
     read: dict[int, tuple[int, int | None, int | None]]  # by file: lines, first, last
 
     @classmethod
-    def of(cls, known: tuple[Any, ...], rows: DataFrame, roots: list[str]) -> InPlace:
-        """What the tasks wrote, from their tallies (one small Spark job)."""
-        inputs = known[5]
+    def of(
+        cls, known: tuple[Any, ...], relations: int, rows: DataFrame, roots: list[str]
+    ) -> InPlace:
+        """What the tasks wrote to ``roots`` (one per input relation, ``relations`` of
+        them), from their tallies (one small Spark job); ``known``: `Staged`'s fields up
+        to ``got``."""
         wrote: dict[tuple[int, int], list[int]] = {}
         read: dict[int, list[Any]] = {}
         got: dict[str, Any] = {"lines": 0, "bad": 0, "first": None, "last": None}
-        got.update({f"n{i}": 0 for i in range(len(inputs))})
+        got.update({f"n{i}": 0 for i in range(relations)})
         for row in rows.where(F.col("kind") != LINE).collect():
             r, n = row["r"], row["n"]
             if row["kind"] == WROTE:
@@ -589,29 +611,22 @@ class InPlace(Staged):
         out: dict[str, tuple[int, int]] = {}
         if not epochs:
             return out
-        first, end = epochs[0].start, epochs[-1].end
-        starts, ends = {e.start for e in epochs}, [e.end for e in epochs]
+        starts = {e.start for e in epochs}
         for i, schema in enumerate(self.inputs):
             mine = facts.get(schema.name, [])
-            placed = [f for f in mine if f.kt < end and (first_of_all or f.kt >= first)]
-            keys = {key for (r, key) in self.wrote if r == i and key in starts}
             if not (self.got[f"n{i}"] or mine):
                 continue
-            by_key: dict[int, list[Version]] = {}
-            for fact in placed:
-                by_key.setdefault(epochs[bisect.bisect_right(ends, fact.kt)].start, []).append(fact)
-            layout = arrow_schema(schema)
-            for key, versions in by_key.items():
+            placed = _facts_by_epoch(mine, epochs, first_of_all)
+            struct = from_arrow_schema(arrow_schema(schema))  # the stored columns
+            for key, versions in placed.items():
                 folder = os.path.join(self.roots[i], str(key))
                 os.makedirs(folder, exist_ok=True)
-                records = [record(v, schema) for v in versions]
-                table = pa.Table.from_pylist(
-                    [dict(zip(layout.names, r, strict=True)) for r in records], schema=layout
-                )
+                table = frames.arrow_table([record(v, schema) for v in versions], struct)
                 pq.write_table(table, os.path.join(folder, "part-facts.parquet"))
-            n = len(placed)
-            total = sum(int.from_bytes(row_hash(f), "big") for f in placed)
-            for key in sorted(keys | set(by_key)):
+            n = sum(map(len, placed.values()))
+            total = _facts_hash(placed)
+            keys = {key for (r, key) in self.wrote if r == i and key in starts}
+            for key in sorted(keys | set(placed)):
                 got = self.wrote.get((i, key), (0, 0))
                 n, total = n + got[0], total + got[1]
                 self.wh.promote(os.path.join(self.roots[i], str(key)), schema.name, str(key))
@@ -653,19 +668,17 @@ def staged(
     files = list(given)
     shown = [given[f] for f in files]
     known = (spark, wh, program, stored_as, schemas, inputs, shown)
-    plain = all(not s.aggregates and not s.provenance for s in inputs)
-    roots = [wh.staging(s.name) for s in inputs] if plain and runs_here(spark) else []
+    # Tasks write in place only relations of the warehouse's stored columns alone.
+    here = runs_here(spark) and all(not s.aggregates and not s.provenance for s in inputs)
+    roots = [root for s in inputs if here and (root := wh.staging(s.name))]
     scratch = wh.scratch("landing")
     try:
-        if roots and all(roots):
-            places = [root for root in roots if root]
-            write = _writer(
-                program, inputs, types, window, grid, given, files, digests, places, end
-            )
+        if inputs and len(roots) == len(inputs):
+            write = _writer(program, inputs, types, window, grid, given, files, digests, roots, end)
             work = _over_tasks(spark, list(enumerate(tasks)), write, TALLY)
             work.write.mode("overwrite").parquet(scratch)
             rows = spark.read.schema(from_arrow_schema(TALLY)).parquet(scratch)
-            yield InPlace.of(known, rows, places)
+            yield InPlace.of(known, len(inputs), rows, roots)
         else:
             layout = _scratch_schema(inputs)
             read = _reader(program, inputs, types, window, grid, layout, given, files, digests)
@@ -678,8 +691,7 @@ def staged(
     finally:
         wh.delete(scratch)
         for root in roots:
-            if root:
-                wh.discard(root)
+            wh.discard(root)
 
 
 @contextmanager
