@@ -170,6 +170,16 @@ def _types(
     return input_types(program, counts)
 
 
+# A bad line's fields (as `Quarantined` has them), in the rows tasks return.
+BAD_LINE = [
+    pa.field("file", pa.string()),
+    pa.field("line", pa.int64()),
+    pa.field("reason", pa.string()),
+    pa.field("text", pa.string()),
+]
+BAD_COLUMNS = [field.name for field in BAD_LINE]
+
+
 def _scratch_schema(inputs: Sequence[Schema]) -> pa.Schema:
     """The scratch folder's rows: a relation's index (``r``, `BAD` for a bad line), the
     file's (``f``), the event's hash (``h``, see `staged`), epoch, time and expiry, each
@@ -184,13 +194,7 @@ def _scratch_schema(inputs: Sequence[Schema]) -> pa.Schema:
     ]
     for i, schema in enumerate(inputs):
         fields += [pa.field(f"c{i}_{j}", ARROW[typ]) for j, typ in enumerate(schema.types)]
-    fields += [
-        pa.field("file", pa.string()),
-        pa.field("line", pa.int64()),
-        pa.field("reason", pa.string()),
-        pa.field("text", pa.string()),
-    ]
-    return pa.schema(fields)
+    return pa.schema([*fields, *BAD_LINE])
 
 
 def _reader(
@@ -445,10 +449,7 @@ TALLY = pa.schema(
         pa.field("h", pa.decimal128(38, 0)),
         pa.field("first", pa.int64()),
         pa.field("last", pa.int64()),
-        pa.field("file", pa.string()),
-        pa.field("line", pa.int64()),
-        pa.field("reason", pa.string()),
-        pa.field("text", pa.string()),
+        *BAD_LINE,
     ]
 )
 
@@ -599,7 +600,7 @@ class InPlace(Staged):
             per[2] = last if per[2] is None else max(per[2], last)
             got["first"] = first if got["first"] is None else min(got["first"], first)
             got["last"] = last if got["last"] is None else max(got["last"], last)
-        bad = rows.where(F.col("kind") == LINE).select("file", "line", "reason", "text")
+        bad = rows.where(F.col("kind") == LINE).select(*BAD_COLUMNS)
         done = {k: (v[0], v[1]) for k, v in wrote.items()}
         per_file = {f: (v[0], v[1], v[2]) for f, v in read.items()}
         return cls(*known, got, bad, roots, done, per_file)
@@ -686,7 +687,7 @@ def staged(
             rows = _over_tasks(spark, tasks, read, layout).observe(seen, *_metrics(inputs))
             rows.write.mode("overwrite").partitionBy("r").parquet(scratch)
             stored = spark.read.schema(from_arrow_schema(layout)).parquet(scratch)
-            bad = stored.where(F.col("r") == BAD).select("file", "line", "reason", "text")
+            bad = stored.where(F.col("r") == BAD).select(*BAD_COLUMNS)
             yield InScratch(*known, seen.get, bad, stored)
     finally:
         wh.delete(scratch)
