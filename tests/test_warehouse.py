@@ -596,13 +596,34 @@ def test_small_epochs_worked_out_in_this_process_hold_what_spark_holds(
     assert partitions(tmp_path / "here", program, here) == before
 
 
-def test_a_join_too_large_for_this_process_goes_to_spark(tmp_path: Path, events_file: Path) -> None:
+def test_a_join_too_large_for_this_process_goes_to_spark(
+    tmp_path: Path, events_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A join that would make more matches than this process takes on leaves the stratum to
-    Spark, which stores the same rows."""
+    Spark, which stores the same rows; an epoch as large as one whose stratum went to Spark
+    goes there at once (a range of small epochs is taken epoch by epoch here: each would
+    otherwise work its joins out twice)."""
+    from dagster_pomo.engine.inprocess.rules import TooLarge
+    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+
     program = compile_corpus(FLAT, "flat.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     tight = Policy(local_matches=0)  # every join is too large for this process
     here = Driver.for_run(program, prepared, str(tmp_path / "here"), policy=tight)
+    tried: list[tuple[int, int, bool]] = []  # stratum, the epoch's input events, too large
+    attempt = SparkEvaluator._stratum_in_process
+
+    def spy(self, stratum, epoch):  # type: ignore[no-untyped-def]
+        inputs = self.store.input_events(epoch_key(epoch))
+        try:
+            stats = attempt(self, stratum, epoch)
+        except TooLarge:
+            tried.append((stratum.index, inputs, True))
+            raise
+        tried.append((stratum.index, inputs, False))
+        return stats
+
+    monkeypatch.setattr(SparkEvaluator, "_stratum_in_process", spy)
     plans = Policy(in_process_inputs=0)
     spark = Driver.for_run(
         program, prepared, str(tmp_path / "spark"), policy=plans, session=here.backend.spark
@@ -611,9 +632,42 @@ def test_a_join_too_large_for_this_process_goes_to_spark(tmp_path: Path, events_
     for epoch in spark.epochs[:3]:
         spark.evaluate_epoch(epoch)
     assert all(s.spark_jobs for s in stats)
+    assert any(large for _, _, large in tried), "the case must make a join too large"
+    for i, (stratum, inputs, _) in enumerate(tried):  # after a failure, smaller epochs only
+        failed = [n for s, n, large in tried[:i] if s == stratum and large]
+        assert not failed or inputs < min(failed), tried
     assert partitions(tmp_path / "here", program, here) == partitions(
         tmp_path / "spark", program, spark
     )
+
+
+def test_a_range_of_small_epochs_goes_epoch_by_epoch_in_this_process(
+    tmp_path: Path, events_file: Path
+) -> None:
+    """A range whose every epoch is small enough for this process, and all of them together
+    not too many, is worked out epoch by epoch here (from a fresh process that is faster
+    than Spark's one pass); one epoch too large, or too many inputs in all, and the range
+    goes in one pass. The warehouse holds the same either way."""
+    program = compile_corpus(FLAT, "flat.pomo")
+    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
+    probe = Driver.for_run(program, prepared, str(tmp_path / "probe"))
+    sizes = [probe.backend.store.input_events(epoch_key(e)) for e in probe.epochs]
+    assert len(set(sizes)) > 1 and min(sizes) > 0, sizes
+    largest, total = max(sizes), sum(sizes)
+    stored = {}
+    for way, policy, passes in [
+        ("each small", Policy(in_process_inputs=largest), len(sizes)),
+        ("one too large", Policy(in_process_inputs=largest - 1), 1),
+        (
+            "too many in all",
+            Policy(in_process_inputs=largest, in_process_range_inputs=total - 1),
+            1,
+        ),
+    ]:
+        driver = Driver.for_run(program, prepared, str(tmp_path / way), policy=policy)
+        assert driver.evaluate_range(driver.epochs) == passes, way
+        stored[way] = partitions(tmp_path / way, program, driver)
+    assert stored["one too large"] == stored["each small"] == stored["too many in all"]
 
 
 def test_writers_at_once_never_trip_over_the_staging_folder(tmp_path: Path) -> None:

@@ -167,6 +167,9 @@ class SparkEvaluator:
         self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
         self._local_strata: dict[int, bool] = {}  # which strata it can work out (`in_process`)
+        # The fewest input events of an epoch in which a stratum's joins grew too large here
+        # (`TooLarge`): epochs as large go to Spark at once (see `in_process`).
+        self._too_large: dict[int, int] = {}
 
     # ------------------------------------------------------------------ set-up
 
@@ -454,17 +457,21 @@ class SparkEvaluator:
     def few_and_small(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> bool:
         """Whether this process works ``strata`` out epoch by epoch sooner than Spark takes
         ``epochs`` in one pass: each stratum is one it works out (see `in_process`), there
-        are at most ``Policy.in_process_epochs`` epochs and all of them together hold at
-        most ``Policy.in_process_inputs`` input events. A pass's Spark jobs cost seconds
-        however few its rows; an epoch here costs tens of milliseconds."""
+        are at most ``Policy.in_process_epochs`` epochs, each holding at most
+        ``Policy.in_process_inputs`` input events (so that each is worked out here) and all
+        together at most ``Policy.in_process_range_inputs``. A pass's Spark jobs cost seconds
+        however few its rows, and a fresh JVM's pass costs about twice this process's time
+        a row on two cores; the bound in all leaves a pass to a machine whose many cores
+        Spark's tasks spread it over."""
         if not self.store.local or not 0 < len(epochs) <= self.policy.in_process_epochs:
             return False
         if self.policy.in_process_inputs <= 0 or not all(map(self._supported_here, strata)):
             return False
         inputs = 0
         for epoch in epochs:
-            inputs += self.store.input_events(epoch_key(epoch))
-            if inputs > self.policy.in_process_inputs:
+            here = self.store.input_events(epoch_key(epoch))
+            inputs += here
+            if here > self.policy.in_process_inputs or inputs > self.policy.in_process_range_inputs:
                 return False
         return True
 
@@ -577,7 +584,9 @@ class SparkEvaluator:
             return stratum.recursive and stratum.linear is None and self.policy.lower_rows > 0
         if self.is_span(epoch):
             return False
-        if self.store.input_events(epoch_key(epoch)) <= self.policy.in_process_inputs:
+        inputs = self.store.input_events(epoch_key(epoch))
+        too_large = self._too_large.get(stratum.index)
+        if inputs <= self.policy.in_process_inputs and (too_large is None or inputs < too_large):
             return True
         return stratum.recursive and self._reads_few(stratum, epoch)
 
@@ -692,7 +701,11 @@ class SparkEvaluator:
             try:
                 return self._stratum_in_process(stratum, epoch)
             except local_rules.TooLarge:
-                pass  # nothing is stored before every relation is worked out: Spark's turn
+                # Nothing is stored before every relation is worked out: Spark's turn, and
+                # for the stratum's epochs as large (a range's next ones, see `few_and_small`).
+                inputs = self.store.input_events(epoch_key(epoch))
+                index = stratum.index
+                self._too_large[index] = min(inputs, self._too_large.get(index, inputs))
         self.on_spark()
         stats = StratumStats(stratum.index, stratum.relations)
         started = time.perf_counter()
