@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagster_pomo.engine.ingest import _coerce_plain, coerce, ingest_files
-from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.lines import ANY_TIME, _quick, decode
 from dagster_pomo.engine.versions import Version, digest
 from dagster_pomo.lang import compile_corpus
 from dagster_pomo.timeline import parse_duration, parse_time, show_duration, show_time
@@ -166,6 +167,94 @@ def test_the_quick_typing_of_values_agrees_with_coerce(pairs: list[tuple[object,
     slow = tuple(coerce(v, t) for v, t in pairs)
     assert quick == slow
     assert [type(v) for v in quick] == [type(v) for v in slow]
+
+
+# JSON values as a landing line may hold them: numbers of every size and spelling, text
+# with quotes, colons and escapes, and nesting.
+_JSON = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(alphabet=st.sampled_from('ab"\\: ,{}\t\u00e9\ud800 0e.-'), max_size=6),
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_KEYS = st.sampled_from(["relation", "t", "args", "kt", ""])
+
+
+@st.composite
+def _json_lines(draw: st.DrawFn) -> bytes:
+    """A line as a landing file may hold it: an object of event keys (and others), written
+    with any spacing, floats in any notation, a key sometimes repeated, a byte sometimes
+    changed."""
+    if draw(st.integers(0, 3)):  # an event's shape: its keys once each, scalar values
+        scalars = st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(-(2**62), 2**62),
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.text(alphabet=st.sampled_from("ab :\u00e9-"), max_size=6),
+        )
+        args = st.lists(scalars, max_size=3) | st.dictionaries(st.text(max_size=3), scalars)
+        event = {"relation": scalars, "t": scalars, "args": args}
+        keys = draw(st.lists(st.sampled_from(list(event)), unique=True))
+        pairs = [(k, draw(event[k])) for k in keys]
+    else:
+        pairs = draw(st.lists(st.tuples(_KEYS, _JSON), max_size=4))
+    pairs += draw(st.lists(st.tuples(_KEYS, _JSON), max_size=1))  # a repeated key, maybe
+    colon, comma = draw(st.sampled_from([(": ", ", "), (":", ","), (" : ", " , "), ("\t:", ",\r")]))
+
+    def text(value: object) -> str:
+        if isinstance(value, float) and draw(st.booleans()):
+            return draw(st.sampled_from(["{:.17e}", "{:.3E}", "{!r}", "{:.25f}"])).format(value)
+        if isinstance(value, dict):
+            return "{" + comma.join(json.dumps(k) + colon + text(v) for k, v in value.items()) + "}"
+        if isinstance(value, list):
+            return "[" + comma.join(map(text, value)) + "]"
+        return json.dumps(value)
+
+    line = "{" + comma.join(json.dumps(k) + colon + text(v) for k, v in pairs) + "}"
+    raw = line.encode("utf-8", errors="surrogatepass")
+    if raw and draw(st.integers(0, 3)) == 0:
+        at = draw(st.integers(0, len(raw) - 1))
+        raw = raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1 :]
+    return raw
+
+
+@settings(max_examples=400)
+@given(_json_lines())
+def test_the_quick_reading_of_a_line_agrees_with_the_checking_one(raw: bytes) -> None:
+    """A line the quick reader (orjson) takes is one the checking reader takes, as the same
+    object: the same keys, values and their types (an int is not a float, -0.0 keeps its
+    sign); a repeated key, a number too long or an integer past 64 bits it leaves to the
+    checking reader, which says why."""
+    quick = _quick(raw)
+    if quick is None:
+        return
+    slow = decode(raw.decode("utf-8"))  # raises BadLine if the quick reader took a bad line
+    assert repr(quick) == repr(slow)
+
+
+def test_the_quick_reader_takes_the_common_line_and_leaves_the_rest() -> None:
+    """What W5's landing holds goes the quick way; what only the checks can judge does not."""
+    line = b'{"relation": "water_level", "t": 1699999200000, "args": {"tank": "n", "level": 36.05}}'
+    assert _quick(line) == decode(line.decode())
+    for left in [
+        b'{"relation": "r", "t": 1, "t": 2, "args": []}',  # a repeated key
+        b'{"relation": "r", "t" : 1, "t": 2, "args": []}',  # ... after white space
+        b'{"relation": "r", "t": 18446744073709551616, "args": []}',  # past 64 bits
+        b'{"relation": "r", "t": -9223372036854775809, "args": []}',  # orjson: a float
+        b'{"relation": "r", "t": 1, "args": [1.00000000000000000000000000000000000000001]}',
+        b'{"relation": "r", "t": 1, "args": ["\\ud800"]}',  # a lone surrogate
+        b'{"relation": "r", "t": 1, "args": [NaN]}',
+        b'{"relation": "r", "t": 1, "kt": 1}',
+    ]:
+        assert _quick(left) is None, left
 
 
 _values = st.one_of(
