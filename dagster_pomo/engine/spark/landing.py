@@ -3,14 +3,17 @@
 The landing is cut in pieces (`lines.cut`: byte ranges of JSON Lines files, row groups of
 Parquet ones) and tasks read them with this process's reader, checks and types
 (`ingest.read_piece`), so each line is accepted or quarantined, for the same reason, as
-`ingest.ingest_files` would. One Spark job writes what they read to a scratch folder of
-the warehouse (each input relation's events, and the bad lines), counting as it writes;
-then one job per input relation stores its events in their epochs' partitions. Before
-that, only where needed: a job counting the newlines of the pieces of large JSON Lines
-files (so line numbers are the file's), and one counting the kinds of values of columns
-whose types the data decides. This process holds no event: counts, the first and last
-time, the first bad lines; the others are read back in order, streamed, when the
-quarantine is written.
+`ingest.ingest_files` would. Where the tasks see the warehouse's disk, one Spark job
+reads the landing and writes each event into its epoch's files (`InPlace`), its tasks
+numbering lines from their pieces' starts and telling the driver each piece's newlines,
+which it adds to the bad lines' numbers. Elsewhere (a cluster, Spark Connect), one job
+writes what the tasks read to a scratch folder of the warehouse (each input relation's
+events, and the bad lines), counting as it writes, then one job per input relation stores
+its events in their epochs' partitions; before them, a job counts the newlines of the
+pieces of large JSON Lines files (so line numbers are the file's). Only where needed, a
+job counts the kinds of values of columns whose types the data decides. This process
+holds no event: counts, the first and last time, the first bad lines; the others are
+read back in order, streamed, when the quarantine is written.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -60,7 +64,7 @@ from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import Version, digest_of, record, row_hash
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.schema import Schema, infer_schemas
-from dagster_pomo.timeline import Epoch
+from dagster_pomo.timeline import NEVER, Epoch
 
 BAD = -1  # the relation index of a bad line in the scratch folder
 HELD = 1_000  # bad lines this process holds (to show); the quarantine file gets them all
@@ -78,6 +82,20 @@ class Grid:
         anchor = self.start or 0
         key = anchor + (t - anchor) // self.size * self.size
         return key if self.start is None else max(key, self.start)
+
+    def keys(self, t: np.ndarray) -> np.ndarray:
+        """`key` of each of the times ``t``."""
+        anchor = self.start or 0
+        keys = anchor + (t - anchor) // self.size * self.size
+        return keys if self.start is None else np.maximum(keys, self.start)
+
+
+def expiries(t: np.ndarray, lifetime: int | None) -> np.ndarray:
+    """`ingest.expiry` of each of the times ``t``: never past `NEVER`."""
+    if lifetime is None:
+        return np.full(len(t), NEVER, np.int64)
+    with np.errstate(over="ignore"):  # where it wraps, `NEVER` is taken
+        return np.where(t > NEVER - lifetime, NEVER, t + lifetime)
 
 
 def _tasks(pieces: Sequence[Piece]) -> list[list[Piece]]:
@@ -276,6 +294,14 @@ def _hash(t: int, values: tuple[Any, ...], exp: int) -> int:
     return h - (1 << 64) if h >= 1 << 63 else h
 
 
+def _hashes(table: pa.Table, arity: int) -> int:
+    """The sum of `_hash` over the stored input events of ``table``."""
+    values = [table.column(i).to_pylist() for i in range(arity)]
+    times, exps = table.column("t").to_pylist(), table.column("exp").to_pylist()
+    rows = zip(*values, strict=True) if values else ((),) * len(times)
+    return sum(_hash(t, tuple(v), exp) for t, v, exp in zip(times, rows, exps, strict=True))
+
+
 def _metrics(inputs: Sequence[Schema]) -> list[Any]:
     accepted = F.col("r") >= 0
     return [
@@ -435,14 +461,17 @@ class InScratch(Staged):
 
 
 # What a task writing the landing's events in place returns (see `_writer`): each bad line
-# (`LINE`), and per file and relation (`BAD` for the bad lines) how many lines it read and
-# the first and last time of the accepted ones (`READ`), and per file, relation and epoch
-# how many events it wrote and the sum of their hashes (`WROTE`).
-LINE, READ, WROTE = 0, 1, 2
+# (`LINE`, numbered from its piece's start), and per file and relation (`BAD` for the bad
+# lines) how many lines it read and the first and last time of the accepted ones (`READ`),
+# per file, relation and epoch how many events it wrote and the sum of their hashes
+# (`WROTE`), and per piece of a JSON Lines file that another follows, its newlines
+# (`NEWLINES`: where the next piece's lines begin).
+LINE, READ, WROTE, NEWLINES = 0, 1, 2, 3
 TALLY = pa.schema(
     [
         pa.field("kind", pa.int8()),
         pa.field("f", pa.int32()),
+        pa.field("piece", pa.int32()),
         pa.field("r", pa.int32()),
         pa.field("epoch", pa.int64()),
         pa.field("n", pa.int64()),
@@ -465,87 +494,96 @@ def _writer(
     digests: bool,
     roots: Sequence[str],
     end: int | None,
-) -> Callable[[tuple[int, list[Piece]]], Iterator[pa.RecordBatch]]:
-    """What a task does with its pieces when it sees the warehouse's disk: each line read,
-    checked and typed (`ingest.read_piece`); each accepted event of a time before ``end``
-    written, as the warehouse stores it, to ``<roots[r]>/<epoch>/part-<task>.parquet`` (a
-    task's events of one relation and epoch in one file, in the order of its lines); the
-    rows of `TALLY` returned. A task run again writes the same files over."""
+) -> Callable[[tuple[int, list[tuple[int, Piece]]]], Iterator[pa.RecordBatch]]:
+    """What a task does with its pieces (each with its index among the landing's) when it
+    sees the warehouse's disk: each line read, checked and typed (`ingest.read_piece`);
+    each accepted event of a time before ``end`` written, as the warehouse stores it, to
+    ``<roots[r]>/<epoch>/part-<task>.parquet`` (a task's events of one relation and epoch
+    in one file, in the order of its lines); the rows of `TALLY` returned. Lines are
+    numbered from each piece's start (`NEWLINES` rows tell the driver where each begins:
+    no job counts them first). A task run again writes the same files over."""
     index = {s.name: i for i, s in enumerate(inputs)}
     numbers = {file: f for f, file in enumerate(files)}
     lifetimes = [program.catalog[s.name].lifetime for s in inputs]
     layouts = [arrow_schema(s) for s in inputs]
 
-    def write(task: tuple[int, list[Piece]]) -> Iterator[pa.RecordBatch]:
+    def write(task: tuple[int, list[tuple[int, Piece]]]) -> Iterator[pa.RecordBatch]:
         number, pieces = task
-        held: dict[tuple[int, int], tuple[list[list[Any]], list[int], list[int]]] = {}
+        held: dict[int, tuple[list[list[Any]], list[int]]] = {}  # by relation: columns, times
         writers: dict[tuple[int, int], pq.ParquetWriter] = {}
+        read: dict[tuple[int, int], list[Any]] = {}  # by file and relation: lines, first, last
+        wrote: dict[tuple[int, int, int], list[int]] = {}  # by file, relation, epoch
+        rows: list[dict[str, Any]] = []
 
-        def flush() -> None:
-            for (r, key), (values, times, exps) in held.items():
-                arrays = [
-                    *(pa.array(c, f.type) for c, f in zip(values, layouts[r], strict=False)),
-                    pa.array(times, pa.int64()),
-                    pa.array(times, pa.int64()),  # kt: an input event's is its time
-                    pa.array(exps, pa.int64()),
-                    pa.array([0] * len(times), pa.int64()),  # tau
-                ]
-                if (r, key) not in writers:
-                    folder = os.path.join(roots[r], str(key))
-                    os.makedirs(folder, exist_ok=True)
-                    name = os.path.join(folder, f"part-{number:05d}.parquet")
-                    writers[r, key] = pq.ParquetWriter(name, layouts[r])
-                writers[r, key].write_batch(pa.RecordBatch.from_arrays(arrays, schema=layouts[r]))
+        def flush(f: int) -> None:
+            """The events held (of file ``f``) tallied and written, a relation's and epoch's
+            at a time, in the order of their lines: arrays, not one event at a time."""
+            for r, (values, times) in held.items():
+                t = np.array(times, dtype=np.int64)
+                seen = read.setdefault((f, r), [0, None, None])
+                seen[0] += len(t)
+                least, most = int(t.min()), int(t.max())
+                seen[1] = least if seen[1] is None else min(seen[1], least)
+                seen[2] = most if seen[2] is None else max(seen[2], most)
+                kept = np.arange(len(t)) if end is None else np.flatnonzero(t < end)
+                keys = grid.keys(t[kept])
+                order = kept[np.argsort(keys, kind="stable")]  # by epoch, then line
+                keys = np.sort(keys, kind="stable")
+                columns = [pa.array(c, f.type) for c, f in zip(values, layouts[r], strict=False)]
+                exps, tau = expiries(t, lifetimes[r]), np.zeros(len(t), np.int64)
+                arrays = [*columns, pa.array(t), pa.array(t), pa.array(exps), pa.array(tau)]
+                table = pa.Table.from_arrays(arrays, schema=layouts[r]).take(pa.array(order))
+                starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else []
+                bounds = [*map(int, starts), len(keys)]
+                for at, upto in zip(bounds, bounds[1:], strict=False):
+                    key = int(keys[at])
+                    part = table.slice(at, upto - at)
+                    if (r, key) not in writers:
+                        folder = os.path.join(roots[r], str(key))
+                        os.makedirs(folder, exist_ok=True)
+                        name = os.path.join(folder, f"part-{number:05d}.parquet")
+                        writers[r, key] = pq.ParquetWriter(name, layouts[r])
+                    writers[r, key].write_table(part)
+                    sums = wrote.setdefault((f, r, key), [0, 0])
+                    sums[0] += upto - at
+                    if digests:
+                        sums[1] += _hashes(part, len(values))
             held.clear()
 
-        read: dict[tuple[int, int], list[int]] = {}  # by file and relation: lines, first, last
-        wrote: dict[tuple[int, int, int], list[int]] = {}  # by file, relation, epoch
-        bad: list[dict[str, Any]] = []
-        size = 0
         try:
-            for piece in pieces:
+            for at, piece in pieces:
                 f = numbers[piece.file]
+                if piece.end is not None and not piece.file.endswith(PARQUET):
+                    n = newlines(Path(piece.file), piece.start, piece.end)
+                    rows.append({"kind": NEWLINES, "f": f, "piece": at, "n": n})
+                size = 0
                 for event in read_piece(program, piece, types, window):
                     if isinstance(event, Quarantined):
                         shown = given.get(event.file, event.file)
                         line = {"file": shown, "line": event.line, "reason": event.reason}
-                        bad.append({**line, "kind": LINE, "f": f, "r": BAD, "text": event.text})
-                        (read.get((f, BAD)) or read.setdefault((f, BAD), [0, 0, 0]))[0] += 1
-                        if len(bad) >= ROWS_A_BATCH:
-                            yield pa.RecordBatch.from_pylist(bad, schema=TALLY)
-                            bad = []
+                        rows.append({**line, "kind": LINE, "f": f, "piece": at, "r": BAD})
+                        rows[-1]["text"] = event.text
+                        (read.get((f, BAD)) or read.setdefault((f, BAD), [0, None, None]))[0] += 1
+                        if len(rows) >= ROWS_A_BATCH:
+                            yield pa.RecordBatch.from_pylist(rows, schema=TALLY)
+                            rows = []
                         continue
                     rel, values, t, _ = event
                     r = index[rel.name]
-                    seen = read.get((f, r))
-                    if seen is None:
-                        read[f, r] = [1, t, t]
-                    else:
-                        seen[0] += 1
-                        seen[1], seen[2] = min(seen[1], t), max(seen[2], t)
-                    if end is not None and t >= end:
-                        continue
-                    key, exp = grid.key(t), expiry(t, lifetimes[r])
-                    columns = held.get((r, key))
+                    columns = held.get(r)
                     if columns is None:
-                        columns = held[r, key] = ([[] for _ in values], [], [])
+                        columns = held[r] = ([[] for _ in values], [])
                     for column, value in zip(columns[0], values, strict=True):
                         column.append(value)
                     columns[1].append(t)
-                    columns[2].append(exp)
-                    sums = wrote.get((f, r, key)) or wrote.setdefault((f, r, key), [0, 0])
-                    sums[0] += 1
-                    if digests:
-                        sums[1] += _hash(t, values, exp)
                     size += 1
                     if size >= ROWS_A_BATCH:  # memory stays flat, whatever the order
-                        flush()
+                        flush(f)
                         size = 0
-            flush()
+                flush(f)
         finally:
             for writer in writers.values():
                 writer.close()
-        rows = bad
         rows += [
             {"kind": READ, "f": f, "r": r, "n": n, "first": a, "last": b}
             for (f, r), (n, a, b) in read.items()
@@ -572,17 +610,27 @@ class InPlace(Staged):
 
     @classmethod
     def of(
-        cls, known: tuple[Any, ...], relations: int, rows: DataFrame, roots: list[str]
+        cls,
+        known: tuple[Any, ...],
+        relations: int,
+        rows: DataFrame,
+        roots: list[str],
+        pieces: Sequence[Piece],
     ) -> InPlace:
         """What the tasks wrote to ``roots`` (one per input relation, ``relations`` of
-        them), from their tallies (one small Spark job); ``known``: `Staged`'s fields up
-        to ``got``."""
+        them) reading ``pieces``, from their tallies (one small Spark job); ``known``:
+        `Staged`'s fields up to ``got``. A bad line's number is its file's: its piece's
+        number plus the newlines of the pieces of its file before it."""
         wrote: dict[tuple[int, int], list[int]] = {}
         read: dict[int, list[Any]] = {}
         got: dict[str, Any] = {"lines": 0, "bad": 0, "first": None, "last": None}
         got.update({f"n{i}": 0 for i in range(relations)})
+        counts: dict[Piece, int] = {}
         for row in rows.where(F.col("kind") != LINE).collect():
             r, n = row["r"], row["n"]
+            if row["kind"] == NEWLINES:
+                counts[pieces[row["piece"]]] = n
+                continue
             if row["kind"] == WROTE:
                 sums = wrote.setdefault((r, row["epoch"]), [0, 0])
                 sums[0] += n
@@ -600,7 +648,15 @@ class InPlace(Staged):
             per[2] = last if per[2] is None else max(per[2], last)
             got["first"] = first if got["first"] is None else min(got["first"], first)
             got["last"] = last if got["last"] is None else max(got["last"], last)
-        bad = rows.where(F.col("kind") == LINE).select(*BAD_COLUMNS)
+        # A Parquet piece's rows are numbered from its file's start already (`cut`).
+        numbered = numbered_pieces(list(pieces), counts)
+        before = [0 if p.file.endswith(PARQUET) else p.before for p in numbered]
+        offsets = [x for at, n in enumerate(before) if n for x in (F.lit(at), F.lit(n))]
+        bad = rows.where(F.col("kind") == LINE)
+        if offsets:
+            offset = F.coalesce(F.create_map(*offsets)[F.col("piece")], F.lit(0))
+            bad = bad.withColumn("line", F.col("line") + offset)
+        bad = bad.select(*BAD_COLUMNS)
         done = {k: (v[0], v[1]) for k, v in wrote.items()}
         per_file = {f: (v[0], v[1], v[2]) for f, v in read.items()}
         return cls(*known, got, bad, roots, done, per_file)
@@ -651,7 +707,8 @@ def staged(
     digests: bool = False,
 ) -> Iterator[Staged]:
     """The landing ``paths`` read by Spark's tasks (one job, and before it, where needed, one
-    counting newlines and one counting kinds of values), each event placed on ``grid``;
+    counting kinds of values and, into a scratch folder, one counting newlines), each
+    event placed on ``grid``;
     what the tasks wrote is removed when the block ends. Where the tasks see the
     warehouse's disk, they write each input relation's events of times before ``end``
     (all, without one) in its epochs' files themselves (`InPlace`); elsewhere into a
@@ -660,7 +717,7 @@ def staged(
     # Tasks open files by their full path (they run in folders of their own); the
     # quarantine names each as it was given.
     given = {str(p.absolute()): str(p) for p in paths}
-    pieces = _numbered(spark, [p for path in given for p in cut(Path(path), PIECE_BYTES)])
+    pieces = [p for path in given for p in cut(Path(path), PIECE_BYTES)]
     tasks = _tasks(pieces)
     types = _types(spark, program, tasks, window)
     stored_as = stored_types(types)
@@ -676,14 +733,16 @@ def staged(
     try:
         if inputs and len(roots) == len(inputs):
             write = _writer(program, inputs, types, window, grid, given, files, digests, roots, end)
-            work = _over_tasks(spark, list(enumerate(tasks)), write, TALLY)
-            work.write.mode("overwrite").parquet(scratch)
+            at = {piece: i for i, piece in enumerate(pieces)}
+            work = [(n, [(at[p], p) for p in task]) for n, task in enumerate(tasks)]
+            _over_tasks(spark, work, write, TALLY).write.mode("overwrite").parquet(scratch)
             rows = spark.read.schema(from_arrow_schema(TALLY)).parquet(scratch)
-            yield InPlace.of(known, len(inputs), rows, roots)
+            yield InPlace.of(known, len(inputs), rows, roots, pieces)
         else:
             layout = _scratch_schema(inputs)
             read = _reader(program, inputs, types, window, grid, layout, given, files, digests)
             seen = Observation("landing")
+            tasks = _tasks(_numbered(spark, pieces))
             rows = _over_tasks(spark, tasks, read, layout).observe(seen, *_metrics(inputs))
             rows.write.mode("overwrite").partitionBy("r").parquet(scratch)
             stored = spark.read.schema(from_arrow_schema(layout)).parquet(scratch)
