@@ -17,17 +17,15 @@ class Policy:
     one_pass: bool = True
     # A deductive stratum of an epoch of at most this many input events is worked out in
     # this process, not by Spark's plans (see `SparkEvaluator.in_process`); 0: never. On two
-    # cores the process is faster up to 500,000 and beyond (docs/operations.md); the bound
-    # leaves Spark the epochs a cluster spreads over many executors.
-    in_process_inputs: int = 250_000
+    # cores the process is about three times as fast at 625,000 water-tank readings an
+    # epoch (docs/operations.md); on a machine of many cores, where Spark's tasks spread an
+    # epoch wide, lower it.
+    in_process_inputs: int = 1_000_000
     # A range of at most this many epochs, each holding at most `in_process_inputs` input
-    # events and all at most `in_process_range_inputs`, whose strata this process can work
-    # out, goes epoch by epoch in this process rather than in one Spark pass (see
-    # `SparkEvaluator.few_and_small`); 0: never.
+    # events, whose strata this process can work out, goes epoch by epoch in this process
+    # rather than in one Spark pass (see `SparkEvaluator.few_and_small`); 0: never. From a
+    # fresh process on two cores that was faster at every size measured (BENCHMARKS.md, W5).
     in_process_epochs: int = 200
-    # From a fresh process on two cores, epoch by epoch here beat one pass at every size
-    # measured (BENCHMARKS.md, W5); on many cores a large pass is Spark's.
-    in_process_range_inputs: int = 20_000_000
     # The most matches a join may make in this process; beyond, the stratum goes to Spark.
     local_matches: int = 2_000_000
     # An epoch of at most this many input events runs its strata's plans without generated

@@ -42,14 +42,8 @@ class SparkResource(ConfigurableResource):
     in_process_epochs: int = Field(
         default=DEFAULT.in_process_epochs,
         description="a partition range of at most this many epochs, each holding at most "
-        "in_process_inputs input events and all at most in_process_range_inputs, is worked "
-        "out epoch by epoch in the run's process where it can be, rather than in one Spark "
-        "pass (0: never)",
-    )
-    in_process_range_inputs: int = Field(
-        default=DEFAULT.in_process_range_inputs,
-        description="a partition range holding more input events than this in all is "
-        "evaluated in one Spark pass where it can be (lower it on a machine of many cores)",
+        "in_process_inputs input events, is worked out epoch by epoch in the run's process "
+        "where it can be, rather than in one Spark pass (0: never)",
     )
     interpret_inputs: int = Field(
         default=DEFAULT.interpret_inputs,
@@ -74,7 +68,6 @@ class SparkResource(ConfigurableResource):
             one_pass=self.one_pass,
             in_process_inputs=self.in_process_inputs,
             in_process_epochs=self.in_process_epochs,
-            in_process_range_inputs=self.in_process_range_inputs,
             interpret_inputs=self.interpret_inputs,
             task_rows=self.task_rows,
             spark_landing_bytes=self.spark_landing_bytes,

@@ -458,22 +458,15 @@ class SparkEvaluator:
         """Whether this process works ``strata`` out epoch by epoch sooner than Spark takes
         ``epochs`` in one pass: each stratum is one it works out (see `in_process`), there
         are at most ``Policy.in_process_epochs`` epochs, each holding at most
-        ``Policy.in_process_inputs`` input events (so that each is worked out here) and all
-        together at most ``Policy.in_process_range_inputs``. A pass's Spark jobs cost seconds
-        however few its rows, and a fresh JVM's pass costs about twice this process's time
-        a row on two cores; the bound in all leaves a pass to a machine whose many cores
-        Spark's tasks spread it over."""
+        ``Policy.in_process_inputs`` input events (so that each is worked out here). A pass's
+        Spark jobs cost seconds however few its rows, and on two cores a fresh JVM's pass
+        costs two to three times this process's time a row, whatever the range's total."""
         if not self.store.local or not 0 < len(epochs) <= self.policy.in_process_epochs:
             return False
         if self.policy.in_process_inputs <= 0 or not all(map(self._supported_here, strata)):
             return False
-        inputs = 0
-        for epoch in epochs:
-            here = self.store.input_events(epoch_key(epoch))
-            inputs += here
-            if here > self.policy.in_process_inputs or inputs > self.policy.in_process_range_inputs:
-                return False
-        return True
+        bound = self.policy.in_process_inputs
+        return all(self.store.input_events(epoch_key(e)) <= bound for e in epochs)
 
     def _supported_here(self, stratum: StratumPlan) -> bool:
         """Whether this process can work ``stratum`` out (`inprocess.stratum.supported`)."""
