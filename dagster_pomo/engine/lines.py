@@ -97,7 +97,7 @@ def read_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, st
     """``(number, text, shown)`` for each non-blank line of ``path`` (of ``piece`` only, when
     given): ``text`` is None when the line is not UTF-8 (``shown`` then escapes the bad
     bytes, for the quarantine)."""
-    for number, raw in _raw_lines(path, piece):
+    for number, raw in raw_lines(path, piece):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -106,7 +106,7 @@ def read_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, st
         yield number, text, text
 
 
-def _raw_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, bytes]]:
+def raw_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, bytes]]:
     """``(number, bytes)`` for each non-blank line of ``path`` (of ``piece``), without its
     line end and a first line's byte-order mark."""
     start, end = (piece.start, piece.end) if piece is not None else (0, None)
@@ -130,6 +130,32 @@ def _raw_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, by
             number += 1
             if raw.strip():
                 yield number - 1, raw
+
+
+def piece_bytes(path: Path, piece: Piece) -> bytes:
+    """The lines of ``piece`` (those `raw_lines` gives, blank ones too) as one block, each
+    ending in ``\\n`` but the last, ``\\r\\n`` read as ``\\n``, a first line's byte-order mark
+    dropped; a bare ``\\r`` stays."""
+    with open(path, "rb") as handle:
+        begin = 0
+        if piece.start > 0:  # the line under way at `start` belongs to the piece before
+            handle.seek(piece.start - 1)
+            skipped = handle.readline()
+            if not skipped.endswith(b"\n"):
+                return b""
+            begin = piece.start - 1 + len(skipped)
+        handle.seek(begin)
+        if piece.end is None:
+            block = handle.read()
+        elif begin >= piece.end:
+            return b""
+        else:
+            block = handle.read(piece.end - begin)
+            if not block.endswith(b"\n"):
+                block += handle.readline()  # the last line began before `end`
+    if begin == 0 and block.startswith(b"\xef\xbb\xbf"):
+        block = block[3:]
+    return block.replace(b"\r\n", b"\n").removesuffix(b"\n")
 
 
 def newlines(path: Path, start: int, end: int) -> int:
@@ -159,7 +185,7 @@ def read_events(
     if path.suffix == PARQUET:
         yield from _parquet_events(path, piece)
         return
-    for number, raw in _raw_lines(path, piece):
+    for number, raw in raw_lines(path, piece):
         quick = _quick(raw)
         if quick is not None:
             yield number, quick, raw.decode("utf-8")
@@ -305,10 +331,18 @@ _NUMBERISH = bytes(
     ord("d") if chr(b).isdigit() and b < 128 else ord("n") if chr(b) in "+-.eE" else ord(" ")
     for b in range(256)
 )
-_LONG_INT, _LONG_NUMBER = b"d" * 19, b"d" * (NUMBER_DIGITS + 11)
+_LONG_NUMBER = b"d" * (NUMBER_DIGITS + 11)
 _KEY_SET = frozenset(KEYS)
 # Python's reader stops at about 1,000 levels of nesting; a shorter line cannot reach them.
 QUICK_BYTES = 1_000
+
+
+def long_numbers(text: bytes, digits: int = 19) -> bool:
+    """Whether ``text`` holds a run of ``digits`` digits or of more than 40 bytes of a
+    number: what a reader other than `decode` may read otherwise than it (see
+    `_NUMBERISH`)."""
+    numbers = text.translate(_NUMBERISH)
+    return b"d" * digits in numbers or _LONG_NUMBER in numbers.replace(b"n", b"d")
 
 
 def _quick(raw: bytes) -> dict[str, Any] | None:
@@ -323,8 +357,7 @@ def _quick(raw: bytes) -> dict[str, Any] | None:
     has ``":`` and no quote before white space (so each key has its ``":``)."""
     if len(raw) > QUICK_BYTES:
         return None
-    numbers = raw.translate(_NUMBERISH)
-    if _LONG_INT in numbers or _LONG_NUMBER in numbers.replace(b"n", b"d"):
+    if long_numbers(raw):
         return None
     try:
         obj = orjson.loads(raw)

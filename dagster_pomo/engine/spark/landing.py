@@ -6,14 +6,16 @@ Parquet ones) and tasks read them with this process's reader, checks and types
 `ingest.ingest_files` would. Where the tasks see the warehouse's disk, one Spark job
 reads the landing and writes each event into its epoch's files (`InPlace`), its tasks
 numbering lines from their pieces' starts and telling the driver each piece's newlines,
-which it adds to the bad lines' numbers. Elsewhere (a cluster, Spark Connect), one job
-writes what the tasks read to a scratch folder of the warehouse (each input relation's
-events, and the bad lines), counting as it writes, then one job per input relation stores
-its events in their epochs' partitions; before them, a job counts the newlines of the
-pieces of large JSON Lines files (so line numbers are the file's). Only where needed, a
-job counts the kinds of values of columns whose types the data decides. This process
-holds no event: counts, the first and last time, the first bad lines; the others are
-read back in order, streamed, when the quarantine is written.
+which it adds to the bad lines' numbers; a task reads a piece with Arrow's JSON reader in
+one call where that reads it as the checks would (`arrow_lines`), else line by line.
+Elsewhere (a cluster, Spark Connect), one job writes what the tasks read to a scratch
+folder of the warehouse (each input relation's events, and the bad lines), counting as it
+writes, then one job per input relation stores its events in their epochs' partitions;
+before them, a job counts the newlines of the pieces of large JSON Lines files (so line
+numbers are the file's). Only where needed, a job counts the kinds of values of columns
+whose types the data decides. This process holds no event: counts, the first and last
+time, the first bad lines; the others are read back in order, streamed, when the
+quarantine is written.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType
 
+from dagster_pomo.engine.arrow_lines import Layout, read_piece_arrow
 from dagster_pomo.engine.ingest import (
     Ingested,
     Landed,
@@ -494,6 +497,7 @@ def _writer(
     digests: bool,
     roots: Sequence[str],
     end: int | None,
+    arrow_reads: bool = True,
 ) -> Callable[[tuple[int, list[tuple[int, Piece]]]], Iterator[pa.RecordBatch]]:
     """What a task does with its pieces (each with its index among the landing's) when it
     sees the warehouse's disk: each line read, checked and typed (`ingest.read_piece`);
@@ -506,6 +510,8 @@ def _writer(
     numbers = {file: f for f, file in enumerate(files)}
     lifetimes = [program.catalog[s.name].lifetime for s in inputs]
     layouts = [arrow_schema(s) for s in inputs]
+    names = [s.name for s in inputs]
+    arrow = (names, {s.name: s.columns for s in inputs}, types) if arrow_reads else None
 
     def write(task: tuple[int, list[tuple[int, Piece]]]) -> Iterator[pa.RecordBatch]:
         number, pieces = task
@@ -515,47 +521,59 @@ def _writer(
         wrote: dict[tuple[int, int, int], list[int]] = {}  # by file, relation, epoch
         rows: list[dict[str, Any]] = []
 
+        def place(f: int, r: int, columns: Sequence[Any], t: np.ndarray) -> None:
+            """Events of relation ``r`` read from file ``f`` (their columns, as Arrow, and
+            times) tallied and written, an epoch's at a time, in the order of their lines."""
+            seen = read.setdefault((f, r), [0, None, None])
+            seen[0] += len(t)
+            least, most = int(t.min()), int(t.max())
+            seen[1] = least if seen[1] is None else min(seen[1], least)
+            seen[2] = most if seen[2] is None else max(seen[2], most)
+            kept = np.arange(len(t)) if end is None else np.flatnonzero(t < end)
+            keys = grid.keys(t[kept])
+            order = kept[np.argsort(keys, kind="stable")]  # by epoch, then line
+            keys = np.sort(keys, kind="stable")
+            exps, tau = expiries(t, lifetimes[r]), np.zeros(len(t), np.int64)
+            arrays = [*columns, pa.array(t), pa.array(t), pa.array(exps), pa.array(tau)]
+            table = pa.Table.from_arrays(arrays, schema=layouts[r]).take(pa.array(order))
+            starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else []
+            bounds = [*map(int, starts), len(keys)]
+            for at, upto in zip(bounds, bounds[1:], strict=False):
+                key = int(keys[at])
+                part = table.slice(at, upto - at)
+                if (r, key) not in writers:
+                    folder = os.path.join(roots[r], str(key))
+                    os.makedirs(folder, exist_ok=True)
+                    name = os.path.join(folder, f"part-{number:05d}.parquet")
+                    writers[r, key] = pq.ParquetWriter(name, layouts[r])
+                writers[r, key].write_table(part)
+                sums = wrote.setdefault((f, r, key), [0, 0])
+                sums[0] += upto - at
+                if digests:
+                    sums[1] += _hashes(part, len(columns))
+
         def flush(f: int) -> None:
-            """The events held (of file ``f``) tallied and written, a relation's and epoch's
-            at a time, in the order of their lines: arrays, not one event at a time."""
+            """The events held, read line by line from file ``f``, placed (see `place`)."""
             for r, (values, times) in held.items():
-                t = np.array(times, dtype=np.int64)
-                seen = read.setdefault((f, r), [0, None, None])
-                seen[0] += len(t)
-                least, most = int(t.min()), int(t.max())
-                seen[1] = least if seen[1] is None else min(seen[1], least)
-                seen[2] = most if seen[2] is None else max(seen[2], most)
-                kept = np.arange(len(t)) if end is None else np.flatnonzero(t < end)
-                keys = grid.keys(t[kept])
-                order = kept[np.argsort(keys, kind="stable")]  # by epoch, then line
-                keys = np.sort(keys, kind="stable")
-                columns = [pa.array(c, f.type) for c, f in zip(values, layouts[r], strict=False)]
-                exps, tau = expiries(t, lifetimes[r]), np.zeros(len(t), np.int64)
-                arrays = [*columns, pa.array(t), pa.array(t), pa.array(exps), pa.array(tau)]
-                table = pa.Table.from_arrays(arrays, schema=layouts[r]).take(pa.array(order))
-                starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else []
-                bounds = [*map(int, starts), len(keys)]
-                for at, upto in zip(bounds, bounds[1:], strict=False):
-                    key = int(keys[at])
-                    part = table.slice(at, upto - at)
-                    if (r, key) not in writers:
-                        folder = os.path.join(roots[r], str(key))
-                        os.makedirs(folder, exist_ok=True)
-                        name = os.path.join(folder, f"part-{number:05d}.parquet")
-                        writers[r, key] = pq.ParquetWriter(name, layouts[r])
-                    writers[r, key].write_table(part)
-                    sums = wrote.setdefault((f, r, key), [0, 0])
-                    sums[0] += upto - at
-                    if digests:
-                        sums[1] += _hashes(part, len(values))
+                columns = [pa.array(c, x.type) for c, x in zip(values, layouts[r], strict=False)]
+                place(f, r, columns, np.array(times, dtype=np.int64))
             held.clear()
 
+        # Arrow reads a piece at once where it reads it as the checks would (`arrow_lines`).
+        layout = Layout.of(*arrow) if arrow is not None else None
         try:
             for at, piece in pieces:
                 f = numbers[piece.file]
                 if piece.end is not None and not piece.file.endswith(PARQUET):
                     n = newlines(Path(piece.file), piece.start, piece.end)
                     rows.append({"kind": NEWLINES, "f": f, "piece": at, "n": n})
+                quick = None
+                if layout is not None and not piece.file.endswith(PARQUET):
+                    quick = read_piece_arrow(layout, piece, window)
+                if quick is not None:
+                    for r, (columns, t) in quick.items():
+                        place(f, r, columns, t)
+                    continue
                 size = 0
                 for event in read_piece(program, piece, types, window):
                     if isinstance(event, Quarantined):
