@@ -83,6 +83,13 @@ def read_piece_arrow(layout: Layout, piece: Piece, window: TimeWindow) -> Events
     block = piece_bytes(Path(piece.file), piece)
     if not block or b"null" in block:  # a null column reads as a missing one
         return None
+    # Each line one object, `{` to `}`: no blank line (which Arrow skips), no bare CR (which
+    # it may take for a line end), so that its rows are the lines one for one.
+    lines = block.count(b"\n") + 1
+    if b"\r" in block or not (block.startswith(b"{") and block.endswith(b"}")):
+        return None
+    if block.count(b"\n{") != lines - 1 or block.count(b"}\n") != lines - 1:
+        return None
     if long_numbers(block, NUMBER_DIGITS + 1):
         return None  # Arrow reads into a float column numbers `decode` refuses
     if not block.isascii():
@@ -98,7 +105,7 @@ def read_piece_arrow(layout: Layout, piece: Piece, window: TimeWindow) -> Events
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != block.count(b"\n") + 1:  # a blank line, or a bare CR read as a line end
+    if table.num_rows != lines:
         return None
     relation, t, args = table["relation"], table["t"], table["args"]
     which = pc.index_in(relation, value_set=pa.array(layout.names, pa.string()))
