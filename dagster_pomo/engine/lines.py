@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -112,13 +112,12 @@ def raw_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, byt
     start, end = (piece.start, piece.end) if piece is not None else (0, None)
     with open(path, "rb") as handle:
         number, position = 1, 0
-        if start > 0:  # the line under way at `start` belongs to the piece before
-            handle.seek(start - 1)
-            skipped = handle.readline()
-            if not skipped.endswith(b"\n"):
+        if start > 0:
+            first = _first_line(handle, start)
+            if first is None:
                 return
-            position = start - 1 + len(skipped)
-            number = 2 + (piece.before if piece else 0) - (skipped == b"\n")
+            position, was_blank = first
+            number = 2 + (piece.before if piece else 0) - was_blank
         while end is None or position < end:
             raw = handle.readline()
             if not raw:
@@ -132,18 +131,28 @@ def raw_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, byt
                 yield number - 1, raw
 
 
+def _first_line(handle: BinaryIO, start: int) -> tuple[int, bool] | None:
+    """Where the first line that begins at or after ``start`` (> 0) begins, and whether the
+    line under way at ``start`` (which belongs to the piece before) was only its line end;
+    None when none begins before the file ends. Leaves ``handle`` there."""
+    handle.seek(start - 1)
+    skipped = handle.readline()
+    if not skipped.endswith(b"\n"):
+        return None
+    return start - 1 + len(skipped), skipped == b"\n"
+
+
 def piece_bytes(path: Path, piece: Piece) -> bytes:
     """The lines of ``piece`` (those `raw_lines` gives, blank ones too) as one block, each
     ending in ``\\n`` but the last, ``\\r\\n`` read as ``\\n``, a first line's byte-order mark
     dropped; a bare ``\\r`` stays."""
     with open(path, "rb") as handle:
         begin = 0
-        if piece.start > 0:  # the line under way at `start` belongs to the piece before
-            handle.seek(piece.start - 1)
-            skipped = handle.readline()
-            if not skipped.endswith(b"\n"):
+        if piece.start > 0:
+            first = _first_line(handle, piece.start)
+            if first is None:
                 return b""
-            begin = piece.start - 1 + len(skipped)
+            begin = first[0]
         handle.seek(begin)
         if piece.end is None:
             block = handle.read()
