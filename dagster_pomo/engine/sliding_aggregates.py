@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # How each aggregate reduces a slice; ``min`` skips NaN and ``max`` lets it win, as Spark does.
 REDUCERS = {"sum": np.add, "average": np.add, "min": np.fmin, "max": np.maximum}
@@ -98,7 +99,9 @@ def sweep(
     are paired with each time they cover. All groups are swept at once: each one's times
     are moved to a stretch of the time line of its own, far enough from the next that no
     slice reaches across (a few calls into numpy whatever the number of groups)."""
-    table = table.sort_by([(name, "ascending") for name in group]) if group else table
+    # Sorted by time within each group, the moved times below come sorted: their distinct
+    # values and the full segments' order take a pass, not a sort each.
+    table = _by_group_and_time(table, group)
     firsts = group_starts(table, group)
     if table.num_rows == 0:
         none = np.zeros(0, dtype=np.int64)
@@ -117,12 +120,11 @@ def sweep(
     sizes = np.diff(np.append(firsts, table.num_rows))
     shift = np.repeat(np.arange(len(firsts), dtype=np.int64) * span - low, sizes)
     moved = at + shift  # group g's times now fall in [g * span, (g + 1) * span - reach)
-    queries = np.unique(moved[at >= start])
+    queries = _distinct(moved[at >= start])
     size = len(queries)
     of_query = queries // span
     is_full = table.column("__full").to_numpy(zero_copy_only=False)
     order = np.flatnonzero(is_full)
-    order = order[np.argsort(moved[order], kind="stable")]
     times = moved[order]
     if reach is None:  # whatever the group made up to the time
         lo = np.searchsorted(times, of_query * span, side="left")
@@ -160,6 +162,41 @@ def sweep(
             parts[i] = _either(fn, reduced, has_full, paired, has_short)
     columns = {"__at": queries - of_query * span + low, "__n": n, "__least_exp": least}
     return _swept(table, group, aggregates, columns, parts, firsts[of_query])
+
+
+def _by_group_and_time(table: pa.Table, group: Sequence[str]) -> pa.Table:
+    """``table`` sorted by ``group`` and then ``__at``: by one number a group (each column's
+    rank among its distinct values, mixed) and by time, stably, which takes about half
+    what sorting by the columns themselves does (strings compare slowly)."""
+    if table.num_rows == 0:
+        return table
+    ids = np.zeros(table.num_rows, dtype=np.int64)
+    size = 1
+    for name in group:
+        column = table.column(name).combine_chunks()
+        if pa.types.is_null(column.type):
+            continue  # one value
+        if pa.types.is_floating(column.type):
+            column = pc.add(column, 0.0)  # -0.0 is 0.0, as `group_starts` compares
+        encoded = pc.dictionary_encode(column)
+        distinct = len(encoded.dictionary)
+        size *= distinct
+        if size >= 2**62:  # too many to number as one: sort by the columns
+            return table.sort_by([(name, "ascending") for name in (*group, "__at")])
+        rank = np.empty(distinct, dtype=np.int64)
+        rank[pc.array_sort_indices(encoded.dictionary).to_numpy()] = np.arange(distinct)
+        ids = ids * distinct + rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    order = np.argsort(table.column("__at").to_numpy(), kind="stable")
+    if group:
+        order = order[np.argsort(ids[order], kind="stable")]
+    return table.take(order)
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of sorted ``values``, in order."""
+    if len(values) == 0:
+        return values
+    return values[np.append(True, values[1:] != values[:-1])]
 
 
 def group_starts(table: pa.Table, group: Sequence[str]) -> np.ndarray:

@@ -17,7 +17,7 @@ from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.plan.constant_defs import clocks
 from dagster_pomo.plan.linear_rounds import LinearPlan, linear_plan
-from dagster_pomo.plan.one_time_groups import at_one_time
+from dagster_pomo.plan.one_time_groups import at_one_time, one_version_each
 from dagster_pomo.plan.partitioning import stable_argument
 from dagster_pomo.plan.rules import RulePlan, plan_rule
 from dagster_pomo.plan.schema import Schema
@@ -130,7 +130,8 @@ def plan_recursion(
 
 
 def plan_aggregates(program: Program, strata: tuple[StratumPlan, ...]) -> tuple[StratumPlan, ...]:
-    """Strata whose aggregates are marked where each group matches at one time."""
+    """Strata whose aggregates are marked where each group matches at one time, and where
+    each combination of events matches in one version."""
     # Input relations and the clock: their versions are made at their time (an `@next`
     # head's relation is in a stratum though the catalog may not mark it derived).
     derived = {n for s in strata for n in s.relations}
@@ -138,8 +139,15 @@ def plan_aggregates(program: Program, strata: tuple[StratumPlan, ...]) -> tuple[
     out = []
     for s in strata:
         rules = tuple(
-            replace(r, aggregate=replace(r.aggregate, at_one_time=True))
-            if r.aggregate is not None and at_one_time(r, known)
+            replace(
+                r,
+                aggregate=replace(
+                    r.aggregate,
+                    at_one_time=at_one_time(r, known),
+                    one_version_each=one_version_each(r, known),
+                ),
+            )
+            if r.aggregate is not None
             else r
             for r in s.rules
         )

@@ -40,6 +40,16 @@ def at_one_time(rule: RulePlan, known_at_their_time: Collection[str]) -> bool:
     return all(v == latest or no_later(v, latest, rule.guards, rule.constants) for v in times)
 
 
+def one_version_each(rule: RulePlan, known_at_their_time: Collection[str]) -> bool:
+    """Whether each combination of events ``rule``'s aggregate matches does so in one
+    version: every scan reads a relation whose versions all have ``kt = t``, which makes
+    one version an event (versions are one per ``(args, t, kt)``). Then a combination's
+    match lives from its ``tau`` to its expiry, with no later version to cut it short."""
+    if rule.aggregate is None or rule.body_aggregates:
+        return False
+    return all(scan.atom.relation in known_at_their_time for scan in rule.scans)
+
+
 def _shifted(expr: ast.Expr, constants: Mapping[str, object]) -> str | None:
     """``T`` when ``expr`` is the variable ``T`` plus or minus an expression of constants
     (then the group's time tells ``T``), else None."""

@@ -85,6 +85,8 @@ def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
         lines.append(f"  aggregate {fns}; reach from {', '.join(rule.aggregate.reach_from)}")
         if rule.aggregate.at_one_time:
             lines.append("    each group's matches made at one time: grouped, no running window")
+        if rule.aggregate.one_version_each:
+            lines.append("    one version a combination of events: alive from tau to its expiry")
         if rule.aggregate.lattice is not None:
             lines.append(f"    lattice: the merge registered as {rule.aggregate.lattice!r}")
     head = rule.head

@@ -370,13 +370,35 @@ def _band_join(
         width, first, last = band.buckets()
         offsets = np.arange(first, last + 1, dtype=np.int64)
         yb = right[y.column].to_numpy() // width
-        spread = right.loc[right.index.repeat(len(offsets))].reset_index(drop=True)
-        spread["__band"] = np.repeat(yb, len(offsets)) + np.tile(offsets, len(right))
-        lb = left.assign(__band=left[x.column].to_numpy() // width)
-        check_size(_pairs(lb, spread, ["__band"]), limit)
-        return lb.merge(spread, on="__band", how="inner", sort=False).drop(columns="__band")
+        rows = np.repeat(np.arange(len(right)), len(offsets))
+        bands = np.repeat(yb, len(offsets)) + np.tile(offsets, len(right))
+        mine, theirs = equal_pairs(left[x.column].to_numpy() // width, bands, limit)
+        return paired(left, right, mine, rows[theirs])
     check_size(len(left) * len(right), limit)
     return left.merge(right, how="cross")
+
+
+def equal_pairs(left: np.ndarray, right: np.ndarray, limit: int) -> tuple[np.ndarray, ...]:
+    """Every ``(i, j)`` with ``left[i] == right[j]``, by ``i`` then ``j``: a sort of
+    ``right`` and a binary search a row of ``left`` (no hash table of the larger side).
+    `TooLarge` past ``limit`` pairs."""
+    order = np.argsort(right, kind="stable")
+    ordered = right[order]
+    first = np.searchsorted(ordered, left, side="left")
+    runs = np.searchsorted(ordered, left, side="right") - first
+    check_size(int(runs.sum()), limit)
+    mine = np.repeat(np.arange(len(left)), runs)
+    offsets = np.arange(len(mine)) - np.repeat(np.cumsum(runs) - runs, runs)
+    return mine, order[np.repeat(first, runs) + offsets]
+
+
+def paired(
+    left: pd.DataFrame, right: pd.DataFrame, mine: np.ndarray, theirs: np.ndarray
+) -> pd.DataFrame:
+    """Rows ``mine`` of ``left`` beside rows ``theirs`` of ``right`` (no column in both)."""
+    columns = {c: left[c].to_numpy()[mine] for c in left.columns}
+    columns.update({c: right[c].to_numpy()[theirs] for c in right.columns})
+    return pd.DataFrame(columns)
 
 
 def _tau(m: Matches) -> np.ndarray:
@@ -538,11 +560,13 @@ def aggregate(
     """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau``
     and alive at ``tau``, each distinct combination of events once (as
     :func:`dagster_pomo.engine.spark.rules.aggregate`)."""
-    m = matches(rule, sources, limit, want_keys=True)
+    assert rule.aggregate is not None
+    # A combination's versions cut each other short (below); one version each needs no keys.
+    single = rule.aggregate.at_one_time or rule.aggregate.one_version_each
+    m = matches(rule, sources, limit, want_keys=not single)
     df = valid(m, rule, negated)
     df = df[(df["__tau"].to_numpy() < b) & (df["__mexp"].to_numpy() > a)].reset_index(drop=True)
     head = rule.head
-    assert rule.aggregate is not None
     functions = rule.aggregate.functions
     cols: dict[str, np.ndarray] = {}
     ok = np.ones(len(df), dtype=bool)
@@ -572,7 +596,7 @@ def aggregate(
         }
     )
     made = made[ok]
-    if rule.aggregate.at_one_time:  # one version-match a combination, alive until its exp
+    if single:  # one version-match a combination, alive until its exp
         until = made["__mexp"].to_numpy()
     else:
         # A combination of events may match in several versions: at time x it counts once,

@@ -691,18 +691,13 @@ def aggregate(
         grouped = _at_one_time(rule, made, group, values, a)
         return _aggregated(rule, grouped, group)
     made = made.repartition(*group) if group else made
-    # A combination of events may match in several versions. At time x it counts once, with
-    # the latest expiry among its versions made by x and alive at x: cut its time line into
-    # segments, from each version's tau to the next one's, alive while that running latest
-    # expiry lasts. A time falls in at most one segment of a combination, and every time
-    # asked about (a distinct tau) in at least one.
-    versions = Window.partitionBy(*group, "__hash", "__key").orderBy("__tau")
-    made = made.withColumn(
-        "__mexp", F.max("__mexp").over(versions.rowsBetween(Window.unboundedPreceding, 0))
-    )
-    until = F.least(F.coalesce(F.lead("__tau").over(versions), F.lit(NEVER)), F.col("__mexp"))
-    made = made.withColumn("__until", until)
+    if rule.aggregate.one_version_each and not head.provenance:
+        # One version a combination: its one segment, from its tau to its expiry.
+        made = made.withColumn("__until", F.col("__mexp"))
+    else:
+        made = _segments(made, group)
     if head.provenance:  # a combination rests on all its versions made by then
+        versions = Window.partitionBy(*group, "__hash", "__key").orderBy("__tau")
         running = versions.rowsBetween(Window.unboundedPreceding, 0)
         made = made.withColumn("__prov", united("__prov", running))
     made = made.filter((F.col("__until") > F.col("__tau")) & (F.col("__until") > a))
@@ -717,6 +712,20 @@ def aggregate(
     by = _by_sweep if numeric and not head.provenance and not sets else _by_window
     grouped = by(rule, made.withColumnRenamed("__tau", "__at"), group, values, a, b, buckets)
     return _aggregated(rule, grouped, group)
+
+
+def _segments(made: DataFrame, group: list[str]) -> DataFrame:
+    """A combination of events may match in several versions. At time x it counts once, with
+    the latest expiry among its versions made by x and alive at x: its time line is cut
+    into segments (``__until``), from each version's tau to the next one's, alive while
+    that running latest expiry lasts. A time falls in at most one segment of a
+    combination, and every time asked about (a distinct tau) in at least one."""
+    versions = Window.partitionBy(*group, "__hash", "__key").orderBy("__tau")
+    made = made.withColumn(
+        "__mexp", F.max("__mexp").over(versions.rowsBetween(Window.unboundedPreceding, 0))
+    )
+    until = F.least(F.coalesce(F.lead("__tau").over(versions), F.lit(NEVER)), F.col("__mexp"))
+    return made.withColumn("__until", until)
 
 
 def _at_one_time(
