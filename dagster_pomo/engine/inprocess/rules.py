@@ -11,7 +11,8 @@ Spark plans run in their tasks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,12 +127,14 @@ def rule_supported(plan: RulePlan) -> bool:
 @dataclass
 class Matches:
     """A frame of matches: variable columns, and ``__kt<i>``/``__exp<i>`` per atom (and
-    ``__k<i>_<j>``, the atom's event, when asked for)."""
+    ``__k<i>_<j>``, the atom's event, when asked for); the rows the guards keep (``keep``,
+    None: all), taken by `valid` with its own, so that a large frame is copied once."""
 
     df: pd.DataFrame
     env: dict[str, Col]
     atoms: int
     keys: list[str]
+    keep: np.ndarray | None = None
 
 
 def _atom_frame(
@@ -224,9 +227,7 @@ def matches(
             keep[:] = False
     for guard in rule.guards:
         keep &= truthy(value(guard, joined, env))
-    if not keep.all():
-        joined = joined[keep].reset_index(drop=True)
-    return Matches(joined, env, rule.atoms, keys)
+    return Matches(joined, env, rule.atoms, keys, None if keep.all() else keep)
 
 
 def summarise(
@@ -402,19 +403,31 @@ def paired(
 
 
 def _tau(m: Matches) -> np.ndarray:
-    kts = np.column_stack([m.df[f"__kt{i}"].to_numpy() for i in range(m.atoms)])
-    return kts.max(axis=1) if len(m.df) else np.zeros(0, dtype=np.int64)
+    kts = (m.df[f"__kt{i}"].to_numpy() for i in range(m.atoms))
+    return functools.reduce(np.maximum, kts).astype(np.int64, copy=False)
 
 
 def _min_exp(m: Matches) -> np.ndarray:
-    exps = np.column_stack([m.df[f"__exp{i}"].to_numpy() for i in range(m.atoms)])
-    return exps.min(axis=1) if len(m.df) else np.zeros(0, dtype=np.int64)
+    exps = (m.df[f"__exp{i}"].to_numpy() for i in range(m.atoms))
+    return functools.reduce(np.minimum, exps).astype(np.int64, copy=False)
 
 
-def valid(m: Matches, rule: RulePlan, negated: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Matches whose versions are all alive at ``__tau`` and whose negations hold there."""
-    df = m.df.assign(__tau=_tau(m), __mexp=_min_exp(m))
-    df = df[df["__mexp"].to_numpy() > df["__tau"].to_numpy()].reset_index(drop=True)
+Within = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def valid(
+    m: Matches, rule: RulePlan, negated: Sequence[pd.DataFrame], within: Within | None = None
+) -> pd.DataFrame:
+    """Matches whose versions are all alive at ``__tau`` and whose negations hold there;
+    and, given ``within``, for which it holds (of ``tau`` and the least expiry)."""
+    tau, mexp = _tau(m), _min_exp(m)
+    keep = mexp > tau
+    if m.keep is not None:
+        keep &= m.keep
+    if within is not None:
+        keep &= within(tau, mexp)
+    df = m.df[keep].reset_index(drop=True)
+    df["__tau"], df["__mexp"] = tau[keep], mexp[keep]
     for negation, source in zip(rule.negations, negated, strict=True):
         df = anti_join(df, negation, source, m.env)
     return df
@@ -524,9 +537,7 @@ def derive(
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``; `TooLarge`
     when a join would make more than ``limit`` matches."""
     m = matches(rule, sources, limit, window=(a, b))
-    df = valid(m, rule, negated)
-    tau = df["__tau"].to_numpy()
-    df = df[(tau >= a) & (tau < b)].reset_index(drop=True)
+    df = valid(m, rule, negated, lambda tau, _: (tau >= a) & (tau < b))
     df = chosen(df, rule, m.env)
     tau, mexp = df["__tau"].to_numpy(), df["__mexp"].to_numpy()
     return head_rows(rule.head, df, m.env, tau, mexp)
@@ -564,8 +575,7 @@ def aggregate(
     # A combination's versions cut each other short (below); one version each needs no keys.
     single = rule.aggregate.at_one_time or rule.aggregate.one_version_each
     m = matches(rule, sources, limit, want_keys=not single)
-    df = valid(m, rule, negated)
-    df = df[(df["__tau"].to_numpy() < b) & (df["__mexp"].to_numpy() > a)].reset_index(drop=True)
+    df = valid(m, rule, negated, lambda tau, mexp: (tau < b) & (mexp > a))
     head = rule.head
     functions = rule.aggregate.functions
     cols: dict[str, np.ndarray] = {}
