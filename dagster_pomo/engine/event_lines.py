@@ -28,7 +28,9 @@ from dagster_pomo.timeline import NEVER
 # floats nearly so (`_float_text`), and text is written by `json.dumps` value by value.
 # Sets go to the other writers, as do relations that carry provenance.
 WRITES = {"int", "bool", "str", "float"}
-# The most versions of a relation this process writes; more go to Spark's writers.
+# The most versions the files of one range of times may hold for this process to write a
+# relation (an epoch's file is never cut: a range holds one file at least); past it, Spark's
+# writers write the relation. Its size does not matter: it is written a range at a time.
 ROWS = 10_000_000
 # The most versions it reads at once (about 220 bytes each at the peak, with the sort and
 # the slices being formatted): a larger relation is read a range of times at a time

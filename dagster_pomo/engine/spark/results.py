@@ -114,8 +114,9 @@ class Results:
     ) -> int | None:
         """Write the relation's events (as `events` gives them) to ``path``, one JSON object a
         line as `versions.output_object` makes it. From a local warehouse, by this process
-        in Arrow where `event_lines` writes the relation's values and it holds at most
-        `event_lines.ROWS` versions (no Spark job; `event_lines.HELD` of them held at once);
+        in Arrow where `event_lines` writes the relation's values, a range of times at a time
+        (about `event_lines.HELD` versions each), and no range's files hold more than
+        `event_lines.ROWS` versions (no Spark job, whatever the relation's size);
         else by Spark partition by partition in sort order (the lines made by Spark itself
         where `_json_line` can, else by its Python workers, the rows going to them as
         Arrow), then joined into ``path``: nothing passes through this process. How many
@@ -126,11 +127,13 @@ class Results:
         schema = self.schemas[relation]
         if event_lines.writes(schema):
             files = self.wh.stored_times(relation, keys)
-            if sum(n for n, _, _ in files.values()) <= event_lines.ROWS:
+            slices = event_lines.time_slices(files, event_lines.HELD)
+            # Each range's files hold at most its versions (a file may span two ranges).
+            if max(sum(files[f][0] for f in part) for *_, part in slices) <= event_lines.ROWS:
                 stored = arrow_schema(schema)
                 reads = [
                     partial(self.wh.read_table, relation, part, stored, times=(lo, hi))
-                    for lo, hi, part in event_lines.time_slices(files, event_lines.HELD)
+                    for lo, hi, part in slices
                 ]
                 return event_lines.write(reads, schema, aggregating, aggregate_keys, path)
         if self.wh.holds_few(relation, keys) or not _local_master(self.wh.spark):
