@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dagster_pomo.plan.schema import Schema
 from tests.conftest import ROOT
 
 POMO = Path(sys.executable).with_name("pomo")
@@ -344,16 +345,30 @@ def test_outputs_written_from_spark_are_the_bytes_of_the_merged_versions(
     )
     sliced = run(program, landing, 3_600_000, out=tmp_path / "sliced")
     assert max(ranges) > 1
+    # A relation larger than `ROWS` whose epochs each hold fewer: still this process's,
+    # a range of times at a time.
+    largest = max(len(collected.events(n)) for n in collected.outputs)
+    monkeypatch.setattr(event_lines, "ROWS", largest - 1)
+    write, by_arrow = event_lines.write, []
+
+    def spied(reads: list, schema: Schema, *args: object) -> int:
+        by_arrow.append(schema.name)
+        return write(reads, schema, *args)
+
+    monkeypatch.setattr(event_lines, "write", spied)
+    bounded = run(program, landing, 3_600_000, out=tmp_path / "bounded")
+    biggest = max(collected.outputs, key=lambda n: len(collected.events(n)))
+    assert biggest in by_arrow, by_arrow
     monkeypatch.setattr(event_lines, "ROWS", -1)  # nor one for Arrow: Spark's workers write
     streamed = run(program, landing, 3_600_000, out=tmp_path / "streamed")
     assert list((tmp_path / "streamed").glob(".*.parts")) == [], "Spark's parts cleaned up"
-    for done in (read_here, arrow, sliced, streamed):
+    for done in (read_here, arrow, sliced, bounded, streamed):
         assert done.written == {n: len(collected.events(n)) for n in collected.outputs}
     assert sum(streamed.written.values()) > 3000
     for name in [*collected.outputs, "_quarantine"]:
         file = f"{name}.jsonl"
         expected = (tmp_path / "collected" / file).read_bytes()
-        for way in ("here", "arrow", "sliced", "streamed"):
+        for way in ("here", "arrow", "sliced", "bounded", "streamed"):
             assert (tmp_path / way / file).read_bytes() == expected, (way, name)
 
 
