@@ -52,7 +52,13 @@ def pairs(starts: np.ndarray, untils: np.ndarray, queries: np.ndarray) -> tuple[
     covers the run of sorted ``queries`` in ``[starts[i], untils[i])``."""
     first = np.searchsorted(queries, starts, side="left")
     runs = np.maximum(np.searchsorted(queries, untils, side="left") - first, 0)
-    rows = np.repeat(np.arange(len(starts)), runs)
+    return spread(first, runs)
+
+
+def spread(first: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row ``i``'s run of positions ``first[i]``, ..., ``first[i] + runs[i] - 1``, all rows'
+    runs one after the other: (positions, rows)."""
+    rows = np.repeat(np.arange(len(first)), runs)
     offsets = np.arange(len(rows)) - np.repeat(np.cumsum(runs) - runs, runs)
     return np.repeat(first, runs) + offsets, rows
 

@@ -388,9 +388,8 @@ def equal_pairs(left: np.ndarray, right: np.ndarray, limit: int) -> tuple[np.nda
     first = np.searchsorted(ordered, left, side="left")
     runs = np.searchsorted(ordered, left, side="right") - first
     check_size(int(runs.sum()), limit)
-    mine = np.repeat(np.arange(len(left)), runs)
-    offsets = np.arange(len(mine)) - np.repeat(np.cumsum(runs) - runs, runs)
-    return mine, order[np.repeat(first, runs) + offsets]
+    at, mine = sliding_aggregates.spread(first, runs)
+    return mine, order[at]
 
 
 def paired(
