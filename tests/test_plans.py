@@ -113,3 +113,23 @@ def test_an_aggregate_is_grouped_where_each_group_matches_at_one_time(
     (made,) = [r for s in plan.strata for r in s.rules if r.relation == "m"]
     assert made.aggregate is not None
     assert made.aggregate.at_one_time is grouped
+
+
+@pytest.mark.parametrize(
+    ("rule", "single"),
+    [
+        ("m(k) @count := level(k, x);", True),  # an input: one version an event
+        ("m(k) @sum(x) := level(k, x) ^ clock(0, 60000);", True),  # and the clock's ticks
+        ("m(k) @count := late(k, x);", False),  # derived: an event may have several versions
+        ("m(k) @count := level(k, x) ^ late(k, _);", False),
+    ],
+)
+def test_an_aggregate_over_one_version_an_event_needs_no_segments(rule: str, single: bool) -> None:
+    """`one_version_each`: a combination of events matches in one version only where every
+    atom reads a relation whose versions are made at their time; a derived event's later
+    versions must still cut its earlier ones short."""
+    program = compile_corpus(CLOCKED + rule + "\n", "clocked.pomo")
+    plan = compile_plan(program, infer_schemas(program, {}))
+    (made,) = [r for s in plan.strata for r in s.rules if r.relation == "m"]
+    assert made.aggregate is not None
+    assert made.aggregate.one_version_each is single
