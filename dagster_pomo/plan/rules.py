@@ -115,7 +115,8 @@ class Aggregate:
     lattice: str | None = None  # the registered lattice a ``@lattice`` function merges with
     at_one_time: bool = False  # each group's matches are made at one time (`one_time_groups`)
     # Each combination of events matches in one version: every scan reads a relation whose
-    # versions are made at their time, one an event (`one_time_groups.one_version_each`).
+    # versions are made at their time, one an event (`one_time_groups.one_version_each`);
+    # `at_one_time` implies it.
     one_version_each: bool = False
 
 

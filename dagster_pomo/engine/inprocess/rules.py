@@ -571,8 +571,9 @@ def aggregate(
     and alive at ``tau``, each distinct combination of events once (as
     :func:`dagster_pomo.engine.spark.rules.aggregate`)."""
     assert rule.aggregate is not None
-    # A combination's versions cut each other short (below); one version each needs no keys.
-    single = rule.aggregate.at_one_time or rule.aggregate.one_version_each
+    # A combination's versions cut each other short (below); one version each (which
+    # `at_one_time` implies) needs no keys.
+    single = rule.aggregate.one_version_each
     m = matches(rule, sources, limit, want_keys=not single)
     df = valid(m, rule, negated, lambda tau, mexp: (tau < b) & (mexp > a))
     head = rule.head

@@ -128,7 +128,7 @@ class Results:
         if event_lines.writes(schema):
             files = self.wh.stored_times(relation, keys)
             slices = event_lines.time_slices(files, event_lines.HELD)
-            # Each range's files hold at most its versions (a file may span two ranges).
+            # A range reads at most its files' versions (a file may span two ranges).
             if max(sum(files[f][0] for f in part) for *_, part in slices) <= event_lines.ROWS:
                 stored = arrow_schema(schema)
                 reads = [

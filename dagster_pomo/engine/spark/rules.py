@@ -695,11 +695,7 @@ def aggregate(
         # One version a combination: its one segment, from its tau to its expiry.
         made = made.withColumn("__until", F.col("__mexp"))
     else:
-        made = _segments(made, group)
-    if head.provenance:  # a combination rests on all its versions made by then
-        versions = Window.partitionBy(*group, "__hash", "__key").orderBy("__tau")
-        running = versions.rowsBetween(Window.unboundedPreceding, 0)
-        made = made.withColumn("__prov", united("__prov", running))
+        made = _segments(made, group, head.provenance)
     made = made.filter((F.col("__until") > F.col("__tau")) & (F.col("__until") > a))
     full = buckets.lives_fully(F.col("__tau"), F.col("__until"))
     made = made.withColumn("__full", full)
@@ -714,18 +710,19 @@ def aggregate(
     return _aggregated(rule, grouped, group)
 
 
-def _segments(made: DataFrame, group: list[str]) -> DataFrame:
+def _segments(made: DataFrame, group: list[str], provenance: bool) -> DataFrame:
     """A combination of events may match in several versions. At time x it counts once, with
     the latest expiry among its versions made by x and alive at x: its time line is cut
     into segments (``__until``), from each version's tau to the next one's, alive while
     that running latest expiry lasts. A time falls in at most one segment of a
-    combination, and every time asked about (a distinct tau) in at least one."""
+    combination, and every time asked about (a distinct tau) in at least one. With
+    ``provenance``, a segment rests on all the combination's versions made by then."""
     versions = Window.partitionBy(*group, "__hash", "__key").orderBy("__tau")
-    made = made.withColumn(
-        "__mexp", F.max("__mexp").over(versions.rowsBetween(Window.unboundedPreceding, 0))
-    )
+    running = versions.rowsBetween(Window.unboundedPreceding, 0)
+    made = made.withColumn("__mexp", F.max("__mexp").over(running))
     until = F.least(F.coalesce(F.lead("__tau").over(versions), F.lit(NEVER)), F.col("__mexp"))
-    return made.withColumn("__until", until)
+    made = made.withColumn("__until", until)
+    return made.withColumn("__prov", united("__prov", running)) if provenance else made
 
 
 def _at_one_time(
