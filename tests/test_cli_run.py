@@ -86,6 +86,19 @@ def test_spark_is_the_default_engine_takes_spark_options_and_agrees(tmp_path: Pa
         tmp_path / "reference" / "avg.jsonl"
     ).read_text()
     assert pomo("run", str(corpus), "--events", str(events), "--conf", "nonsense").returncode == 2
+    # A small epoch is worked out in this process unless told never; the same files either way.
+    assert "evaluated in 1 pass, in this process" in spark.stderr
+    plans = pomo(
+        *("run", str(corpus), "--events", str(events), "--out", str(tmp_path / "plans")),
+        *("--master", "local[1]", "--in-process-inputs", "0"),
+    )
+    assert plans.returncode == 0, plans.stderr
+    assert "evaluated in 1 pass, on Spark's plans" in plans.stderr
+    assert (tmp_path / "plans" / "avg.jsonl").read_text() == (
+        tmp_path / "spark" / "avg.jsonl"
+    ).read_text()
+    negative = pomo("run", str(corpus), "--events", str(events), "--in-process-inputs", "-1")
+    assert negative.returncode == 2 and "-1 is below 0" in negative.stderr
 
 
 def test_until_cuts_exactly_at_known_time(tmp_path: Path) -> None:

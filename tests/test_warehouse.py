@@ -204,7 +204,7 @@ def test_pomo_run_takes_a_range_in_few_passes_and_a_short_last_epoch_alone(
             for epoch in evaluator.epochs:
                 evaluator.evaluate_epoch(epoch)
         else:
-            assert evaluator.evaluate_range(evaluator.epochs) == passes
+            assert evaluator.evaluate_range(evaluator.epochs).passes == passes
         deferred = {n: by_epoch(evaluator, n, deferred=True) for n in sorted(evaluator.plan.defers)}
         stored[way] = (partitions(tmp_path / way, program, evaluator), deferred)
     assert all(any(d.values()) for d in stored["stepwise"][1].values()), "deferred events"
@@ -660,7 +660,7 @@ def test_a_range_of_small_epochs_goes_epoch_by_epoch_in_this_process(
         ("one too large", Policy(in_process_inputs=largest - 1), 1),
     ]:
         driver = Driver.for_run(program, prepared, str(tmp_path / way), policy=policy)
-        assert driver.evaluate_range(driver.epochs) == passes, way
+        assert driver.evaluate_range(driver.epochs).passes == passes, way
         stored[way] = partitions(tmp_path / way, program, driver)
     assert stored["one too large"] == stored["each small"]
 

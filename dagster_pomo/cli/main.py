@@ -23,6 +23,7 @@ from dagster_pomo.lang import CorpusError, Program, load_program
 from dagster_pomo.lang.errors import render_all
 
 if TYPE_CHECKING:
+    from dagster_pomo.engine.driver import PassStats
     from dagster_pomo.engine.inputs import EpochRange
     from dagster_pomo.engine.lines import TimeWindow
     from dagster_pomo.engine.run import RunResult
@@ -177,7 +178,9 @@ def _evaluate(
             print(f"spark: {describe_session(settings)}", file=sys.stderr)
         reader = "process" if explaining else args.landing_reader
         policy = Policy(
-            one_pass=not args.epoch_by_epoch, spark_landing_bytes=LANDING_READERS[reader]
+            one_pass=not args.epoch_by_epoch,
+            spark_landing_bytes=LANDING_READERS[reader],
+            in_process_inputs=args.in_process_inputs,
         )
         result = run(
             program,
@@ -199,7 +202,8 @@ def _evaluate(
     print(
         f"{path}: {_epochs_summary(plan, size, ingested.accepted > 0)}; "
         f"{ingested.lines_read:,} line{'s' if ingested.lines_read != 1 else ''} read, "
-        f"{ingested.lines_read - bad:,} accepted, {bad:,} quarantined",
+        f"{ingested.lines_read - bad:,} accepted, {bad:,} quarantined"
+        f"{_passes_summary(result.passes)}",
         file=sys.stderr,
     )
     _note_facts_before(program, plan)
@@ -304,6 +308,21 @@ def _note_facts_before(program: Program, plan: EpochRange) -> None:
             "the epochs between; pass --start to begin earlier",
             file=sys.stderr,
         )
+
+
+def _passes_summary(passes: PassStats | None) -> str:
+    """How Spark's run went, for a user tuning ``--in-process-inputs``: in how many passes,
+    and whether this process or Spark's plans worked them out."""
+    if passes is None or not passes.passes:
+        return ""
+    n, here = passes.passes, passes.in_process
+    if here == n:
+        where = "in this process"
+    elif here == 0:
+        where = "on Spark's plans"
+    else:
+        where = f"{here:,} in this process, {n - here:,} on Spark's plans"
+    return f"; evaluated in {n:,} pass{'es' if n != 1 else ''}, {where}"
 
 
 def _epochs_summary(plan: EpochRange, size: int, anything: bool) -> str:
@@ -536,6 +555,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _count(text: str) -> int:
+    """A count given on the command line: a whole number, 0 or more (``_`` allowed)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is below 0")
+    return n
+
+
 def _run_options(command: argparse.ArgumentParser) -> None:
     """What `run` and `explain` share: the corpus, its events, the epochs, the engine."""
     from dagster_pomo.engine.lines import DEFAULT_TIMES
@@ -580,6 +610,15 @@ def _run_options(command: argparse.ArgumentParser) -> None:
         help="who reads the events: `spark`'s tasks (with the same checks and quarantine), "
         "this `process`, or `auto`: Spark's tasks when the landing holds more than "
         f"{DEFAULT.spark_landing_bytes >> 20} MiB (--engine spark only)",
+    )
+    command.add_argument(
+        "--in-process-inputs",
+        type=_count,
+        default=DEFAULT.in_process_inputs,
+        metavar="N",
+        help="an epoch of at most N input events is worked out in this process rather than "
+        f"by Spark's plans; 0: never (default {DEFAULT.in_process_inputs:,}; lower it on a "
+        "small driver or a machine of many cores; --engine spark only)",
     )
     command.add_argument(
         "--master", metavar="URL", help="Spark master (default local[*], or $POMO_SPARK_MASTER)"

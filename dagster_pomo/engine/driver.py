@@ -106,6 +106,7 @@ class Driver:
         self.backend = backend
         self.results = results  # what the warehouse holds, for reports and handlers
         self.concurrency = max(1, concurrency)
+        self.ran = PassStats({})  # what `evaluate_range` has run, in all
 
     @classmethod
     def open(
@@ -234,24 +235,33 @@ class Driver:
         stats.partitions_read = scope.partitions_read
         return stats
 
-    def evaluate_range(self, epochs: Sequence[Epoch]) -> int:
+    def evaluate_range(self, epochs: Sequence[Epoch]) -> PassStats:
         """Every stratum over ``epochs`` (consecutive, in order), storing what epoch by epoch
         stores, in as few passes as `Backend.span` allows: the epochs of the first one's
         length at once, then any shorter last epoch on its own. All strata in one pass when
         the backend allows it for all; else stratum by stratum, those it does not allow
-        (recursion that defers events) epoch by epoch; with ``@next`` epoch by epoch. How
-        many passes ran."""
+        (recursion that defers events) epoch by epoch; with ``@next`` epoch by epoch. What
+        the passes made, and how many ran (added to `ran`)."""
         same, rest = _by_length(epochs)
         whole = self.backend.span(same, self.plan.strata)
-        if whole is not None:
-            for epoch in [whole, *rest]:
-                self.evaluate_epoch(epoch)
-            return 1 + len(rest)
-        if self.backend.span(same, []) is None:  # none can (`@next`, under two epochs)
-            for epoch in epochs:
-                self.evaluate_epoch(epoch)
-            return len(epochs)
-        return sum(self.evaluate_strata([s], epochs).passes for s in self.plan.strata)
+        if whole is not None or self.backend.span(same, []) is None:
+            # all strata at once: over the span and the rest, or (none can span: `@next`,
+            # under two epochs) epoch by epoch
+            out = PassStats({n: 0 for s in self.plan.strata for n in s.relations})
+            for epoch in [whole, *rest] if whole is not None else epochs:
+                stats = self.evaluate_epoch(epoch)
+                for stratum in stats.strata:
+                    out.count(stratum)
+                out.passes += 1
+                here = all(s.in_process for s in stats.strata)
+                out.interpreted += stats.interpreted and not here
+                out.in_process += here
+        else:
+            out = PassStats({})
+            for stratum in self.plan.strata:
+                out = out + self.evaluate_strata([stratum], epochs)
+        self.ran = self.ran + out
+        return out
 
     def evaluate_strata(
         self,
@@ -279,10 +289,7 @@ class Driver:
                         out.rows[name] = out.rows.get(name, 0) + n
                 for stratum in strata:
                     stats = self.backend.evaluate_stratum(stratum, epoch, carried)
-                    for name, n in stats.rows.items():
-                        out.rows[name] = out.rows.get(name, 0) + n
-                    out.rounds = max(out.rounds, stats.rounds)
-                    out.seconds += stats.seconds
+                    out.count(stats)
                     here = here and stats.in_process
                     if log is not None:
                         where = " (in process)" if stats.in_process else ""
@@ -359,20 +366,6 @@ def describe_session(settings: SparkSettings | None = None) -> str:
     return (settings.remote or settings.master) + (f" ({confs})" if confs else "")
 
 
-def run_epochs(
-    program: Program,
-    inputs: RunInputs,
-    warehouse: str | None = None,
-    policy: Policy = DEFAULT,
-) -> dict[str, list[Version]]:
-    """Evaluate every epoch of ``inputs`` (in a temporary warehouse unless one is given):
-    over the range at once where that stores the same, else (or when ``policy`` says so)
-    epoch by epoch, as a schedule does. Every derived relation's versions."""
-    with evaluated(program, inputs, warehouse, policy) as driver:
-        derived = [r.name for r in program.catalog if r.derived or r.inductive]
-        return {name: driver.versions(name) for name in derived}
-
-
 @contextmanager
 def evaluated(
     program: Program,
@@ -381,7 +374,9 @@ def evaluated(
     policy: Policy = DEFAULT,
 ) -> Iterator[Driver]:
     """A driver over ``warehouse`` (a temporary one, removed at the end of the block, unless
-    one is given) with every epoch of ``inputs`` evaluated, as `run_epochs` does."""
+    one is given) with every epoch of ``inputs`` evaluated: over the range at once where
+    that stores the same, else (or when ``policy`` says so) epoch by epoch, as a schedule
+    does (`Driver.evaluate_range`; what ran in `Driver.ran`)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
@@ -449,6 +444,5 @@ __all__ = [
     "evaluated_landing",
     "open_results",
     "reads_landing_on_spark",
-    "run_epochs",
     "session",
 ]

@@ -17,6 +17,7 @@ from dagster_pomo.engine.ingest import Ingested, landing_files
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, Policy
+from dagster_pomo.engine.stats import PassStats
 from dagster_pomo.engine.versions import Version, event_object, merge_versions, output_order
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.render import aggregate_key
@@ -39,6 +40,7 @@ class RunResult:
     ingested: Ingested
     versions: dict[str, list[Version]] = field(default_factory=dict)
     written: dict[str, int] | None = None
+    passes: PassStats | None = None  # how Spark's run went: its passes, where they ran
 
     def events(self, relation: str) -> list[Version]:
         """The relation's events, one per identity, sorted by time then arguments."""
@@ -112,19 +114,14 @@ def run(
         if out is not None:
             write_outputs(result, out)
         return result
-    if engine == "spark" and out is not None:
+    if engine == "spark":
         from dagster_pomo.engine.driver import evaluated
 
         with evaluated(program, prepared, warehouse, policy) as driver:
             _derived(result, driver, out)
         return result
-    if engine == "spark":
-        from dagster_pomo.engine.driver import run_epochs
-
-        result.versions = run_epochs(program, prepared, warehouse, policy)
-    else:
-        evaluator = ReferenceEvaluator(program, prepared.schemas)
-        result.versions = evaluator.run(prepared.ingested.events, epochs.epochs, epochs.start)
+    evaluator = ReferenceEvaluator(program, prepared.schemas)
+    result.versions = evaluator.run(prepared.ingested.events, epochs.epochs, epochs.start)
     if out is not None:
         write_outputs(result, out)
     return result
@@ -135,6 +132,7 @@ def _derived(result: RunResult, driver: Driver, out: Path | None) -> None:
     there (by Spark where it can) and the `.check` relations' versions; else every derived
     relation's versions."""
     program = result.program
+    result.passes = driver.ran
     if out is None:
         derived = [r.name for r in program.catalog if r.derived or r.inductive]
         result.versions = {name: driver.versions(name) for name in derived}

@@ -46,3 +46,24 @@ class PassStats:
     seconds: float = 0.0
     interpreted: int = 0  # passes whose Spark plans ran without generated code
     in_process: int = 0  # passes worked out wholly in this process
+
+    def count(self, stratum: StratumStats) -> None:
+        """Add what one stratum of a pass made."""
+        for name, n in stratum.rows.items():
+            self.rows[name] = self.rows.get(name, 0) + n
+        self.rounds = max(self.rounds, stratum.rounds)
+        self.seconds += stratum.seconds
+
+    def __add__(self, other: PassStats) -> PassStats:
+        """Both together: a range's strata evaluated group by group, or run after run."""
+        rows = dict(self.rows)
+        for name, n in other.rows.items():
+            rows[name] = rows.get(name, 0) + n
+        return PassStats(
+            rows,
+            self.passes + other.passes,
+            max(self.rounds, other.rounds),
+            self.seconds + other.seconds,
+            self.interpreted + other.interpreted,
+            self.in_process + other.in_process,
+        )
