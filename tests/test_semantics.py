@@ -278,6 +278,33 @@ def test_an_aggregate_counts_an_event_once_whatever_its_versions(tmp_path, engin
     ]
 
 
+def test_text_that_differs_after_a_nul_character_is_other_text(tmp_path, engine, epoch) -> None:
+    """Keys compare whole: "a" and "a\\x00" are two tanks in every join, negation, group and
+    merge of versions (C strings would end both at the NUL and make them one)."""
+    corpus = """.decl r(k: str, x: int) lifetime 100;
+    .decl s(k: str) lifetime 100;
+    cnt(k) @count := r(k, x);
+    pair(k, x) := r(k, x) ^ r(k, y) if x < y;
+    free(k, x) := r(k, x) ^ !s(k);
+    both(k) @sum(x) := r(k, x) ^ s(k);
+    seen(k) := r(k, _);
+    seen(k) := s(k);"""
+    nul = "a\x00"
+    events = [("s", 5, [nul]), ("r", 10, ["a", 1]), ("r", 10, [nul, 2]), ("r", 20, [nul, 3])]
+    out = evaluate(tmp_path, corpus, [*events, ("r", 30, ["a", 3])], epoch, engine)
+    assert out["pair"] == [ev([nul, 2], 20, 110), ev(["a", 1], 30, 110)]
+    assert out["free"] == [ev(["a", 1], 10, 110), ev(["a", 3], 30, 130)]
+    assert out["both"] == [ev([nul], 10, 105, **{"sum(x)": 2}), ev([nul], 20, 105, **{"sum(x)": 5})]
+    assert out["cnt"] == [
+        ev(["a"], 10, 110, count=1),
+        ev([nul], 10, 110, count=1),
+        ev([nul], 20, 110, count=2),
+        ev(["a"], 30, 110, count=2),
+    ]
+    seen = [([nul], 5), (["a"], 10), ([nul], 10), ([nul], 20), (["a"], 30)]
+    assert out["seen"] == [ev(k, t, t + 100) for k, t in seen]
+
+
 def test_dedalus_counter_with_next(tmp_path, engine) -> None:
     corpus = """.decl seq(a: str, x: int) lifetime 10;
     .decl event(a: str) lifetime 1;

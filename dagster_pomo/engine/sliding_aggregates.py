@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_pomo.engine.column_joins import spread
+
 # How each aggregate reduces a slice; ``min`` skips NaN and ``max`` lets it win, as Spark does.
 REDUCERS = {"sum": np.add, "average": np.add, "min": np.fmin, "max": np.maximum}
 
@@ -53,14 +55,6 @@ def pairs(starts: np.ndarray, untils: np.ndarray, queries: np.ndarray) -> tuple[
     first = np.searchsorted(queries, starts, side="left")
     runs = np.maximum(np.searchsorted(queries, untils, side="left") - first, 0)
     return spread(first, runs)
-
-
-def spread(first: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row ``i``'s run of positions ``first[i]``, ..., ``first[i] + runs[i] - 1``, all rows'
-    runs one after the other: (positions, rows)."""
-    rows = np.repeat(np.arange(len(first)), runs)
-    offsets = np.arange(len(rows)) - np.repeat(np.cumsum(runs) - runs, runs)
-    return np.repeat(first, runs) + offsets, rows
 
 
 def _scatter(fn: str, size: int, at: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -13,8 +13,9 @@ known version covers. Known versions are found by address when their key columns
 integers of small ranges (`_Cells`: a graph's node numbers, one epoch's times), else by a
 64-bit hash checked against the key (`_Known`).
 
-This module imports nothing of the project but the plan's shapes (`plan.linear_rounds`) and
-the time rules (`plan.time`): all three are shipped to executors by value.
+This module imports nothing of the project but the plan's shapes (`plan.linear_rounds`), the
+time rules (`plan.time`) and the joins of columns (`column_joins`): all four are shipped to
+executors by value.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dagster_pomo.engine.column_joins import among, cross_pairs, longest, pairs_on, spread
 from dagster_pomo.plan.linear_rounds import OPS, LinearAtom, LinearGuard, LinearPlan, LinearRule
 from dagster_pomo.plan.time import Ops, head_times
 
@@ -131,18 +133,12 @@ class _Lower:
         return lo, np.where(inside, self.starts[at + 1] - lo, 0)
 
     def join(self, left: Cols) -> Cols:
-        n, m = _rows(left), _rows(self.cols)
         if not self.on:
-            li, ri = np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
+            li, ri = cross_pairs(_rows(left), _rows(self.cols))
         elif len(self.on) == 1:
-            lo, runs = self._spans(left[self.on[0]])
-            li = np.repeat(np.arange(n), runs)
-            ri = np.repeat(lo, runs) + np.arange(len(li)) - np.repeat(np.cumsum(runs) - runs, runs)
+            ri, li = spread(*self._spans(left[self.on[0]]))
         else:
-            a = pd.DataFrame({c: left[c] for c in self.on}).assign(__l=np.arange(n))
-            b = pd.DataFrame({c: self.cols[c] for c in self.on}).assign(__r=np.arange(m))
-            both = a.merge(b, on=list(self.on), how="inner", sort=False)
-            li, ri = both["__l"].to_numpy(), both["__r"].to_numpy()
+            li, ri = pairs_on([left[c] for c in self.on], [self.cols[c] for c in self.on])
         out = _take(left, li)
         out.update({c: v[ri] for c, v in self.cols.items() if c not in self.on})
         return out
@@ -478,15 +474,17 @@ def _fixpoint(
     # than a round here).
     out = _table([k for k in kept if _rows(k)] or kept[:1], columns)
     if merge:  # some key got a longer-living version: keep that one, with the earliest _tau
-        best = out.to_pandas().groupby(plan.key, sort=False, as_index=False)
-        frame = best.agg(exp=("exp", "max"), _tau=("_tau", "min"))[columns]
-        out = pa.Table.from_pandas(frame, preserve_index=False)
+        key = [out[c].to_numpy(zero_copy_only=False) for c in plan.key]
+        merged = longest(key, out["exp"].to_numpy(), out["_tau"].to_numpy())
+        if merged is not None:
+            rows, exp, tau = merged
+            out = out.take(rows)
+            out = out.set_column(out.schema.get_field_index("exp"), "exp", pa.array(exp))
+            out = out.set_column(out.schema.get_field_index("_tau"), "_tau", pa.array(tau))
     waiting = np.zeros(out.num_rows, dtype=bool)
     if _rows(delta):  # the versions of the keys still to join
-        keys = pd.DataFrame({c: out[c].to_numpy() for c in plan.key})
-        left = pd.DataFrame({c: delta[c] for c in plan.key}).drop_duplicates()
-        waiting = keys.merge(left.assign(**{NEW: True}), on=plan.key, how="left")[NEW]
-        waiting = waiting.eq(True).to_numpy()
+        keys = [out[c].to_numpy(zero_copy_only=False) for c in plan.key]
+        waiting = among(keys, [delta[c] for c in plan.key])
     return out.append_column(NEW, pa.array(waiting)), rounds
 
 
@@ -504,12 +502,8 @@ def _new_among(kept: Cols, given: Cols, waiting: np.ndarray, key: list[str]) -> 
         return np.ones(_rows(kept), dtype=bool)
     if not waiting.any():
         return np.zeros(_rows(kept), dtype=bool)
-    a = pd.DataFrame({c: kept[c] for c in [*key, "exp"]}).assign(__k=np.arange(_rows(kept)))
-    b = pd.DataFrame({c: given[c][waiting] for c in [*key, "exp"]}).drop_duplicates()
-    hit = a.merge(b, on=[*key, "exp"], how="inner")["__k"].to_numpy()
-    out = np.zeros(_rows(kept), dtype=bool)
-    out[hit] = True
-    return out
+    columns = [*key, "exp"]
+    return among([kept[c] for c in columns], [given[c][waiting] for c in columns])
 
 
 def task(

@@ -21,6 +21,15 @@ import pyarrow as pa
 
 from dagster_pomo.engine import sliding_aggregates
 from dagster_pomo.engine.cid import cids
+from dagster_pomo.engine.column_joins import (
+    cross_pairs,
+    distinct,
+    equal_pairs,
+    key_codes,
+    longest,
+    pairs_on,
+    row_codes,
+)
 from dagster_pomo.engine.inprocess.exprs import (
     NUMPY,
     Col,
@@ -48,27 +57,6 @@ from dagster_pomo.plan.scans import CID, comparable
 from dagster_pomo.plan.schema import META, PROV, Schema, row_columns
 from dagster_pomo.plan.time import head_times
 from dagster_pomo.timeline import EARLIEST, NEVER, PAST
-
-
-class TooLarge(Exception):
-    """A join would make more rows than this process takes on (`Policy.local_matches`): a
-    task for Spark."""
-
-
-def check_size(size: int, limit: int) -> None:
-    if size > limit:
-        raise TooLarge(f"a join of {size:,} matches")
-
-
-def _pairs(left: pd.DataFrame, right: pd.DataFrame, on: Sequence[str]) -> int:
-    """How many rows an inner join of ``left`` and ``right`` on ``on`` makes."""
-    if not on:
-        return len(left) * len(right)
-    counts = left.groupby(list(on), sort=False).size().rename("__l").reset_index()
-    other = right.groupby(list(on), sort=False).size().rename("__r").reset_index()
-    both = counts.merge(other, on=list(on), how="inner")
-    return int((both["__l"].to_numpy() * both["__r"].to_numpy()).sum())
-
 
 ARROW = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
 
@@ -196,9 +184,7 @@ def matches(
         if joined is None:
             joined = frame
         elif join.kind == "on":
-            shared = [f"v_{v}" for v in join.on]
-            check_size(_pairs(joined, frame, shared), limit)
-            joined = joined.merge(frame, on=shared, how="inner", sort=False)
+            joined = join_on(joined, frame, [f"v_{v}" for v in join.on], limit)
         else:
             joined = _band_join(joined, env, frame, frame_env, join.band, limit)
         for name, col in frame_env.items():
@@ -250,7 +236,7 @@ def summarise(
     joined = joined.assign(__mtau=tau.astype(np.int64), __mmexp=mexp.astype(np.int64))
     key = [*groups, "__mtau", "__mmexp"]
     lives = (mexp > tau) & (tau < b) & (mexp > a)
-    asked = joined.loc[lives, key].drop_duplicates(ignore_index=True)
+    asked = _distinct(joined.loc[lives, key])
     at = asked["__mtau"].to_numpy()
     parts = [asked[(at >= a) & (at < b)].assign(__at=lambda f: f["__mtau"])]
     summarised = []
@@ -266,46 +252,57 @@ def summarise(
             ignore_index=True,
         )
         x = changes["__at"].to_numpy()
-        changes = changes[(x >= a) & (x < b)].drop_duplicates(ignore_index=True)
+        changes = _distinct(changes[(x >= a) & (x < b)])
         later = _pair(asked, changes, same, limit)
         x = later["__at"].to_numpy()
         parts.append(later[(later["__mtau"].to_numpy() < x) & (x < later["__mmexp"].to_numpy())])
     times = pd.concat([p[[*key, "__at"]] for p in parts], ignore_index=True)
-    pieces = times.drop_duplicates(ignore_index=True)
+    pieces = _distinct(times)
     until = pieces["__mmexp"].to_numpy()
+    how = {"count": "size", "sum": "sum", "min": "min", "max": "max", "average": "mean"}
     for agg, events, same in summarised:
-        covered = _pair(pieces[[*key, "__at"]], events, same, limit)
+        numbered = pieces[[*key, "__at"]].assign(__piece=np.arange(len(pieces)))
+        covered = _pair(numbered, events, same, limit)
         x = covered["__at"].to_numpy()
         covered = covered[(covered["__ekt"].to_numpy() <= x) & (x < covered["__eexp"].to_numpy())]
-        event = [c for c in covered.columns if c.startswith("__k")]
-        per_event = covered.groupby([*key, "__at", *event], sort=False, dropna=False).agg(
-            __e=("__eexp", "max"), __val=("__val", "max")
-        )
-        by = per_event.groupby(level=list(range(len(key) + 1)), sort=False)
-        how = {"count": "size", "sum": "sum", "min": "min", "max": "max", "average": "mean"}
-        values = pd.DataFrame(
-            {"__res": by["__val"].agg(how[agg.function]), "__least": by["__e"].min()}
-        ).reset_index()
-        # Nullable integers, so that the groups without events do not turn them into floats.
-        for c in ("__res", "__least"):
-            if values[c].dtype.kind == "i":
-                values[c] = values[c].astype("Int64")
-        pieces = pieces.merge(values, on=[*key, "__at"], how="left", sort=False)
-        res, least = pieces.pop("__res"), pieces.pop("__least")
-        has = least.notna().to_numpy()
-        if agg.empty is None:
-            pieces, res, least, until = (x[has] for x in (pieces, res, least, until))
+        event = [covered[c].to_numpy() for c in covered.columns if c.startswith("__k")]
+        # Per piece and event (an event's versions count once): its latest expiry and value.
+        per_event = pd.DataFrame(
+            {
+                "__piece": covered["__piece"].to_numpy(),
+                "__event": row_codes(event, len(covered)),
+                "__e": covered["__eexp"].to_numpy(),
+                "__val": covered["__val"].to_numpy(),
+            }
+        ).groupby(["__piece", "__event"], sort=False)
+        by = per_event.agg(__e=("__e", "max"), __val=("__val", "max")).groupby(level=0)
+        found, least_found = by["__val"].agg(how[agg.function]), by["__e"].min()
+        at = found.index.to_numpy()
+        has = np.zeros(len(pieces), dtype=bool)
+        has[at] = True
+        res = np.zeros(len(pieces), dtype=found.dtype)
+        res[at] = found.to_numpy()
+        least = np.full(len(pieces), NEVER, dtype=np.int64)
+        least[at] = least_found.to_numpy()
+        if agg.empty is None:  # a piece no event covers has no value
+            pieces, res, least, until = pieces[has], res[has], least[has], until[has]
             pieces = pieces.reset_index(drop=True)
-            has = np.ones(len(pieces), dtype=bool)
-        covered_until = least.fillna(NEVER).to_numpy(dtype=np.int64)
-        until = np.minimum(until, covered_until)
-        result = res.where(has, agg.empty) if agg.empty is not None else res
-        pieces[f"v_{agg.var}"] = result.to_numpy().astype(NUMPY[agg.type])
+            has = has[has]
+        until = np.minimum(until, least)
+        result = np.where(has, res, agg.empty) if agg.empty is not None else res
+        pieces[f"v_{agg.var}"] = result.astype(NUMPY[agg.type])
     i = rule.atoms - 1
     pieces = pieces.assign(**{f"__kt{i}": pieces["__at"], f"__exp{i}": until}).drop(columns="__at")
-    check_size(_pairs(joined, pieces, key), limit)
-    out = joined.merge(pieces, on=key, how="inner", sort=False)
+    out = join_on(joined, pieces, key, limit)
     return out.drop(columns=["__mtau", "__mmexp"])
+
+
+def _distinct(df: pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The first row of each key of ``df`` (its values of ``columns``, by default all), in
+    order (`column_joins.distinct`: text compared whole)."""
+    names = list(df.columns if columns is None else columns)
+    keep = distinct([df[c].to_numpy() for c in names], len(df))
+    return df[keep].reset_index(drop=True)
 
 
 def _pair(
@@ -313,13 +310,26 @@ def _pair(
 ) -> pd.DataFrame:
     """Every pair of a row of ``left`` and one of ``right`` in the same group (``same``: a
     left column and the right one equal to it)."""
-    if not same:
-        check_size(len(left) * len(right), limit)
-        return left.merge(right, how="cross")
-    on, theirs = list(same), list(same.values())
-    renamed = right.rename(columns=dict(zip(theirs, on, strict=True)))
-    check_size(_pairs(left, renamed, on), limit)
-    return left.merge(renamed, on=on, how="inner", sort=False)
+    return join_on(left, right, list(same), limit, list(same.values()))
+
+
+def join_on(
+    left: pd.DataFrame,
+    right: pd.DataFrame,
+    on: Sequence[str],
+    limit: int | None,
+    right_on: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The rows of ``left`` and ``right`` whose columns ``on`` (``right_on`` in ``right``,
+    by default the same names) are equal, side by side, in ``left``'s order; the right's
+    key columns left out. With no column, every pair. `TooLarge` past ``limit`` rows."""
+    theirs = list(on if right_on is None else right_on)
+    if on:
+        keys = [left[c].to_numpy() for c in on], [right[c].to_numpy() for c in theirs]
+        mine, other = pairs_on(*keys, limit)
+    else:
+        mine, other = cross_pairs(len(left), len(right), limit)
+    return paired(left, right.drop(columns=theirs), mine, other)
 
 
 def _summarised(
@@ -375,21 +385,7 @@ def _band_join(
         bands = np.repeat(yb, len(offsets)) + np.tile(offsets, len(right))
         mine, theirs = equal_pairs(left[x.column].to_numpy() // width, bands, limit)
         return paired(left, right, mine, rows[theirs])
-    check_size(len(left) * len(right), limit)
-    return left.merge(right, how="cross")
-
-
-def equal_pairs(left: np.ndarray, right: np.ndarray, limit: int) -> tuple[np.ndarray, ...]:
-    """Every ``(i, j)`` with ``left[i] == right[j]``, by ``i`` then ``j``: a sort of
-    ``right`` and a binary search a row of ``left`` (no hash table of the larger side).
-    `TooLarge` past ``limit`` pairs."""
-    order = np.argsort(right, kind="stable")
-    ordered = right[order]
-    first = np.searchsorted(ordered, left, side="left")
-    runs = np.searchsorted(ordered, left, side="right") - first
-    check_size(int(runs.sum()), limit)
-    at, mine = sliding_aggregates.spread(first, runs)
-    return mine, order[at]
+    return join_on(left, right, [], limit)
 
 
 def paired(
@@ -455,24 +451,24 @@ def anti_join(
             stored, mine = stored.astype(np.float64), mine.astype(np.float64)
         has &= vec.valid()
         left[f"__n{j}"], right[f"__n{j}"] = mine, stored
-    by = list(left)
-    probe = pd.DataFrame({**left, "__tau": df["__tau"].to_numpy(), "__row": np.arange(len(df))})
-    probe = probe[has]
-    versions = pd.DataFrame(
-        {**right, "kt": source["kt"].to_numpy(), "exp": source["exp"].to_numpy()}
-    )
-    versions = versions.groupby([*by, "kt"], sort=False, as_index=False)["exp"].max()
-    versions = versions.sort_values("kt", kind="stable")
-    if by:
-        versions["exp"] = versions.groupby(by, sort=False)["exp"].cummax()
+    # The agreeing values as one number, on both sides (`key_codes`).
+    if left:
+        mine_by, theirs_by = key_codes(list(left.values()), list(right.values()))
     else:
-        versions["exp"] = versions["exp"].cummax()
+        mine_by, theirs_by = np.zeros(len(df), np.int64), np.zeros(len(source), np.int64)
+    tau = df["__tau"].to_numpy()
+    probe = pd.DataFrame({"__by": mine_by, "__tau": tau, "__row": np.arange(len(df))})[has]
+    kt, exp = source["kt"].to_numpy(), source["exp"].to_numpy()
+    versions = pd.DataFrame({"__by": theirs_by, "kt": kt, "exp": exp})
+    versions = versions.groupby(["__by", "kt"], sort=False, as_index=False)["exp"].max()
+    versions = versions.sort_values("kt", kind="stable")
+    versions["exp"] = versions.groupby("__by", sort=False)["exp"].cummax()
     found = pd.merge_asof(
         probe.sort_values("__tau", kind="stable"),
         versions,
         left_on="__tau",
         right_on="kt",
-        by=by or None,
+        by="__by",
         direction="backward",
     )
     alive = found["exp"].to_numpy(dtype=np.float64, na_value=-np.inf) > found["__tau"].to_numpy()
@@ -553,8 +549,8 @@ def chosen(df: pd.DataFrame, rule: RulePlan, env: Mapping[str, Col]) -> pd.DataF
             if env[v].ok is not None:
                 df = df[df[env[v].ok].to_numpy()]
         by = [env[k].column for k in keys] + ["__tau"]
-        first = df.sort_values(picked, kind="stable").drop_duplicates(by)[[*by, *picked]]
-        df = df.merge(first, on=[*by, *picked], how="inner", sort=False)
+        first = _distinct(df.sort_values(picked, kind="stable"), by)[[*by, *picked]]
+        df = join_on(df, first, [*by, *picked], None)
     return df.reset_index(drop=True)
 
 
@@ -613,8 +609,10 @@ def aggregate(
         # with the latest expiry among its versions made by x. Its time line is cut into
         # segments, from each version's tau to the next one's (see the Spark plan).
         combination = [*group, *m.keys]  # never empty: every atom's event is a key
-        made = made.sort_values([*combination, "__at"], kind="stable").reset_index(drop=True)
-        same = made.groupby(combination, sort=False, dropna=False)
+        codes = row_codes([made[c].to_numpy() for c in combination], len(made))
+        made = made.assign(__combination=codes)
+        made = made.sort_values(["__combination", "__at"], kind="stable").reset_index(drop=True)
+        same = made.groupby("__combination", sort=False)
         made["__mexp"] = same["__mexp"].cummax()
         after = same["__at"].shift(-1, fill_value=NEVER)
         until = np.minimum(after.to_numpy(dtype=np.int64), made["__mexp"].to_numpy())
@@ -649,18 +647,16 @@ def _typ(values: np.ndarray) -> str:
 
 def dedupe(schema: Schema, df: pd.DataFrame) -> pd.DataFrame:
     """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
-    key = [*schema.columns, "t", "kt"]
+    columns = row_columns(schema)
     if df.empty:
-        return df[row_columns(schema)]
+        return df[columns]
     if schema.aggregates:
-        latest = df.sort_values("_tau", kind="stable").drop_duplicates(key, keep="last")
-        return latest[row_columns(schema)].reset_index(drop=True)
-    df = df[row_columns(schema)]
-    if df.duplicated(key).any():  # most often not, and 20 times cheaper to find out ...
-        df = df.drop_duplicates()  # ... or the same version twice (two atoms' rounds)
-    if not df.duplicated(key).any():
-        return df.reset_index(drop=True)
-    out = df.groupby(key, sort=False, as_index=False, dropna=False).agg(
-        exp=("exp", "max"), _tau=("_tau", "min")
-    )
-    return out[row_columns(schema)]
+        df = df.sort_values("_tau", kind="stable")
+    key = [df[c].to_numpy() for c in [*schema.columns, "t", "kt"]]
+    if schema.aggregates:
+        return df[columns][distinct(key, len(df), "last")].reset_index(drop=True)
+    merged = longest(key, df["exp"].to_numpy(), df["_tau"].to_numpy())
+    if merged is None:
+        return df[columns].reset_index(drop=True)
+    rows, exp, tau = merged
+    return df[columns].iloc[rows].reset_index(drop=True).assign(exp=exp, _tau=tau)

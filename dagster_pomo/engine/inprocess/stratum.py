@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dagster_pomo.engine import task_rounds
+from dagster_pomo.engine.column_joins import TooLarge, check_size
 from dagster_pomo.engine.inprocess import rules as R
 from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
@@ -89,7 +90,7 @@ def evaluate(
     it took. A recursive stratum reads its own relations' earlier epochs from ``history``;
     a linear one's rounds after the first run on `task_rounds` while its relation holds at
     most ``budget`` versions (0: on pandas frames, as other recursions' rounds do).
-    Raises `rules.TooLarge` when a join, or a recursive relation, passes ``limit`` rows
+    Raises `TooLarge` when a join, or a recursive relation, passes ``limit`` rows
     (a linear one: ``budget``)."""
     schemas = plan.schemas
     if stratum.recursive:
@@ -139,7 +140,7 @@ def _fixpoint(
     A round costs about what its new versions cost, not what came before: a thousand
     single-version rounds take seconds (see BENCHMARKS.md). With a ``linear`` plan, the
     rounds after the first run on `task_rounds`. The stratum goes to Spark
-    (`rules.TooLarge`) when a relation grows past ``limit`` versions (``budget`` in the
+    (`TooLarge`) when a relation grows past ``limit`` versions (``budget`` in the
     linear rounds)."""
     a, b = window
     names = list(stratum.relations)
@@ -187,7 +188,7 @@ def _fixpoint(
                     continue
                 delta[n] = fresh
                 known[n] = _versions(schemas[n], [known[n], fresh])
-                R.check_size(len(known[n]), limit)
+                check_size(len(known[n]), limit)
         if not delta:
             break
     out = {
@@ -213,7 +214,7 @@ def _linear_rounds(
     round joins (``given``), with its lower relations' versions (``state``). Spread on its
     stable argument (column ``spread``), each part is taken to its fixpoint on a thread
     of its own, as a task of its own on Spark (numpy lets go of the interpreter's lock).
-    Its versions, one per key, and the rounds run; `rules.TooLarge` when a part knows more
+    Its versions, one per key, and the rounds run; `TooLarge` when a part knows more
     than ``budget``."""
     arrow = R.arrow_schema(schema)
     rows = pd.concat(  # as Spark's pieces come: the last one new
@@ -236,7 +237,7 @@ def _linear_rounds(
             done = list(pool.map(fixpoint, parts))
     out = pa.concat_tables([o for o, _ in done])
     if out[task_rounds.NEW].to_numpy().any():
-        raise R.TooLarge(f"{plan.relation} knows more than {budget} versions")
+        raise TooLarge(f"{plan.relation} knows more than {budget} versions")
     return task_rounds.as_stored(out, arrow), max(r for _, r in done)
 
 

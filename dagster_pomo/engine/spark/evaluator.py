@@ -37,6 +37,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from dagster_pomo.engine.column_joins import TooLarge
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.inprocess import stratum as local
 from dagster_pomo.engine.policy import DEFAULT, Policy
@@ -693,7 +694,7 @@ class SparkEvaluator:
         if self.in_process(stratum, epoch):
             try:
                 return self._stratum_in_process(stratum, epoch)
-            except local_rules.TooLarge:
+            except TooLarge:
                 # Nothing is stored before every relation is worked out: Spark's turn, and
                 # for the stratum's epochs as large (a range's next ones, see `few_and_small`).
                 inputs = self.store.input_events(epoch_key(epoch))

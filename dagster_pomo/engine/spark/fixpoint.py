@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from dagster_pomo.engine import task_rounds
+from dagster_pomo.engine import column_joins, task_rounds
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.estimates import bounded
 from dagster_pomo.engine.spark.lookups import is_connect
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 # Executors get the rounds' code and the shapes of their plans with each task (see
 # `Recursion._rounds_in_tasks`).
 cloudpickle.register_pickle_by_value(task_rounds)
+cloudpickle.register_pickle_by_value(column_joins)
 cloudpickle.register_pickle_by_value(linear_rounds)
 cloudpickle.register_pickle_by_value(time_rules)
 

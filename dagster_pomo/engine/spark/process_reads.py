@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from dagster_pomo.engine.column_joins import TooLarge
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.plan.schema import Schema
@@ -77,7 +78,7 @@ class ProcessReads:
         beyond ``limit`` rows."""
         table = rows.limit(self.limit + 1).toArrow()
         if table.num_rows > self.limit:
-            raise local_rules.TooLarge(f"more than {self.limit:,} versions of {name} to read")
+            raise TooLarge(f"more than {self.limit:,} versions of {name} to read")
         schema = local_rules.arrow_schema(self.schemas[name])
         return table.select(schema.names).cast(schema).to_pandas()
 

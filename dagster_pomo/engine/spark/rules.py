@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from dagster_pomo.engine import cid as content_ids
-from dagster_pomo.engine import lattices, sliding_aggregates
+from dagster_pomo.engine import column_joins, lattices, sliding_aggregates
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, spark_type, truthy
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import Value
@@ -41,6 +41,7 @@ from dagster_pomo.timeline import EARLIEST, NEVER, PAST, Epoch
 
 # Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
 cloudpickle.register_pickle_by_value(sliding_aggregates)
+cloudpickle.register_pickle_by_value(column_joins)
 cloudpickle.register_pickle_by_value(content_ids)
 
 

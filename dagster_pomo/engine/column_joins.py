@@ -1,0 +1,157 @@
+"""Equi-joins and keys over numpy columns: which rows meet, which rows are one key.
+
+Both local executors pair rows this way: a rule's matches worked out in this process
+(`inprocess.rules`) and a recursion's rounds inside a Spark task (`task_rounds`). One side
+is sorted and the other searched in it, so a join costs two sorts' worth of work and
+makes no hash table of frames; the number of pairs is known before any is made, so a
+join too large for the process stops before it takes the memory. A key of several
+columns, or of strings, is first made one integer per row (`key_codes`); so is a key
+the executors group by or keep one row of (`row_codes`, `distinct`, `groups`): pandas'
+own group-bys and de-duplications number text through C strings, which end at a NUL
+character, and would make "a" and "a\\x00" one key.
+
+Keys compare as Spark's joins compare them: NaN equals NaN and ``-0.0`` equals ``0.0``.
+This module imports numpy, pandas and pyarrow only: it ships to Spark's tasks by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+
+class TooLarge(Exception):
+    """A join would make more rows than the process takes on (`Policy.local_matches`): a
+    task for Spark."""
+
+
+def check_size(size: int, limit: int | None) -> None:
+    if limit is not None and size > limit:
+        raise TooLarge(f"a join of {size:,} matches")
+
+
+def spread(first: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row ``i``'s run of positions ``first[i]``, ..., ``first[i] + runs[i] - 1``, all rows'
+    runs one after the other: (positions, rows)."""
+    rows = np.repeat(np.arange(len(first)), runs)
+    offsets = np.arange(len(rows)) - np.repeat(np.cumsum(runs) - runs, runs)
+    return np.repeat(first, runs) + offsets, rows
+
+
+def equal_pairs(
+    left: np.ndarray, right: np.ndarray, limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``(i, j)`` with ``left[i] == right[j]``, by ``i`` then ``j`` (the order of a
+    left join's rows): a stable sort of ``right`` and a binary search of it per row of
+    ``left``. `TooLarge` past ``limit`` pairs, before any is made."""
+    order = np.argsort(right, kind="stable")
+    ordered = right[order]
+    first = np.searchsorted(ordered, left, side="left")
+    runs = np.searchsorted(ordered, left, side="right") - first
+    check_size(int(runs.sum()), limit)
+    at, mine = spread(first, runs)
+    return mine, order[at]
+
+
+def cross_pairs(n: int, m: int, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``(i, j)`` of ``n`` rows and ``m`` rows, by ``i`` then ``j``."""
+    check_size(n * m, limit)
+    return np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
+
+
+def key_codes(
+    left: Sequence[np.ndarray], right: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's key (its values of the columns, side by side) as one integer, equal on
+    the two sides exactly where the keys are equal. Each column's values are numbered over
+    both sides, and the numbers of the columns so far combined and numbered again, so they
+    stay below the number of rows however many columns."""
+    n, m = len(left[0]), len(right[0])
+    both = [np.concatenate([a, b]) for a, b in zip(left, right, strict=True)]
+    codes = row_codes(both, n + m)
+    return codes[:n], codes[n:]
+
+
+def row_codes(columns: Sequence[np.ndarray], rows: int) -> np.ndarray:
+    """Each of ``rows`` rows' key (its values of ``columns``; none: one key for all) as one
+    integer,
+    equal exactly where the keys are equal. Each column's values are numbered, and the
+    numbers of the columns so far combined and numbered again, so they stay below the
+    number of rows however many columns."""
+    codes: np.ndarray | None = None
+    for values in columns:
+        column, count = numbered(values)
+        codes = column if codes is None else pd.factorize(codes * count + column)[0]
+    return np.zeros(rows, dtype=np.int64) if codes is None else codes
+
+
+def distinct(columns: Sequence[np.ndarray], rows: int, keep: str = "first") -> np.ndarray:
+    """Which of ``rows`` rows are the first (or, ``keep="last"``, the last) of their key."""
+    return ~pd.Series(row_codes(columns, rows)).duplicated(keep=keep).to_numpy()
+
+
+def groups(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows in order of their key (``codes``; each key's rows in their order) and where
+    each key's run starts in that order, as ``np.ufunc.reduceat`` takes them."""
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    if not len(ordered):
+        return order, np.zeros(0, dtype=np.int64)
+    return order, np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+
+
+def among(left: Sequence[np.ndarray], right: Sequence[np.ndarray]) -> np.ndarray:
+    """Which rows of ``left`` have a key (their values of the columns) some row of ``right``
+    has."""
+    if not len(left[0]) or not len(right[0]):
+        return np.zeros(len(left[0]), dtype=bool)
+    mine, theirs = key_codes(left, right)
+    return np.isin(mine, theirs)
+
+
+def longest(
+    key: Sequence[np.ndarray], exp: np.ndarray, tau: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Versions merged per key (``key``: their columns): the row of each key's first
+    version, the latest expiry and the earliest ``_tau`` among its versions. None when no
+    key comes twice (most often: nothing to merge)."""
+    order, starts = groups(row_codes(key, len(exp)))
+    if len(starts) == len(exp):
+        return None
+    return (
+        order[starts],
+        np.maximum.reduceat(exp[order], starts),
+        np.minimum.reduceat(tau[order], starts),
+    )
+
+
+def numbered(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's number among the distinct values (equal as keys are), and how many.
+    Text is numbered by Arrow, whose strings carry their length; lists (a set's values) by
+    their Python values."""
+    if values.dtype != object:
+        codes, found = pd.factorize(values, use_na_sentinel=False)
+        return codes.astype(np.int64, copy=False), len(found)
+    try:
+        encoded = pa.array(values, type=pa.string()).dictionary_encode(null_encoding="encode")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        seen: dict[object, int] = {}
+        keys = (tuple(v) if isinstance(v, list | np.ndarray) else v for v in values)
+        codes = np.fromiter((seen.setdefault(k, len(seen)) for k in keys), np.int64, len(values))
+        return codes, len(seen)
+    indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return indices, len(encoded.dictionary)
+
+
+def pairs_on(
+    left: Sequence[np.ndarray], right: Sequence[np.ndarray], limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``(i, j)`` whose keys (the columns ``left`` and ``right``, pairwise; at least
+    one) are equal, by ``i`` then ``j``. `TooLarge` past ``limit`` pairs."""
+    if len(left) == 1 and left[0].dtype.kind in "iuf" and right[0].dtype.kind in "iuf":
+        return equal_pairs(left[0], right[0], limit)  # numbers sort and compare as keys do
+    mine, theirs = key_codes(left, right)
+    return equal_pairs(mine, theirs, limit)
