@@ -555,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _count(text: str) -> int:
+def _non_negative(text: str) -> int:
     """A count given on the command line: a whole number, 0 or more (``_`` allowed)."""
     try:
         n = int(text)
@@ -613,7 +613,7 @@ def _run_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--in-process-inputs",
-        type=_count,
+        type=_non_negative,
         default=DEFAULT.in_process_inputs,
         metavar="N",
         help="an epoch of at most N input events is worked out in this process rather than "
