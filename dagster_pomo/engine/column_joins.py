@@ -65,10 +65,8 @@ def cross_pairs(n: int, m: int, limit: int | None = None) -> tuple[np.ndarray, n
 def key_codes(
     left: Sequence[np.ndarray], right: Sequence[np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's key (its values of the columns, side by side) as one integer, equal on
-    the two sides exactly where the keys are equal. Each column's values are numbered over
-    both sides, and the numbers of the columns so far combined and numbered again, so they
-    stay below the number of rows however many columns."""
+    """Each row's key (its values of the columns) as one integer, equal on the two sides
+    exactly where the keys are equal: `row_codes` of both sides at once."""
     n, m = len(left[0]), len(right[0])
     both = [np.concatenate([a, b]) for a, b in zip(left, right, strict=True)]
     codes = row_codes(both, n + m)
@@ -77,9 +75,8 @@ def key_codes(
 
 def row_codes(columns: Sequence[np.ndarray], rows: int) -> np.ndarray:
     """Each of ``rows`` rows' key (its values of ``columns``; none: one key for all) as one
-    integer,
-    equal exactly where the keys are equal. Each column's values are numbered, and the
-    numbers of the columns so far combined and numbered again, so they stay below the
+    integer, equal exactly where the keys are equal. Each column's values are numbered, and
+    the numbers of the columns so far combined and numbered again, so they stay below the
     number of rows however many columns."""
     codes: np.ndarray | None = None
     for values in columns:
