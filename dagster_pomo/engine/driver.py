@@ -252,10 +252,7 @@ class Driver:
                 stats = self.evaluate_epoch(epoch)
                 for stratum in stats.strata:
                     out.count(stratum)
-                out.passes += 1
-                here = all(s.in_process for s in stats.strata)
-                out.interpreted += stats.interpreted and not here
-                out.in_process += here
+                out.passed(all(s.in_process for s in stats.strata), stats.interpreted)
         else:
             out = PassStats({})
             for stratum in self.plan.strata:
@@ -295,9 +292,7 @@ class Driver:
                         where = " (in process)" if stats.in_process else ""
                         made = ", ".join(f"{n} {c:,}" for n, c in stats.rows.items())
                         log(f"{show_epoch(epoch)} stratum {stratum.index}{where}: {made}")
-                out.in_process += here
-                out.interpreted += without_codegen and not here
-        out.passes = len(passes)
+                out.passed(here, without_codegen)
         return out
 
     def _deductive(self, epoch: Epoch, carried: Any) -> list[StratumStats]:

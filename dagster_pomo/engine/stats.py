@@ -54,6 +54,13 @@ class PassStats:
         self.rounds = max(self.rounds, stratum.rounds)
         self.seconds += stratum.seconds
 
+    def passed(self, in_process: bool, interpreted: bool) -> None:
+        """Count one pass: worked out wholly in this process, or by Spark's plans (run
+        without generated code when ``interpreted``)."""
+        self.passes += 1
+        self.in_process += in_process
+        self.interpreted += interpreted and not in_process
+
     def __add__(self, other: PassStats) -> PassStats:
         """Both together: a range's strata evaluated group by group, or run after run."""
         rows = dict(self.rows)
