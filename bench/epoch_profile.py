@@ -102,20 +102,46 @@ def counting(calls: JvmCalls) -> Iterator[JvmCalls]:
 JVM_ROLES = (*(r for r, _ in ROLES), "rest of the JVM")
 
 
-def cpu_by_role(jvm: int) -> collections.Counter[str]:
-    """CPU seconds so far of the driver JVM's threads by role (see ROLES; "rest of the JVM"
-    for the others), of the processes under it ("Python workers": the daemon and the
-    workers it forks, with those that exited) and of this process. Empty where there is
-    no ``/proc``."""
-    out: collections.Counter[str] = collections.Counter()
-    for name, seconds in thread_cpu(jvm).values():
-        role = next((r for r, starts in ROLES if name.startswith(starts)), "rest of the JVM")
-        out[role] += seconds
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """CPU seconds so far: of each driver JVM thread by id (with its role), of the whole
+    JVM (threads that have ended included), of the processes under it and of this one."""
+
+    threads: dict[str, tuple[str, float]]
+    jvm: float
+    workers: float
+    here: float
+
+
+def cpu_snapshot(jvm: int) -> CpuSnapshot:
+    """Where there is no ``/proc`` only this process's CPU is known."""
+    threads = {
+        tid: (next((r for r, starts in ROLES if name.startswith(starts)), "rest of the JVM"), s)
+        for tid, (name, s) in thread_cpu(jvm).items()
+    }
+    read = proc_stat(f"/proc/{jvm}/stat")
+    total = (int(read[1][11]) + int(read[1][12])) / TICK if read is not None else 0.0
+    workers = 0.0
     for pid in descendants(jvm):
-        if (read := proc_stat(f"/proc/{pid}/stat")) is not None:
-            out["Python workers"] += sum(int(f) for f in read[1][11:15]) / TICK
+        if (child := proc_stat(f"/proc/{pid}/stat")) is not None:
+            workers += sum(int(f) for f in child[1][11:15]) / TICK
     times = os.times()
-    out["this process"] = times.user + times.system
+    return CpuSnapshot(threads, total, workers, times.user + times.system)
+
+
+def cpu_by_role(before: CpuSnapshot, after: CpuSnapshot) -> collections.Counter[str]:
+    """CPU seconds spent between two snapshots by role (see ROLES), "Python workers" (the
+    daemon and the workers it forks, with those that exited) and "this process". A named
+    role counts its threads one by one (a thread that started in between from zero); "rest
+    of the JVM" is the JVM's whole CPU less the named roles', so a thread that ended in
+    between (an idle task thread let go) is counted there rather than taken off."""
+    out: collections.Counter[str] = collections.Counter()
+    for tid, (role, seconds) in after.threads.items():
+        if role != "rest of the JVM":
+            out[role] += seconds - before.threads.get(tid, (role, 0.0))[1]
+    out["rest of the JVM"] = max(0.0, after.jvm - before.jvm - sum(out.values()))
+    out["Python workers"] = max(0.0, after.workers - before.workers)
+    out["this process"] = after.here - before.here
     return out
 
 
@@ -232,11 +258,10 @@ def main(argv: list[str] | None = None) -> int:
             earlier = group_jobs(spark, group)
             calls.reset()
             compiled, _ = _compiles(spark)
-            cpu = cpu_by_role(jvm)
+            before = cpu_snapshot(jvm)
             stats = evaluator.evaluate_epoch(epoch)
-            cpu_after = cpu_by_role(jvm)
+            cpu_after = cpu_by_role(before, cpu_snapshot(jvm))
             compiled_after, mean_ms = _compiles(spark)
-            cpu_after.subtract(cpu)
             cpu_after["seconds"] = stats.seconds
             jvm_cpu = sum(v for k, v in cpu_after.items() if k in JVM_ROLES)
             strata = ", ".join(f"{s.relations[0]} {s.seconds:.2f}" for s in stats.strata)
