@@ -116,3 +116,15 @@ def test_the_backfill_benchmark_runs_both_ways_and_checks_they_store_the_same(ca
     assert "water_tanks__inputs" not in printed and "the run" in printed
     match = re.search(r"the same rows stored: ([\d,]+)", printed)
     assert match and int(match.group(1).replace(",", "")) > 300
+
+
+def test_the_executor_operations_agree_on_every_system(capsys) -> None:  # noqa: ANN001
+    """`python -m bench.executor_ops` runs each operation the local executor runs as it runs
+    it and in pandas, pyarrow and DuckDB; it fails if their results differ in size."""
+    from bench.executor_ops import SYSTEMS
+    from bench.executor_ops import main as ops
+
+    assert ops(["--sizes", "400", "--repeat", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [c.strip() for c in rows[0].split("|")[3:-2]] == [f"{s} ms" for s in SYSTEMS]
+    assert len(rows) == 2 + 4, "a row per operation"

@@ -92,9 +92,17 @@ def _frame(pairs, t=0, exp=NEVER, new=True) -> pd.DataFrame:
 TC = "path(a, b) := edge(a, b);\npath(a, c) := path(a, b) ^ edge(b, c);"
 
 
-def _fixpoint(*args: object) -> tuple[pd.DataFrame, int]:
-    """`task_rounds.fixpoint`, its versions as a frame."""
-    out, rounds = task_rounds.fixpoint(*args)  # type: ignore[arg-type]
+def _columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A frame's rows as the executor holds them: a numpy column per name."""
+    return {c: frame[c].to_numpy() for c in frame.columns}
+
+
+def _fixpoint(
+    plan, rows: pd.DataFrame, lower: dict[str, pd.DataFrame], *window_and_budget: int
+) -> tuple[pd.DataFrame, int]:
+    """`task_rounds.fixpoint` of frames, its versions as a frame."""
+    lower_columns = {name: _columns(f) for name, f in lower.items()}
+    out, rounds = task_rounds.fixpoint(plan, _columns(rows), lower_columns, *window_and_budget)
     return out.to_pandas(), rounds
 
 

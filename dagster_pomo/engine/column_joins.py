@@ -11,16 +11,59 @@ own group-bys and de-duplications number text through C strings, which end at a 
 character, and would make "a" and "a\\x00" one key.
 
 Keys compare as Spark's joins compare them: NaN equals NaN and ``-0.0`` equals ``0.0``.
+Both executors hold their rows as numpy columns by name (`Cols`), taken from Arrow tables
+(`from_arrow`) and given back as Arrow (`to_arrow`): a pandas frame would copy them
+at every step and index them for nothing.
 This module imports numpy, pandas and pyarrow only: it ships to Spark's tasks by value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
+Cols = dict[str, np.ndarray]  # rows as numpy columns of one length, by name
+
+
+def height(cols: Mapping[str, np.ndarray]) -> int:
+    """How many rows (none without a column)."""
+    return len(next(iter(cols.values()))) if cols else 0
+
+
+def take(cols: Mapping[str, np.ndarray], at: np.ndarray) -> Cols:
+    """The rows ``at`` (positions, or a mask) of every column."""
+    return {c: v[at] for c, v in cols.items()}
+
+
+def concat(parts: Sequence[Mapping[str, np.ndarray]]) -> Cols:
+    """Rows of ``parts`` (at least one, with the columns of the first) one after another."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+
+
+def objects(values: Sequence[object]) -> np.ndarray:
+    """Python values (text, lists) as a numpy column of objects, as Arrow gives text."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def from_arrow(table: pa.Table) -> Cols:
+    """A table's columns in numpy: numbers as they are, text as Python strings, a set as a
+    numpy array of its values, an integer column with nulls as floats with NaN (as pandas
+    reads them)."""
+    return {n: table.column(n).to_numpy() for n in table.column_names}
+
+
+def to_arrow(cols: Mapping[str, np.ndarray], schema: pa.Schema) -> pa.Table:
+    """``schema``'s columns of ``cols`` in its types; NaN is null, as in a pandas frame."""
+    return pa.table(
+        [pa.array(cols[f.name], type=f.type, from_pandas=True) for f in schema], schema=schema
+    )
 
 
 class TooLarge(Exception):

@@ -31,15 +31,24 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dagster_pomo.engine.column_joins import among, cross_pairs, longest, pairs_on, spread
+from dagster_pomo.engine.column_joins import (
+    Cols,
+    among,
+    concat,
+    cross_pairs,
+    from_arrow,
+    height,
+    longest,
+    pairs_on,
+    spread,
+    take,
+)
 from dagster_pomo.plan.linear_rounds import OPS, LinearAtom, LinearGuard, LinearPlan, LinearRule
 from dagster_pomo.plan.time import Ops, head_times
 
 NEW = "__new"  # a version some round made that no round has joined yet
 ROUNDS = "__rounds"  # how many rounds the task ran, on each of its rows
 
-
-Cols = dict[str, np.ndarray]  # a frame as numpy columns: cheaper to cut and join than pandas
 NEGATED = 1000  # negated atoms' columns are numbered from here: apart from the positive ones
 CHUNK = 1 << 17  # new versions joined at once (see `_fixpoint`)
 SALTS = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0x8CB92BA72F3D8DD7, 0xA0761D6478BD642F)
@@ -63,18 +72,6 @@ def _var(name: str) -> str:
     return f"v_{name}"
 
 
-def _take(cols: Cols, at: np.ndarray) -> Cols:
-    return {c: v[at] for c, v in cols.items()}
-
-
-def _rows(cols: Cols) -> int:
-    return len(next(iter(cols.values()))) if cols else 0
-
-
-def _concat(parts: Sequence[Cols]) -> Cols:
-    return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-
-
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Element-wise equality in which NaN equals NaN, as it does in a key."""
     eq = a == b
@@ -83,7 +80,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(eq, dtype=bool)
 
 
-def _atom_cols(atom: LinearAtom, rows: pd.DataFrame | Cols, i: int) -> Cols:
+def _atom_cols(atom: LinearAtom, rows: Cols, i: int) -> Cols:
     """The atom's variables (``v_<name>``) and its versions' ``__kt<i>``/``__exp<i>``."""
     keep = np.ones(len(rows["kt"]), dtype=bool)
     for a, b in atom.same:
@@ -110,7 +107,7 @@ class _Lower:
         on = tuple(c for c in cols if c.startswith("v_") and c in bound)
         if len(on) != 1:
             return cls(cols, on)
-        cols = _take(cols, np.argsort(cols[on[0]], kind="stable"))
+        cols = take(cols, np.argsort(cols[on[0]], kind="stable"))
         keys = cols[on[0]]
         if keys.dtype.kind not in "iu" or not len(keys):
             return cls(cols, on)
@@ -134,12 +131,12 @@ class _Lower:
 
     def join(self, left: Cols) -> Cols:
         if not self.on:
-            li, ri = cross_pairs(_rows(left), _rows(self.cols))
+            li, ri = cross_pairs(height(left), height(self.cols))
         elif len(self.on) == 1:
             ri, li = spread(*self._spans(left[self.on[0]]))
         else:
             li, ri = pairs_on([left[c] for c in self.on], [self.cols[c] for c in self.on])
-        out = _take(left, li)
+        out = take(left, li)
         out.update({c: v[ri] for c, v in self.cols.items() if c not in self.on})
         return out
 
@@ -205,8 +202,8 @@ def _derive(
         later = {c for low in (*lower[i:], *negated) for c in low.on}
         later |= {_var(v) for g in guards for v in _guard_vars(g)}
         cols = [c for c in df if not c.startswith("v_") or c in head or c in later]
-        df = {c: df[c] for c in cols} if keep.all() else _take({c: df[c] for c in cols}, keep)
-        if not _rows(df):
+        df = {c: df[c] for c in cols} if keep.all() else take({c: df[c] for c in cols}, keep)
+        if not height(df):
             return None
     tau, alive_until = df["__kt"], df["__exp"]
     ok = tau >= start
@@ -240,7 +237,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def _hash(rows: Cols, key: Sequence[str], salt: int) -> np.ndarray:
     """A 64-bit hash of each row's ``key`` columns; integers by arithmetic, other types by
     pandas' hashing of the values."""
-    h = np.full(_rows(rows), salt, dtype=np.uint64)
+    h = np.full(height(rows), salt, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for c in key:
             col = rows[c]
@@ -271,7 +268,7 @@ class _Cells:
         self.size = 0
 
     def _address(self, rows: Cols) -> np.ndarray:
-        at = np.zeros(_rows(rows), dtype=np.int64)
+        at = np.zeros(height(rows), dtype=np.int64)
         for c, lo, span, stride in zip(self.key, self.lows, self.spans, self.strides, strict=True):
             digit = rows[c].astype(np.int64, copy=False) - lo
             if len(digit) and (digit.min() < 0 or digit.max() >= span):
@@ -295,7 +292,7 @@ class _Cells:
         one = top[self.claim[at[top]] == mine]
         fresh = before[one] == UNKNOWN
         self.size += int(fresh.sum())
-        return _take(rows, beat[one]), not fresh.all()
+        return take(rows, beat[one]), not fresh.all()
 
 
 class _Known:
@@ -353,7 +350,7 @@ class _Known:
             run["exp"] = exp[unseen]
             self._push(h[unseen], run)
         keep = unseen | longer
-        out = _take(rows, idx[keep])
+        out = take(rows, idx[keep])
         out["exp"] = exp[keep]
         if tau is not None:
             out["_tau"] = tau[keep]
@@ -365,13 +362,13 @@ class _Known:
             (h1, a), (h2, b) = self.runs.pop(), self.runs.pop()
             both = np.concatenate([h2, h1])
             order = np.argsort(both, kind="stable")  # two sorted runs: a merge
-            self.runs.append((both[order], _take(_concat([b, a]), order)))
+            self.runs.append((both[order], take(concat([b, a]), order)))
 
 
 def fixpoint(
     plan: LinearPlan,
-    rows: pd.DataFrame,
-    lower: Mapping[str, pd.DataFrame],
+    rows: Cols,
+    lower: Mapping[str, Cols],
     start: int,
     end: int,
     budget: int,
@@ -391,16 +388,16 @@ def fixpoint(
 
 
 def _ways(
-    plan: LinearPlan, rows: pd.DataFrame, lower: Mapping[str, pd.DataFrame]
+    plan: LinearPlan, rows: Cols, lower: Mapping[str, Cols]
 ) -> Iterator[Callable[[], _Cells | _Known]]:
     """How the rounds find known versions, best first: by address when every key column is an
     integer and the ranges they can take hold at most CELLS keys, else by hash, salt by salt.
     A version's arguments come from the given rows or the lower relations, its time is some
     version's ``kt``: the ranges are those of all such columns."""
     frames = [rows, *lower.values()]
-    if all(rows[c].dtype.kind in "iu" for c in plan.key) and len(rows):
+    if all(rows[c].dtype.kind in "iu" for c in plan.key) and height(rows):
         times = ("t", "kt")
-        values = [f[c] for f in frames for c in f.columns if c not in (*times, "exp", "_tau", NEW)]
+        values = [f[c] for f in frames for c in f if c not in (*times, "exp", "_tau", NEW)]
         ranges = [_range([v for v in values if v.dtype.kind in "iu"])] * len(plan.columns)
         ranges.append(_range([f[c] for f in frames for c in times]))
         if np.prod([float(hi - lo + 1) for lo, hi in ranges]) <= CELLS:
@@ -409,7 +406,7 @@ def _ways(
         yield lambda salt=salt: _Known(plan.key, salt)
 
 
-def _range(columns: Sequence[pd.Series]) -> tuple[int, int]:
+def _range(columns: Sequence[np.ndarray]) -> tuple[int, int]:
     """The smallest and largest value of some integer columns."""
     filled = [c for c in columns if len(c)]
     if not filled:
@@ -419,8 +416,8 @@ def _range(columns: Sequence[pd.Series]) -> tuple[int, int]:
 
 def _fixpoint(
     plan: LinearPlan,
-    rows: pd.DataFrame,
-    lower: Mapping[str, pd.DataFrame],
+    rows: Cols,
+    lower: Mapping[str, Cols],
     window: tuple[int, int],
     budget: int,
     way: Callable[[], _Cells | _Known],
@@ -441,22 +438,22 @@ def _fixpoint(
                 for k, a in enumerate(rule.negated)
             ]
         )
-    columns = [c for c in rows.columns if c != NEW]
+    columns = [c for c in rows if c != NEW]
     known = way()
-    given = {c: rows[c].to_numpy() for c in columns}
-    waiting = rows[NEW].to_numpy(dtype=bool)
+    given = {c: rows[c] for c in columns}
+    waiting = np.asarray(rows[NEW], dtype=bool)
     # Versions of one key may repeat across the pieces that hold the relation: the longest.
     first, merge = known.add(given)
     kept = [first]
-    delta = _take(first, np.flatnonzero(_new_among(first, given, waiting, plan.key)))
+    delta = take(first, np.flatnonzero(_new_among(first, given, waiting, plan.key)))
     rounds = 0
-    while _rows(delta) and known.size <= budget:
+    while height(delta) and known.size <= budget:
         rounds += 1
         fresh = []
         # A slice of the new versions at a time: what one round makes from them can be many
         # times their number, and only a slice's worth is held at once. What a slice finds is
         # known at once, so later slices only add what is still new.
-        for at in range(0, _rows(delta), CHUNK):
+        for at in range(0, height(delta), CHUNK):
             part = {c: v[at : at + CHUNK] for c, v in delta.items()}
             made = [
                 m
@@ -464,15 +461,15 @@ def _fixpoint(
                 if (m := _derive(plan, rule, lows, part, start, end, nots)) is not None
             ]
             if made:
-                found, longer = known.add(_concat(made))
+                found, longer = known.add(concat(made))
                 merge |= longer
                 fresh.append(found)
-        delta = _concat(fresh) if fresh else {}
+        delta = concat(fresh) if fresh else {}
         if fresh:
             kept.append(delta)
     # The rounds' columns as they are, end to end (a copy of millions of rows costs more
     # than a round here).
-    out = _table([k for k in kept if _rows(k)] or kept[:1], columns)
+    out = _table([k for k in kept if height(k)] or kept[:1], columns)
     if merge:  # some key got a longer-living version: keep that one, with the earliest _tau
         key = [out[c].to_numpy(zero_copy_only=False) for c in plan.key]
         merged = longest(key, out["exp"].to_numpy(), out["_tau"].to_numpy())
@@ -482,7 +479,7 @@ def _fixpoint(
             out = out.set_column(out.schema.get_field_index("exp"), "exp", pa.array(exp))
             out = out.set_column(out.schema.get_field_index("_tau"), "_tau", pa.array(tau))
     waiting = np.zeros(out.num_rows, dtype=bool)
-    if _rows(delta):  # the versions of the keys still to join
+    if height(delta):  # the versions of the keys still to join
         keys = [out[c].to_numpy(zero_copy_only=False) for c in plan.key]
         waiting = among(keys, [delta[c] for c in plan.key])
     return out.append_column(NEW, pa.array(waiting)), rounds
@@ -499,9 +496,9 @@ def _new_among(kept: Cols, given: Cols, waiting: np.ndarray, key: list[str]) -> 
     """Which of the ``kept`` versions came from a ``waiting`` row of ``given`` (the ones the
     first round of the tasks joins)."""
     if waiting.all():
-        return np.ones(_rows(kept), dtype=bool)
+        return np.ones(height(kept), dtype=bool)
     if not waiting.any():
-        return np.zeros(_rows(kept), dtype=bool)
+        return np.zeros(height(kept), dtype=bool)
     columns = [*key, "exp"]
     return among([kept[c] for c in columns], [given[c][waiting] for c in columns])
 
@@ -527,8 +524,8 @@ def task(
         got = list(batches)
         if not got or not any(b.num_rows for b in got):
             return
-        rows = pa.Table.from_batches(got).to_pandas()
-        frames = {name: table.to_pandas() for name, table in lower.items()}
+        rows = from_arrow(pa.Table.from_batches(got))
+        frames = {name: from_arrow(table) for name, table in lower.items()}
         out, rounds = fixpoint(plan, rows, frames, start, end, budget)
         if folder is None:
             out = out.append_column(ROUNDS, pa.array(np.full(out.num_rows, rounds)))

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
+from dagster_pomo.engine.column_joins import height
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.kinds import expr_type
 
@@ -110,16 +110,17 @@ def constant(value: object, typ: str, n: int) -> Vec:
     return Vec(np.full(n, value, dtype=NUMPY[typ]), None, typ)
 
 
-def value(expr: ast.Expr, df: pd.DataFrame, env: Env) -> Vec:
-    """``expr`` for every row of ``df``; ``env`` tells where each variable is."""
-    n = len(df)
+def value(expr: ast.Expr, df: Mapping[str, np.ndarray], env: Env) -> Vec:
+    """``expr`` for every row of ``df`` (numpy columns); ``env`` tells where each variable
+    is."""
+    n = height(df)
     if isinstance(expr, ast.Const):
         typ = expr_type(expr, {}) or "str"
         return constant(expr.value, typ, n)
     if isinstance(expr, ast.Var):
         col = env[expr.name]
-        ok = None if col.ok is None else df[col.ok].to_numpy(dtype=bool)
-        return Vec(df[col.column].to_numpy(), ok, col.typ)
+        ok = None if col.ok is None else np.asarray(df[col.ok], dtype=bool)
+        return Vec(df[col.column], ok, col.typ)
     if isinstance(expr, ast.Neg):
         inner = value(expr.operand, df, env)
         if inner.typ not in ("int", "float"):

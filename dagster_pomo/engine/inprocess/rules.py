@@ -1,4 +1,5 @@
-"""One rule over pandas frames of versions, as :mod:`dagster_pomo.engine.spark.rules` plans it.
+"""One rule over versions held as numpy columns, as :mod:`dagster_pomo.engine.spark.rules`
+plans it.
 
 The same steps as the Spark plans, on the epoch's few rows in this process: positive
 atoms become renamed columns and join on shared variables (or on buckets of a band
@@ -22,13 +23,20 @@ import pyarrow as pa
 from dagster_pomo.engine import sliding_aggregates
 from dagster_pomo.engine.cid import cids
 from dagster_pomo.engine.column_joins import (
+    Cols,
+    concat,
     cross_pairs,
     distinct,
     equal_pairs,
+    from_arrow,
+    groups,
+    height,
     key_codes,
     longest,
+    objects,
     pairs_on,
     row_codes,
+    take,
 )
 from dagster_pomo.engine.inprocess.exprs import (
     NUMPY,
@@ -114,39 +122,41 @@ def rule_supported(plan: RulePlan) -> bool:
 
 @dataclass
 class Matches:
-    """A frame of matches: variable columns, and ``__kt<i>``/``__exp<i>`` per atom (and
+    """Matches as columns: variables, and ``__kt<i>``/``__exp<i>`` per atom (and
     ``__k<i>_<j>``, the atom's event, when asked for); the rows the guards keep (``keep``,
-    None: all), taken by `valid` with its own, so that a large frame is copied once."""
+    None: all), taken by `valid` with its own, so that many columns are cut once."""
 
-    df: pd.DataFrame
+    df: Cols
     env: dict[str, Col]
     atoms: int
     keys: list[str]
     keep: np.ndarray | None = None
 
 
+def _select(cols: Mapping[str, np.ndarray], names: Sequence[str]) -> Cols:
+    return {c: cols[c] for c in names}
+
+
 def _atom_frame(
-    scan: Scan, df: pd.DataFrame, want_key: bool
-) -> tuple[pd.DataFrame, dict[str, Col], list[tuple[ast.Expr, str, str]], list[str]]:
+    scan: Scan, df: Mapping[str, np.ndarray], want_key: bool
+) -> tuple[Cols, dict[str, Col], list[tuple[ast.Expr, str, str]], list[str]]:
     i = scan.index
     if scan.reads_cid:
         columns = [df[c].tolist() for c in scan.identity]
-        ids = cids(scan.relation, columns, df["t"].tolist())
-        df = df.assign(**{CID: pd.Series(ids, index=df.index, dtype=object)})
+        df = {**df, CID: objects(cids(scan.relation, columns, df["t"].tolist()))}
     env = {name: Col(col, typ) for name, col, typ in scan.binds}
-    keep = np.ones(len(df), dtype=bool)
+    keep = np.ones(height(df), dtype=bool)
     for a, b in scan.same:
-        keep &= df[a].to_numpy() == df[b].to_numpy()
+        keep &= df[a] == df[b]
     for const, col, typ in scan.constants:
         wanted = value(const, df, {})
         if comparable(wanted.typ, typ):
-            keep &= truthy(binop("==", Vec(df[col].to_numpy(), None, typ), wanted))
+            keep &= truthy(binop("==", Vec(df[col], None, typ), wanted))
         else:
             keep[:] = False
     checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in scan.checks]
-    renamed = {f"__x{i}_{j}": df[col] for j, _, col, _ in scan.checks}
     out = {f"v_{name}": df[c.column] for name, c in env.items()}
-    out.update(renamed)
+    out.update({f"__x{i}_{j}": df[col] for j, _, col, _ in scan.checks})
     out[f"__kt{i}"] = df["kt"]
     out[f"__exp{i}"] = df["exp"]
     keys: list[str] = []
@@ -154,25 +164,38 @@ def _atom_frame(
         for c in scan.key:
             keys.append(f"__k{i}_{c}")
             out[keys[-1]] = df[c]
-    frame = pd.DataFrame(out)[keep] if not keep.all() else pd.DataFrame(out)
     return (
-        frame.reset_index(drop=True),
+        out if keep.all() else take(out, keep),
         {name: Col(f"v_{name}", c.typ) for name, c in env.items()},
         checks,
         keys,
     )
 
 
+def _checked(
+    checks: Sequence[tuple[ast.Expr, str, str]], df: Cols, env: Mapping[str, Col]
+) -> np.ndarray:
+    """Which rows' expression arguments equal the columns they are matched against."""
+    keep = np.ones(height(df), dtype=bool)
+    for expr, column, typ in checks:
+        vec = value(expr, df, env)
+        if comparable(vec.typ, typ):
+            keep &= truthy(binop("==", vec, Vec(df[column], None, typ)))
+        else:
+            keep[:] = False
+    return keep
+
+
 def matches(
     rule: RulePlan,
-    sources: Sequence[pd.DataFrame],
+    sources: Sequence[Cols],
     limit: int,
     want_keys: bool = False,
     window: tuple[int, int] = (EARLIEST, NEVER),
 ) -> Matches:
     """As :func:`dagster_pomo.engine.spark.rules.matches`: ``sources`` one per scan, then one
     per body aggregate."""
-    joined: pd.DataFrame | None = None
+    joined: Cols | None = None
     env: dict[str, Col] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
     keys: list[str] = []
@@ -191,26 +214,22 @@ def matches(
             env.setdefault(name, col)
     if rule.body_aggregates:
         if joined is None:  # no positive atom: one match, alive always
-            joined = pd.DataFrame({"__unit": np.zeros(1, dtype=np.int64)})
+            joined = {"__unit": np.zeros(1, dtype=np.int64)}
         joined = summarise(rule, joined, sources[len(rule.scans) :], window, limit)
         env.update({agg.var: Col(f"v_{agg.var}", agg.type) for agg in rule.body_aggregates})
     assert joined is not None
+    joined = dict(joined)  # `where` adds columns: not to a source's
+    n = height(joined)
     for d in rule.defs:
         vec = value(d.expr, joined, env)
         typ = vec.typ or d.type
-        joined[f"v_{d.var}"] = vec.values if vec.typ else np.zeros(len(joined), NUMPY[typ])
+        joined[f"v_{d.var}"] = vec.values if vec.typ else np.zeros(n, NUMPY[typ])
         ok = None
         if vec.ok is not None or vec.typ is None:
             ok = f"v_{d.var}__ok"
-            joined[ok] = vec.valid() if vec.typ else np.zeros(len(joined), dtype=bool)
+            joined[ok] = vec.valid() if vec.typ else np.zeros(n, dtype=bool)
         env[d.var] = Col(f"v_{d.var}", typ, ok)
-    keep = np.ones(len(joined), dtype=bool)
-    for expr, column, typ in checks:
-        vec = value(expr, joined, env)
-        if comparable(vec.typ, typ):
-            keep &= truthy(binop("==", vec, Vec(joined[column].to_numpy(), None, typ)))
-        else:
-            keep[:] = False
+    keep = _checked(checks, joined, env)
     for guard in rule.guards:
         keep &= truthy(value(guard, joined, env))
     return Matches(joined, env, rule.atoms, keys, None if keep.all() else keep)
@@ -218,192 +237,190 @@ def matches(
 
 def summarise(
     rule: RulePlan,
-    joined: pd.DataFrame,
-    sources: Sequence[pd.DataFrame],
+    joined: Cols,
+    sources: Sequence[Cols],
     window: tuple[int, int],
     limit: int,
-) -> pd.DataFrame:
+) -> Cols:
     """As :func:`dagster_pomo.engine.spark.rules.summarise`: the body aggregates as one more
     atom, a row per match and piece."""
     a, b = window
-    n = len(rule.scans)
+    n, rows = len(rule.scans), height(joined)
     if n:
-        tau = np.column_stack([joined[f"__kt{k}"].to_numpy() for k in range(n)]).max(axis=1)
-        mexp = np.column_stack([joined[f"__exp{k}"].to_numpy() for k in range(n)]).min(axis=1)
+        tau = functools.reduce(np.maximum, (joined[f"__kt{k}"] for k in range(n)))
+        mexp = functools.reduce(np.minimum, (joined[f"__exp{k}"] for k in range(n)))
     else:
-        tau, mexp = np.full(len(joined), PAST), np.full(len(joined), NEVER)
-    groups = list(dict.fromkeys(f"v_{v}" for agg in rule.body_aggregates for v in agg.group))
-    joined = joined.assign(__mtau=tau.astype(np.int64), __mmexp=mexp.astype(np.int64))
-    key = [*groups, "__mtau", "__mmexp"]
+        tau, mexp = np.full(rows, PAST), np.full(rows, NEVER)
+    groups_of = list(dict.fromkeys(f"v_{v}" for agg in rule.body_aggregates for v in agg.group))
+    joined = {**joined, "__mtau": tau.astype(np.int64), "__mmexp": mexp.astype(np.int64)}
+    key = [*groups_of, "__mtau", "__mmexp"]
     lives = (mexp > tau) & (tau < b) & (mexp > a)
-    asked = _distinct(joined.loc[lives, key])
-    at = asked["__mtau"].to_numpy()
-    parts = [asked[(at >= a) & (at < b)].assign(__at=lambda f: f["__mtau"])]
+    asked = _distinct(take(_select(joined, key), lives))
+    at = asked["__mtau"]
+    first = take(asked, (at >= a) & (at < b))
+    parts = [{**first, "__at": first["__mtau"]}]
     summarised = []
     for agg, source in zip(rule.body_aggregates, sources, strict=True):
         events, same = _summarised(agg, source, a, b)
         summarised.append((agg, events, same))
-        own = list(same.values())
-        changes = pd.concat(
-            [
-                events[[*own, "__ekt"]].rename(columns={"__ekt": "__at"}),
-                events[[*own, "__eexp"]].rename(columns={"__eexp": "__at"}),
-            ],
-            ignore_index=True,
-        )
-        x = changes["__at"].to_numpy()
-        changes = _distinct(changes[(x >= a) & (x < b)])
+        changes = {c: np.concatenate([events[c], events[c]]) for c in same.values()}
+        changes["__at"] = np.concatenate([events["__ekt"], events["__eexp"]])
+        x = changes["__at"]
+        changes = _distinct(take(changes, (x >= a) & (x < b)))
         later = _pair(asked, changes, same, limit)
-        x = later["__at"].to_numpy()
-        parts.append(later[(later["__mtau"].to_numpy() < x) & (x < later["__mmexp"].to_numpy())])
-    times = pd.concat([p[[*key, "__at"]] for p in parts], ignore_index=True)
-    pieces = _distinct(times)
-    until = pieces["__mmexp"].to_numpy()
-    how = {"count": "size", "sum": "sum", "min": "min", "max": "max", "average": "mean"}
+        x = later["__at"]
+        parts.append(take(later, (later["__mtau"] < x) & (x < later["__mmexp"])))
+    pieces = _distinct(concat([_select(p, [*key, "__at"]) for p in parts]))
+    until = pieces["__mmexp"]
     for agg, events, same in summarised:
-        numbered = pieces[[*key, "__at"]].assign(__piece=np.arange(len(pieces)))
+        numbered = {**_select(pieces, [*key, "__at"]), "__piece": np.arange(height(pieces))}
         covered = _pair(numbered, events, same, limit)
-        x = covered["__at"].to_numpy()
-        covered = covered[(covered["__ekt"].to_numpy() <= x) & (x < covered["__eexp"].to_numpy())]
-        event = [covered[c].to_numpy() for c in covered.columns if c.startswith("__k")]
-        # Per piece and event (an event's versions count once): its latest expiry and value.
-        per_event = pd.DataFrame(
-            {
-                "__piece": covered["__piece"].to_numpy(),
-                "__event": row_codes(event, len(covered)),
-                "__e": covered["__eexp"].to_numpy(),
-                "__val": covered["__val"].to_numpy(),
-            }
-        ).groupby(["__piece", "__event"], sort=False)
-        by = per_event.agg(__e=("__e", "max"), __val=("__val", "max")).groupby(level=0)
-        found, least_found = by["__val"].agg(how[agg.function]), by["__e"].min()
-        at = found.index.to_numpy()
-        has = np.zeros(len(pieces), dtype=bool)
+        x = covered["__at"]
+        covered = take(covered, (covered["__ekt"] <= x) & (x < covered["__eexp"]))
+        event = [covered[c] for c in covered if c.startswith("__k")]
+        found, least_found, at = _per_piece(
+            agg.function,
+            covered["__piece"],
+            row_codes(event, height(covered)),
+            covered["__eexp"],
+            covered["__val"],
+        )
+        has = np.zeros(height(pieces), dtype=bool)
         has[at] = True
-        res = np.zeros(len(pieces), dtype=found.dtype)
-        res[at] = found.to_numpy()
-        least = np.full(len(pieces), NEVER, dtype=np.int64)
-        least[at] = least_found.to_numpy()
+        res = np.zeros(height(pieces), dtype=found.dtype)
+        res[at] = found
+        least = np.full(height(pieces), NEVER, dtype=np.int64)
+        least[at] = least_found
         if agg.empty is None:  # a piece no event covers has no value
-            pieces, res, least, until = pieces[has], res[has], least[has], until[has]
-            pieces = pieces.reset_index(drop=True)
+            pieces, res, least, until = take(pieces, has), res[has], least[has], until[has]
             has = has[has]
         until = np.minimum(until, least)
         result = np.where(has, res, agg.empty) if agg.empty is not None else res
-        pieces[f"v_{agg.var}"] = result.astype(NUMPY[agg.type])
+        pieces = {**pieces, f"v_{agg.var}": result.astype(NUMPY[agg.type])}
     i = rule.atoms - 1
-    pieces = pieces.assign(**{f"__kt{i}": pieces["__at"], f"__exp{i}": until}).drop(columns="__at")
+    pieces = {**pieces, f"__kt{i}": pieces["__at"], f"__exp{i}": until}
+    del pieces["__at"]
     out = join_on(joined, pieces, key, limit)
-    return out.drop(columns=["__mtau", "__mmexp"])
+    del out["__mtau"], out["__mmexp"]
+    return out
 
 
-def _distinct(df: pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
+def _per_piece(
+    function: str, piece: np.ndarray, event: np.ndarray, exp: np.ndarray, val: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A body aggregate per piece over the events covering it, each event once (its versions
+    counted once: the latest expiry and the greatest value among them): the aggregate, the
+    least expiry of those events, and which pieces they are (in order)."""
+    if not len(piece):
+        return np.zeros(0, dtype=val.dtype), np.zeros(0, dtype=np.int64), piece
+    order, starts = groups(row_codes([piece, event], len(piece)))
+    piece = piece[order][starts]
+    exp = np.maximum.reduceat(exp[order], starts)
+    val = np.maximum.reduceat(val[order], starts)
+    order, starts = groups(piece)
+    piece, exp, val = piece[order], exp[order], val[order]
+    count = np.diff(np.append(starts, len(piece)))
+    if function == "count":
+        found = count.astype(np.int64)
+    elif function == "min":
+        found = np.minimum.reduceat(val, starts)
+    elif function == "max":
+        found = np.maximum.reduceat(val, starts)
+    else:
+        total = np.add.reduceat(val, starts)
+        found = total / count if function == "average" else total
+    return found, np.minimum.reduceat(exp, starts), piece[starts]
+
+
+def _distinct(df: Cols, columns: Sequence[str] | None = None) -> Cols:
     """The first row of each key of ``df`` (its values of ``columns``, by default all), in
     order (`column_joins.distinct`: text compared whole)."""
-    names = list(df.columns if columns is None else columns)
-    keep = distinct([df[c].to_numpy() for c in names], len(df))
-    return df[keep].reset_index(drop=True)
+    names = list(df if columns is None else columns)
+    return take(df, distinct([df[c] for c in names], height(df)))
 
 
-def _pair(
-    left: pd.DataFrame, right: pd.DataFrame, same: Mapping[str, str], limit: int
-) -> pd.DataFrame:
+def _pair(left: Cols, right: Cols, same: Mapping[str, str], limit: int) -> Cols:
     """Every pair of a row of ``left`` and one of ``right`` in the same group (``same``: a
     left column and the right one equal to it)."""
     return join_on(left, right, list(same), limit, list(same.values()))
 
 
 def join_on(
-    left: pd.DataFrame,
-    right: pd.DataFrame,
+    left: Cols,
+    right: Cols,
     on: Sequence[str],
     limit: int | None,
     right_on: Sequence[str] | None = None,
-) -> pd.DataFrame:
+) -> Cols:
     """The rows of ``left`` and ``right`` whose columns ``on`` (``right_on`` in ``right``,
     by default the same names) are equal, side by side, in ``left``'s order; the right's
     key columns left out. With no column, every pair. `TooLarge` past ``limit`` rows."""
     theirs = list(on if right_on is None else right_on)
     if on:
-        keys = [left[c].to_numpy() for c in on], [right[c].to_numpy() for c in theirs]
-        mine, other = pairs_on(*keys, limit)
+        mine, other = pairs_on([left[c] for c in on], [right[c] for c in theirs], limit)
     else:
-        mine, other = cross_pairs(len(left), len(right), limit)
-    return paired(left, right.drop(columns=theirs), mine, other)
+        mine, other = cross_pairs(height(left), height(right), limit)
+    rest = {c: v for c, v in right.items() if c not in theirs}
+    return paired(left, rest, mine, other)
 
 
-def _summarised(
-    agg: BodyAggregate, source: pd.DataFrame, a: int, b: int
-) -> tuple[pd.DataFrame, dict[str, str]]:
+def _summarised(agg: BodyAggregate, source: Cols, a: int, b: int) -> tuple[Cols, dict[str, str]]:
     """As :func:`dagster_pomo.engine.spark.rules._summarised`: the versions a body
     aggregate summarises that may matter to ``[a, b)``, with their groups renamed apart."""
     i = agg.scan.index
     frame, env, checks, keys = _atom_frame(agg.scan, source, want_key=True)
-    keep = np.ones(len(frame), dtype=bool)
-    for expr, column, typ in checks:
-        vec = value(expr, frame, env)
-        if comparable(vec.typ, typ):
-            keep &= truthy(binop("==", vec, Vec(frame[column].to_numpy(), None, typ)))
-        else:
-            keep[:] = False
+    keep = _checked(checks, frame, env)
     if agg.arg is None:
-        values = np.ones(len(frame), dtype=np.int64)
+        values = np.ones(height(frame), dtype=np.int64)
     else:
         vec = value(agg.arg, frame, env)
         values, keep = vec.values, keep & present(vec)
     renamed = {f"v_{g}": f"__e{i}_{j}" for j, g in enumerate(agg.group)}
-    events = pd.DataFrame(
-        {
-            **{e: frame[g].to_numpy() for g, e in renamed.items()},
-            "__val": values,
-            "__ekt": frame[f"__kt{i}"].to_numpy(),
-            "__eexp": frame[f"__exp{i}"].to_numpy(),
-            **{k: frame[k].to_numpy() for k in keys},
-        }
-    )
-    kt, exp = events["__ekt"].to_numpy(), events["__eexp"].to_numpy()
-    events = events[keep & (kt < b) & (exp >= a)].reset_index(drop=True)
-    return events, {g: e for g, e in renamed.items()}
+    events = {
+        **{e: frame[g] for g, e in renamed.items()},
+        "__val": values,
+        "__ekt": frame[f"__kt{i}"],
+        "__eexp": frame[f"__exp{i}"],
+        **{k: frame[k] for k in keys},
+    }
+    kt, exp = events["__ekt"], events["__eexp"]
+    return take(events, keep & (kt < b) & (exp >= a)), renamed
 
 
 def _band_join(
-    left: pd.DataFrame,
+    left: Cols,
     left_env: Mapping[str, Col],
-    right: pd.DataFrame,
+    right: Cols,
     right_env: Mapping[str, Col],
     band: Band | None,
     limit: int,
-) -> pd.DataFrame:
+) -> Cols:
     """Frames sharing no variable: paired within buckets of a band their guards keep two
     integer variables in (the guards still decide), else every pair."""
     if band is not None:
         x, y = left_env[band.left], right_env[band.right]
         width, first, last = band.buckets()
         offsets = np.arange(first, last + 1, dtype=np.int64)
-        yb = right[y.column].to_numpy() // width
-        rows = np.repeat(np.arange(len(right)), len(offsets))
-        bands = np.repeat(yb, len(offsets)) + np.tile(offsets, len(right))
-        mine, theirs = equal_pairs(left[x.column].to_numpy() // width, bands, limit)
+        yb = right[y.column] // width
+        rows = np.repeat(np.arange(height(right)), len(offsets))
+        bands = np.repeat(yb, len(offsets)) + np.tile(offsets, height(right))
+        mine, theirs = equal_pairs(left[x.column] // width, bands, limit)
         return paired(left, right, mine, rows[theirs])
     return join_on(left, right, [], limit)
 
 
-def paired(
-    left: pd.DataFrame, right: pd.DataFrame, mine: np.ndarray, theirs: np.ndarray
-) -> pd.DataFrame:
+def paired(left: Cols, right: Cols, mine: np.ndarray, theirs: np.ndarray) -> Cols:
     """Rows ``mine`` of ``left`` beside rows ``theirs`` of ``right`` (no column in both)."""
-    columns = {c: left[c].to_numpy()[mine] for c in left.columns}
-    columns.update({c: right[c].to_numpy()[theirs] for c in right.columns})
-    return pd.DataFrame(columns)
+    return {**take(left, mine), **take(right, theirs)}
 
 
 def _tau(m: Matches) -> np.ndarray:
-    kts = (m.df[f"__kt{i}"].to_numpy() for i in range(m.atoms))
+    kts = (m.df[f"__kt{i}"] for i in range(m.atoms))
     return functools.reduce(np.maximum, kts).astype(np.int64, copy=False)
 
 
 def _min_exp(m: Matches) -> np.ndarray:
-    exps = (m.df[f"__exp{i}"].to_numpy() for i in range(m.atoms))
+    exps = (m.df[f"__exp{i}"] for i in range(m.atoms))
     return functools.reduce(np.minimum, exps).astype(np.int64, copy=False)
 
 
@@ -411,8 +428,8 @@ Within = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def valid(
-    m: Matches, rule: RulePlan, negated: Sequence[pd.DataFrame], within: Within | None = None
-) -> pd.DataFrame:
+    m: Matches, rule: RulePlan, negated: Sequence[Cols], within: Within | None = None
+) -> Cols:
     """Matches whose versions are all alive at ``__tau`` and whose negations hold there;
     and, given ``within``, for which it holds (of ``tau`` and the least expiry)."""
     tau, mexp = _tau(m), _min_exp(m)
@@ -421,45 +438,43 @@ def valid(
         keep &= m.keep
     if within is not None:
         keep &= within(tau, mexp)
-    df = m.df[keep].reset_index(drop=True)
+    df = dict(m.df) if keep.all() else take(m.df, keep)
     df["__tau"], df["__mexp"] = tau[keep], mexp[keep]
     for negation, source in zip(rule.negations, negated, strict=True):
         df = anti_join(df, negation, source, m.env)
     return df
 
 
-def anti_join(
-    df: pd.DataFrame, negation: Negation, source: pd.DataFrame, env: Mapping[str, Col]
-) -> pd.DataFrame:
+def anti_join(df: Cols, negation: Negation, source: Cols, env: Mapping[str, Col]) -> Cols:
     """Drop the rows of ``df`` for which some version of ``atom`` agreeing with them is
     alive at ``__tau`` (made by then, expiring after): per agreeing group, the latest
     expiry among the versions made by ``tau`` is after it."""
-    if df.empty or source.empty:
+    if not height(df) or not height(source):
         return df
-    left: dict[str, np.ndarray] = {}
-    right: dict[str, np.ndarray] = {}
-    has = np.ones(len(df), dtype=bool)
-    for j, (arg, col, typ) in enumerate(negation.columns):
+    left: list[np.ndarray] = []
+    right: list[np.ndarray] = []
+    has = np.ones(height(df), dtype=bool)
+    for arg, col, typ in negation.columns:
         if isinstance(arg, ast.Wildcard):
             continue
         vec = value(arg, df, env)
         if not comparable(vec.typ, typ):
             return df  # no version can agree
-        stored = source[col].to_numpy()
-        mine = vec.values
+        stored, mine = source[col], vec.values
         if vec.typ != typ:  # an int and a float: compared as doubles
             stored, mine = stored.astype(np.float64), mine.astype(np.float64)
         has &= vec.valid()
-        left[f"__n{j}"], right[f"__n{j}"] = mine, stored
-    # The agreeing values as one number, on both sides (`key_codes`).
+        left.append(mine)
+        right.append(stored)
+    # The agreeing values as one number, on both sides (`key_codes`); then, per number,
+    # the versions by time with the latest expiry so far, found for each row's tau.
     if left:
-        mine_by, theirs_by = key_codes(list(left.values()), list(right.values()))
+        mine_by, theirs_by = key_codes(left, right)
     else:
-        mine_by, theirs_by = np.zeros(len(df), np.int64), np.zeros(len(source), np.int64)
-    tau = df["__tau"].to_numpy()
-    probe = pd.DataFrame({"__by": mine_by, "__tau": tau, "__row": np.arange(len(df))})[has]
-    kt, exp = source["kt"].to_numpy(), source["exp"].to_numpy()
-    versions = pd.DataFrame({"__by": theirs_by, "kt": kt, "exp": exp})
+        mine_by, theirs_by = np.zeros(height(df), np.int64), np.zeros(height(source), np.int64)
+    tau = df["__tau"]
+    probe = pd.DataFrame({"__by": mine_by, "__tau": tau, "__row": np.arange(len(tau))})[has]
+    versions = pd.DataFrame({"__by": theirs_by, "kt": source["kt"], "exp": source["exp"]})
     versions = versions.groupby(["__by", "kt"], sort=False, as_index=False)["exp"].max()
     versions = versions.sort_values("kt", kind="stable")
     versions["exp"] = versions.groupby("__by", sort=False)["exp"].cummax()
@@ -472,15 +487,15 @@ def anti_join(
         direction="backward",
     )
     alive = found["exp"].to_numpy(dtype=np.float64, na_value=-np.inf) > found["__tau"].to_numpy()
-    drop = np.zeros(len(df), dtype=bool)
+    drop = np.zeros(len(tau), dtype=bool)
     drop[found["__row"].to_numpy()[alive]] = True
-    return df[~drop].reset_index(drop=True)
+    return take(df, ~drop) if drop.any() else df
 
 
 # ---------------------------------------------------------------------------- heads
 
 
-def time_vec(expr: ast.Expr, df: pd.DataFrame, env: Mapping[str, Col]) -> Vec:
+def time_vec(expr: ast.Expr, df: Cols, env: Mapping[str, Col]) -> Vec:
     """An explicit head time: an integer, or a float with an integral value; else none."""
     vec = value(expr, df, env)
     if vec.typ == "float":
@@ -489,20 +504,21 @@ def time_vec(expr: ast.Expr, df: pd.DataFrame, env: Mapping[str, Col]) -> Vec:
         return Vec(safe.astype(np.int64), vec.valid() & whole, "int")
     if vec.typ == "int":
         return vec
-    return Vec(np.zeros(len(df), np.int64), np.zeros(len(df), dtype=bool), "int")
+    n = height(df)
+    return Vec(np.zeros(n, np.int64), np.zeros(n, dtype=bool), "int")
 
 
 def head_rows(
     head: Head,
-    df: pd.DataFrame,
+    df: Cols,
     env: Mapping[str, Col],
     tau: np.ndarray,
     exp: np.ndarray,
     aggregates: Mapping[str, np.ndarray] | None = None,
-) -> pd.DataFrame:
+) -> Cols:
     """The derived versions; rows with an undefined argument or time are dropped."""
-    out: dict[str, np.ndarray] = {}
-    ok = np.ones(len(df), dtype=bool)
+    out: Cols = {}
+    ok = np.ones(height(df), dtype=bool)
     for arg, name, typ in head.args:
         vec = cast(value(arg, df, env), typ)
         out[name] = vec.values
@@ -517,52 +533,58 @@ def head_rows(
     out["t"] = t
     out["kt"], out["exp"] = head_times(tau, t, exp, head.lifetime, NUMPY_OPS)
     out["_tau"] = tau
-    frame = pd.DataFrame(out)
-    return frame if ok.all() else frame[ok].reset_index(drop=True)
+    return out if ok.all() else take(out, ok)
 
 
 def derive(
     rule: RulePlan,
-    sources: Sequence[pd.DataFrame],
-    negated: Sequence[pd.DataFrame],
+    sources: Sequence[Cols],
+    negated: Sequence[Cols],
     a: int,
     b: int,
     limit: int,
-) -> pd.DataFrame:
+) -> Cols:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``; `TooLarge`
     when a join would make more than ``limit`` matches."""
     m = matches(rule, sources, limit, window=(a, b))
     df = valid(m, rule, negated, lambda tau, _: (tau >= a) & (tau < b))
     df = chosen(df, rule, m.env)
-    tau, mexp = df["__tau"].to_numpy(), df["__mexp"].to_numpy()
-    return head_rows(rule.head, df, m.env, tau, mexp)
+    return head_rows(rule.head, df, m.env, df["__tau"], df["__mexp"])
 
 
-def chosen(df: pd.DataFrame, rule: RulePlan, env: Mapping[str, Col]) -> pd.DataFrame:
+def _sorted(df: Cols, by: Sequence[str]) -> np.ndarray:
+    """The rows in order of ``by``'s values, first column first, ties kept in their order."""
+    order = np.arange(height(df))
+    for c in reversed(by):
+        order = order[np.argsort(df[c][order], kind="stable")]
+    return order
+
+
+def chosen(df: Cols, rule: RulePlan, env: Mapping[str, Col]) -> Cols:
     """As :func:`dagster_pomo.engine.spark.rules.chosen`: per ``choose`` keys and ``tau``,
     the matches with the least values."""
     for keys, values in rule.choices:
-        if df.empty:
+        if not height(df):
             return df
         picked = [env[v].column for v in values]
         for v in values:
             if env[v].ok is not None:
-                df = df[df[env[v].ok].to_numpy()]
+                df = take(df, np.asarray(df[env[v].ok], dtype=bool))
         by = [env[k].column for k in keys] + ["__tau"]
-        first = _distinct(df.sort_values(picked, kind="stable"), by)[[*by, *picked]]
-        df = join_on(df, first, [*by, *picked], None)
-    return df.reset_index(drop=True)
+        first = _distinct(take(df, _sorted(df, picked)), by)
+        df = join_on(df, _select(first, list(dict.fromkeys([*by, *picked]))), [*by, *picked], None)
+    return df
 
 
 def aggregate(
     rule: RulePlan,
-    sources: Sequence[pd.DataFrame],
-    negated: Sequence[pd.DataFrame],
+    sources: Sequence[Cols],
+    negated: Sequence[Cols],
     a: int,
     b: int,
     reach: int,
     limit: int,
-) -> pd.DataFrame:
+) -> Cols:
     """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau``
     and alive at ``tau``, each distinct combination of events once (as
     :func:`dagster_pomo.engine.spark.rules.aggregate`)."""
@@ -574,55 +596,50 @@ def aggregate(
     df = valid(m, rule, negated, lambda tau, mexp: (tau < b) & (mexp > a))
     head = rule.head
     functions = rule.aggregate.functions
-    cols: dict[str, np.ndarray] = {}
-    ok = np.ones(len(df), dtype=bool)
+    made: Cols = {}
+    ok = np.ones(height(df), dtype=bool)
     group: list[str] = []
     for j, (arg, _, typ) in enumerate(head.args):
         vec = cast(value(arg, df, m.env), typ)
-        cols[f"__g{j}"], ok = vec.values, ok & present(vec)
+        made[f"__g{j}"], ok = vec.values, ok & present(vec)
         group.append(f"__g{j}")
     if head.time is not None:
         vec = time_vec(head.time, df, m.env)
-        cols["__gt"], ok = vec.values, ok & vec.valid()
+        made["__gt"], ok = vec.values, ok & vec.valid()
         group.append("__gt")
     aggregates: list[tuple[str, str | None]] = []
     for i, (fn, arg, _, _) in enumerate(functions):
         if arg is not None:
             vec = value(arg, df, m.env)
-            cols[f"__val{i}"], ok = vec.values, ok & present(vec)
+            made[f"__val{i}"], ok = vec.values, ok & present(vec)
             aggregates.append((fn, f"__val{i}"))
         else:
             aggregates.append((fn, None))
-    made = pd.DataFrame(
-        {
-            **cols,
-            "__at": df["__tau"].to_numpy(),
-            "__mexp": df["__mexp"].to_numpy(),
-            **{k: df[k].to_numpy() for k in m.keys},
-        }
-    )
-    made = made[ok]
+    made.update({"__at": df["__tau"], "__mexp": df["__mexp"], **{k: df[k] for k in m.keys}})
+    made = take(made, ok)
     if single:  # one version-match a combination, alive until its exp
-        until = made["__mexp"].to_numpy()
+        until = made["__mexp"]
     else:
         # A combination of events may match in several versions: at time x it counts once,
         # with the latest expiry among its versions made by x. Its time line is cut into
         # segments, from each version's tau to the next one's (see the Spark plan).
         combination = [*group, *m.keys]  # never empty: every atom's event is a key
-        codes = row_codes([made[c].to_numpy() for c in combination], len(made))
-        made = made.assign(__combination=codes)
-        made = made.sort_values(["__combination", "__at"], kind="stable").reset_index(drop=True)
-        same = made.groupby("__combination", sort=False)
-        made["__mexp"] = same["__mexp"].cummax()
-        after = same["__at"].shift(-1, fill_value=NEVER)
-        until = np.minimum(after.to_numpy(dtype=np.int64), made["__mexp"].to_numpy())
-    made = made.assign(__until=until)
-    at = made["__at"].to_numpy()
-    made = made[(until > at) & (until > a)]
-    at, until = made["__at"].to_numpy(), made["__until"].to_numpy()
-    made = made.assign(__full=until >= NEVER if reach >= NEVER else until == at + reach)
+        codes = row_codes([made[c] for c in combination], height(made))
+        order = np.lexsort((made["__at"], codes))
+        made, codes = take(made, order), codes[order]
+        last = np.append(codes[1:] != codes[:-1], True)  # of its combination
+        mexp = pd.Series(made["__mexp"]).groupby(codes, sort=False).cummax().to_numpy()
+        after = np.append(made["__at"][1:], NEVER)
+        after[last] = NEVER
+        made["__mexp"] = mexp
+        until = np.minimum(after.astype(np.int64), mexp)
+    made["__until"] = until
+    at = made["__at"]
+    made = take(made, (until > at) & (until > a))
+    at, until = made["__at"], made["__until"]
+    made["__full"] = until >= NEVER if reach >= NEVER else until == at + reach
     columns = [*group, "__at", "__until", "__mexp", "__full", *(c for _, c in aggregates if c)]
-    table = pa.Table.from_pandas(made[columns], preserve_index=False)
+    table = pa.table({c: pa.array(made[c], from_pandas=True) for c in columns})
     swept = sliding_aggregates.sweep(
         table, group, aggregates, None if reach >= NEVER else reach, NEVER, a
     )
@@ -632,11 +649,11 @@ def aggregate(
         part = swept.column(f"__part{i}").to_numpy(zero_copy_only=False)
         result = part / n if fn == "average" else part
         aggs[column] = cast(Vec(result, None, _typ(result)), typ).values
-    grouped = swept.select([*group, "__at"]).to_pandas()
+    grouped = from_arrow(swept.select([*group, "__at"]))
     head_env = {f"__head{j}": Col(f"__g{j}", typ) for j, (_, _, typ) in enumerate(head.args)}
     if head.time is not None:
         head_env["__headt"] = Col("__gt", "int")
-    tau = grouped["__at"].to_numpy()
+    tau = grouped["__at"]
     exp = swept.column("__least_exp").to_numpy(zero_copy_only=False)
     return head_rows(grouped_head_of(head), grouped, head_env, tau, exp, aggs)
 
@@ -645,18 +662,18 @@ def _typ(values: np.ndarray) -> str:
     return "float" if values.dtype.kind == "f" else "int"
 
 
-def dedupe(schema: Schema, df: pd.DataFrame) -> pd.DataFrame:
+def dedupe(schema: Schema, df: Cols) -> Cols:
     """One version per ``(args, t, kt)``: the longest-living, or an aggregate's latest."""
     columns = row_columns(schema)
-    if df.empty:
-        return df[columns]
+    if not height(df):
+        return _select(df, columns)
     if schema.aggregates:
-        df = df.sort_values("_tau", kind="stable")
-    key = [df[c].to_numpy() for c in [*schema.columns, "t", "kt"]]
+        df = take(df, np.argsort(df["_tau"], kind="stable"))
+    key = [df[c] for c in [*schema.columns, "t", "kt"]]
     if schema.aggregates:
-        return df[columns][distinct(key, len(df), "last")].reset_index(drop=True)
-    merged = longest(key, df["exp"].to_numpy(), df["_tau"].to_numpy())
+        return take(_select(df, columns), distinct(key, height(df), "last"))
+    merged = longest(key, df["exp"], df["_tau"])
     if merged is None:
-        return df[columns].reset_index(drop=True)
+        return _select(df, columns)
     rows, exp, tau = merged
-    return df[columns].iloc[rows].reset_index(drop=True).assign(exp=exp, _tau=tau)
+    return {**take(_select(df, columns), rows), "exp": exp, "_tau": tau}

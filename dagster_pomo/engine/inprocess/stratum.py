@@ -2,7 +2,7 @@
 
 A small epoch's Spark jobs, plans and their analysis cost far more than its rows: a
 water-tank epoch of 10,000 readings waits about a second and a half for seven jobs.
-Here the same rules run over pandas frames of the same versions (read from the
+Here the same rules run over numpy columns of the same versions (read from the
 warehouse's Parquet files, see ``SparkEvaluator``), with the plans' semantics
 (:mod:`dagster_pomo.engine.inprocess.rules`), and the versions come back as Arrow
 tables for the warehouse. The later rounds of a linear recursion run on the executor
@@ -20,7 +20,17 @@ import pandas as pd
 import pyarrow as pa
 
 from dagster_pomo.engine import task_rounds
-from dagster_pomo.engine.column_joins import TooLarge, check_size
+from dagster_pomo.engine.column_joins import (
+    Cols,
+    TooLarge,
+    check_size,
+    concat,
+    from_arrow,
+    height,
+    pairs_on,
+    take,
+    to_arrow,
+)
 from dagster_pomo.engine.inprocess import rules as R
 from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
@@ -45,43 +55,39 @@ def supported(plan: CorpusPlan, stratum: StratumPlan) -> bool:
     return all(R.rule_supported(r) for r in stratum.rules)
 
 
-def ticks(plan: CorpusPlan, schema: Schema, clock_start: int, start: int, end: int) -> pd.DataFrame:
+def ticks(plan: CorpusPlan, schema: Schema, clock_start: int, start: int, end: int) -> Cols:
     """Clock ticks alive at some instant of ``[start, end)`` (none before the clock start)."""
     offset_col, period_col = schema.columns
     parts = []
     for o, p, first, stop in tick_ranges(plan.clocks, clock_start, start, end):
         t = o + np.arange(first, stop, dtype=np.int64) * p
         parts.append(
-            pd.DataFrame(
-                {
-                    offset_col: np.full(len(t), o, np.int64),
-                    period_col: np.full(len(t), p, np.int64),
-                    "t": t,
-                    "kt": t,
-                    "exp": t + p,
-                    "_tau": t,
-                }
-            )
+            {
+                offset_col: np.full(len(t), o, np.int64),
+                period_col: np.full(len(t), p, np.int64),
+                "t": t,
+                "kt": t,
+                "exp": t + p,
+                "_tau": t,
+            }
         )
-    if not parts:
-        return empty(schema)
-    return pd.concat(parts, ignore_index=True)
+    return concat(parts) if parts else empty(schema)
 
 
-def empty(schema: Schema) -> pd.DataFrame:
-    return R.arrow_schema(schema).empty_table().to_pandas()
+def empty(schema: Schema) -> Cols:
+    return from_arrow(R.arrow_schema(schema).empty_table())
 
 
 def evaluate(
     plan: CorpusPlan,
     stratum: StratumPlan,
-    state: Callable[..., pd.DataFrame],
-    seeds: Mapping[str, pd.DataFrame | None],
+    state: Callable[..., Cols],
+    seeds: Mapping[str, Cols | None],
     life: Mapping[str, int],
     a: int,
     b: int,
     limit: int,
-    history: Callable[[str], pd.DataFrame] | None = None,
+    history: Callable[[str], Cols] | None = None,
     budget: int = 0,
 ) -> tuple[dict[str, pa.Table], int]:
     """The versions of each relation of ``stratum`` made for epoch ``[a, b)``: what its
@@ -89,7 +95,7 @@ def evaluate(
     ``seeds`` (facts and deferred events), one version per ``(args, t, kt)``; and the rounds
     it took. A recursive stratum reads its own relations' earlier epochs from ``history``;
     a linear one's rounds after the first run on `task_rounds` while its relation holds at
-    most ``budget`` versions (0: on pandas frames, as other recursions' rounds do).
+    most ``budget`` versions (0: as other recursions' rounds run).
     Raises `TooLarge` when a join, or a recursive relation, passes ``limit`` rows
     (a linear one: ``budget``)."""
     schemas = plan.schemas
@@ -114,21 +120,21 @@ def evaluate(
                 made.append(R.derive(rule, positives, negatives, a, b, limit))
         parts = [p for p in (seeds.get(name), *made) if p is not None]
         if seeds.get(name) is None and stratum.one_aggregate(name):
-            rows = made[0][R.row_columns(schema)]  # one version per (group, tau) already
+            rows = made[0]  # one version per (group, tau) already
         elif parts:
-            rows = R.dedupe(schema, pd.concat([p[R.row_columns(schema)] for p in parts]))
+            rows = R.dedupe(schema, concat([_stored(schema, p) for p in parts]))
         else:
             rows = empty(schema)
-        out[name] = pa.Table.from_pandas(rows, schema=R.arrow_schema(schema), preserve_index=False)
+        out[name] = to_arrow(rows, R.arrow_schema(schema))
     return out, 1
 
 
 def _fixpoint(
     stratum: StratumPlan,
     schemas: Mapping[str, Schema],
-    state: Callable[[str], pd.DataFrame],
-    history: Callable[[str], pd.DataFrame],
-    seeds: Mapping[str, pd.DataFrame | None],
+    state: Callable[[str], Cols],
+    history: Callable[[str], Cols],
+    seeds: Mapping[str, Cols | None],
     window: tuple[int, int],
     limit: int,
     linear: LinearPlan | None,
@@ -148,21 +154,21 @@ def _fixpoint(
     earlier = {n: history(n) for n in names}
     known = {n: _versions(schemas[n], [seeds.get(n)]) for n in names}
 
-    def full(name: str) -> pd.DataFrame:
+    def full(name: str) -> Cols:
         if name not in known:
             return state(name)
-        parts = [p for p in (earlier[name], known[name]) if len(p)]
+        parts = [p for p in (earlier[name], known[name]) if height(p)]
         if len(parts) > 1:
-            return pd.concat(parts, ignore_index=True)
+            return concat([_stored(schemas[name], p) for p in parts])
         return parts[0] if parts else known[name]  # earlier epochs' alone, or none
 
     lower = {x.relation: state(x.relation) for r in rules for x in r.negations}
-    delta: dict[str, pd.DataFrame] | None = None
+    delta: dict[str, Cols] | None = None
     finished: dict[str, pa.Table] = {}  # a linear relation's versions from the tasks' executor
     rounds = 0
     while True:
         rounds += 1
-        made: dict[str, list[pd.DataFrame]] = {n: [] for n in names}
+        made: dict[str, list[Cols]] = {n: [] for n in names}
         for rule in rules:
             negatives = [lower[x.relation] for x in rule.negations]
             # Datalog: head := body, once with every version, then once per body atom of
@@ -178,7 +184,7 @@ def _fixpoint(
         delta = {}
         for n in names:
             fresh = _uncovered(schemas[n], _versions(schemas[n], made[n]), known[n])
-            if len(fresh):
+            if height(fresh):
                 if linear is not None:  # the later rounds: on the tasks' executor
                     spread = dict(stratum.stable).get(n)
                     finished[n], more = _linear_rounds(
@@ -188,13 +194,11 @@ def _fixpoint(
                     continue
                 delta[n] = fresh
                 known[n] = _versions(schemas[n], [known[n], fresh])
-                check_size(len(known[n]), limit)
+                check_size(height(known[n]), limit)
         if not delta:
             break
     out = {
-        n: finished[n]
-        if n in finished
-        else pa.Table.from_pandas(known[n], schema=R.arrow_schema(schemas[n]), preserve_index=False)
+        n: finished[n] if n in finished else to_arrow(known[n], R.arrow_schema(schemas[n]))
         for n in names
     }
     return out, rounds
@@ -203,8 +207,8 @@ def _fixpoint(
 def _linear_rounds(
     plan: LinearPlan,
     schema: Schema,
-    given: tuple[pd.DataFrame, pd.DataFrame],
-    state: Callable[[str], pd.DataFrame],
+    given: tuple[Cols, Cols],
+    state: Callable[[str], Cols],
     window: tuple[int, int],
     budget: int,
     spread: int | None,
@@ -217,17 +221,16 @@ def _linear_rounds(
     Its versions, one per key, and the rounds run; `TooLarge` when a part knows more
     than ``budget``."""
     arrow = R.arrow_schema(schema)
-    rows = pd.concat(  # as Spark's pieces come: the last one new
+    rows = concat(  # as Spark's pieces come: the last one new
         [
-            _as_stored(p, arrow).assign(**{task_rounds.NEW: new})
+            {**_as_stored(p, arrow), task_rounds.NEW: np.full(height(p), new)}
             for p, new in zip(given, (False, True), strict=True)
-        ],
-        ignore_index=True,
+        ]
     )
     lower = {r: state(r) for r in sorted(plan.lower)}
     parts = _spread(rows, schema.columns[spread] if spread is not None else None)
 
-    def fixpoint(part: pd.DataFrame) -> tuple[pa.Table, int]:
+    def fixpoint(part: Cols) -> tuple[pa.Table, int]:
         return task_rounds.fixpoint(plan, part, lower, *window, budget)
 
     if len(parts) == 1:
@@ -241,39 +244,43 @@ def _linear_rounds(
     return task_rounds.as_stored(out, arrow), max(r for _, r in done)
 
 
-def _spread(rows: pd.DataFrame, column: str | None) -> list[pd.DataFrame]:
+def _spread(rows: Cols, column: str | None) -> list[Cols]:
     """``rows`` cut in as many parts as this machine has cores (at most `THREADS`) by the
     hash of ``column``, a stable argument no rule moves: each part reaches its fixpoint
     alone. One part when there is no such argument or fewer than `SPREAD_ROWS` rows."""
     parts = min(os.cpu_count() or 1, THREADS)
-    if column is None or parts == 1 or len(rows) < SPREAD_ROWS:
+    if column is None or parts == 1 or height(rows) < SPREAD_ROWS:
         return [rows]
-    where = pd.util.hash_pandas_object(rows[column], index=False).to_numpy() % parts
-    cut = [rows[where == i] for i in range(parts)]
-    return [c for c in cut if len(c)]
+    where = pd.util.hash_array(rows[column], categorize=False) % np.uint64(parts)
+    cut = [take(rows, where == i) for i in range(parts)]
+    return [c for c in cut if height(c)]
 
 
-def _as_stored(rows: pd.DataFrame, arrow: pa.Schema) -> pd.DataFrame:
+def _as_stored(rows: Cols, arrow: pa.Schema) -> Cols:
     """``rows`` with the columns and types of a stored epoch read back (as a task has them)."""
-    table = pa.Table.from_pandas(rows[arrow.names], schema=arrow, preserve_index=False)
-    return table.to_pandas()
+    return from_arrow(to_arrow(rows, arrow))
 
 
-def _versions(schema: Schema, parts: list[pd.DataFrame | None]) -> pd.DataFrame:
+def _stored(schema: Schema, rows: Cols) -> Cols:
+    """The stored columns of ``rows`` (a rule's versions carry more)."""
+    return {c: rows[c] for c in R.row_columns(schema)}
+
+
+def _versions(schema: Schema, parts: list[Cols | None]) -> Cols:
     """The versions of ``parts``, one per ``(args, t, kt)`` (see `rules.dedupe`)."""
-    frames = [p[R.row_columns(schema)] for p in parts if p is not None and len(p)]
+    frames = [_stored(schema, p) for p in parts if p is not None and height(p)]
     if not frames:
         return empty(schema)
-    return R.dedupe(schema, pd.concat(frames, ignore_index=True))
+    return R.dedupe(schema, concat(frames))
 
 
-def _uncovered(schema: Schema, made: pd.DataFrame, known: pd.DataFrame) -> pd.DataFrame:
+def _uncovered(schema: Schema, made: Cols, known: Cols) -> Cols:
     """The versions of ``made`` that no version of ``known`` covers: same ``(args, t,
-    kt)``, living at least as long."""
-    if not len(made) or not len(known):
+    kt)``, living at least as long (``known`` holds one version a key)."""
+    if not height(made) or not height(known):
         return made
     key = [*schema.columns, "t", "kt"]
-    seen = known[[*key, "exp"]].rename(columns={"exp": "__seen"})
-    both = made.merge(seen, on=key, how="left")
-    covered = both["__seen"].to_numpy(dtype=float, na_value=np.nan) >= both["exp"].to_numpy()
-    return made[~covered].reset_index(drop=True)
+    mine, theirs = pairs_on([made[c] for c in key], [known[c] for c in key])
+    covered = np.zeros(height(made), dtype=bool)
+    covered[mine[known["exp"][theirs] >= made["exp"][mine]]] = True
+    return take(made, ~covered) if covered.any() else made

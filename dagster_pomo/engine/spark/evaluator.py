@@ -20,7 +20,6 @@ from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import inheritable_thread_target
@@ -37,7 +36,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dagster_pomo.engine.column_joins import TooLarge
+from dagster_pomo.engine.column_joins import Cols, TooLarge, concat, from_arrow, height
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.inprocess import stratum as local
 from dagster_pomo.engine.policy import DEFAULT, Policy
@@ -611,7 +610,7 @@ class SparkEvaluator:
             self._epoch.reads_for = _slot(epoch)
         return self._epoch.reads
 
-    def _local_state(self, name: str, epoch: Epoch, earlier: int = 0) -> pd.DataFrame:
+    def _local_state(self, name: str, epoch: Epoch, earlier: int = 0) -> Cols:
         """`state` in this process: the versions of ``name`` that can take part in a match
         with ``tau`` in ``epoch`` (and those expiring up to ``earlier`` before it)."""
         if name == CLOCK:
@@ -620,16 +619,16 @@ class SparkEvaluator:
             return local.ticks(self.plan, schema, self.clock_start, start, epoch.end)
         history = self._local_history(name, epoch, earlier)
         current = self._reads(epoch).stored(name, self._keys(epoch))
-        parts = [p for p in [history, current] if len(p)]
-        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts or [current])[0]
+        parts = [p for p in [history, current] if height(p)]
+        return concat(parts) if len(parts) > 1 else (parts or [current])[0]
 
-    def _local_history(self, name: str, epoch: Epoch, earlier: int = 0) -> pd.DataFrame:
+    def _local_history(self, name: str, epoch: Epoch, earlier: int = 0) -> Cols:
         """The versions of ``name`` from epochs before ``epoch`` still alive in it (or
         ``earlier`` before it)."""
         after = epoch.start - earlier
         return self._reads(epoch).stored(name, self._history_keys(name, epoch, after), after)
 
-    def _local_seeds(self, name: str, epoch: Epoch) -> pd.DataFrame | None:
+    def _local_seeds(self, name: str, epoch: Epoch) -> Cols | None:
         """`_seeds` in this process: facts and events deferred to ``epoch``."""
         if not self.store.local:
             seeds = self._seeds(name, epoch, {})
@@ -653,7 +652,7 @@ class SparkEvaluator:
                 parts.append(deferred)
         if not parts:
             return None
-        return pa.concat_tables([p.cast(schema) for p in parts]).to_pandas()
+        return from_arrow(pa.concat_tables([p.cast(schema) for p in parts]))
 
     def _stratum_in_process(self, stratum: StratumPlan, epoch: Epoch) -> StratumStats:
         """`_stratum` worked out by this process (see `in_process`), stored as Spark's
@@ -683,7 +682,7 @@ class SparkEvaluator:
             stats.rows[name] = self.store.put(name, key, table, end)
             if end is not None:
                 table = table.filter(pc.less(table["kt"], end))
-            self._reads(epoch).keep(name, key, table.to_pandas())
+            self._reads(epoch).keep(name, key, from_arrow(table))
             self._epoch.current.pop((_slot(epoch), name), None)  # Spark's plans read it anew
         stats.seconds = time.perf_counter() - started
         return stats

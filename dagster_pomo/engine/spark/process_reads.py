@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from dagster_pomo.engine.column_joins import TooLarge
+from dagster_pomo.engine.column_joins import Cols, TooLarge, concat, from_arrow, height, take
 from dagster_pomo.engine.inprocess import rules as local_rules
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.plan.schema import Schema
@@ -39,10 +38,10 @@ class ProcessReads:
         most rows one read through Spark may bring."""
         self.wh, self.schemas, self.structs = wh, schemas, structs
         self.files, self.limit = files, limit
-        self._tables: dict[tuple[str, str], pd.DataFrame] = {}  # files read, per epoch
-        self._fetched: dict[tuple[str, tuple[str, ...], int | None], pd.DataFrame] = {}
+        self._tables: dict[tuple[str, str], Cols] = {}  # files read, per epoch
+        self._fetched: dict[tuple[str, tuple[str, ...], int | None], Cols] = {}
 
-    def stored(self, name: str, keys: Sequence[str], after: int | None = None) -> pd.DataFrame:
+    def stored(self, name: str, keys: Sequence[str], after: int | None = None) -> Cols:
         """The stored epochs ``keys`` of ``name`` (their versions alive after ``after``,
         when given)."""
         if not self.files:
@@ -56,31 +55,31 @@ class ProcessReads:
         stored = self.wh.stored_keys(name) if len(keys) > 1 else set(keys)
         parts = [self.table(name, k) for k in keys if k in stored]
         if after is not None:
-            parts = [p[p["exp"].to_numpy() > after] for p in parts]
-        parts = [p for p in parts if len(p)]
+            parts = [take(p, p["exp"] > after) for p in parts]
+        parts = [p for p in parts if height(p)]
         if len(parts) > 1:
-            return pd.concat(parts, ignore_index=True)
+            return concat(parts)
         return parts[0] if parts else self._empty(name)
 
-    def table(self, name: str, key: str) -> pd.DataFrame:
+    def table(self, name: str, key: str) -> Cols:
         """Stored epoch ``key`` of ``name``, read from its files (once)."""
         if (name, key) not in self._tables:
             schema = local_rules.arrow_schema(self.schemas[name])
-            self._tables[(name, key)] = self.wh.read_table(name, [key], schema).to_pandas()
+            self._tables[(name, key)] = from_arrow(self.wh.read_table(name, [key], schema))
         return self._tables[(name, key)]
 
-    def keep(self, name: str, key: str, rows: pd.DataFrame) -> None:
+    def keep(self, name: str, key: str, rows: Cols) -> None:
         """``rows`` are epoch ``key`` of ``name`` now (this process stored them)."""
         self._tables[(name, key)] = rows
 
-    def fetched(self, name: str, rows: DataFrame) -> pd.DataFrame:
+    def fetched(self, name: str, rows: DataFrame) -> Cols:
         """``rows`` of ``name`` brought to this process by Spark (one job); `TooLarge`
         beyond ``limit`` rows."""
         table = rows.limit(self.limit + 1).toArrow()
         if table.num_rows > self.limit:
             raise TooLarge(f"more than {self.limit:,} versions of {name} to read")
         schema = local_rules.arrow_schema(self.schemas[name])
-        return table.select(schema.names).cast(schema).to_pandas()
+        return from_arrow(table.select(schema.names).cast(schema))
 
-    def _empty(self, name: str) -> pd.DataFrame:
-        return local_rules.arrow_schema(self.schemas[name]).empty_table().to_pandas()
+    def _empty(self, name: str) -> Cols:
+        return from_arrow(local_rules.arrow_schema(self.schemas[name]).empty_table())
