@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_pomo.engine.column_joins import TooLarge, cross_pairs, equal_pairs, pairs_on
+from dagster_pomo.engine.column_joins import (
+    TooLarge,
+    cross_pairs,
+    equal_pairs,
+    last_at_or_before,
+    pairs_on,
+    running_max,
+)
 
 FLOATS = st.sampled_from([0.0, -0.0, 1.5, math.nan, -2.0, math.inf])
 COLUMNS = {
@@ -84,3 +91,40 @@ def test_a_join_too_large_stops_before_making_its_pairs() -> None:
 def test_an_int_key_meets_a_float_key_of_the_same_value() -> None:
     mine, theirs = pairs_on([np.array([1, 2])], [np.array([2.0, 1.0, 1.5])])
     assert (mine.tolist(), theirs.tolist()) == ([0, 1], [1, 0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-(2**62), 2**62)), max_size=30))
+def test_a_running_maximum_starts_again_at_each_key(rows: list[tuple[int, int]]) -> None:
+    """Per key, in order, the greatest value so far (how a negation finds the latest expiry
+    of the versions made by a time, and an aggregate a combination's)."""
+    rows = sorted(rows, key=lambda r: r[0])  # each key's rows together, in their order
+    codes = np.array([k for k, _ in rows], dtype=np.int64)
+    values = np.array([v for _, v in rows], dtype=np.int64)
+    expected, best = [], {}
+    for k, v in rows:
+        best[k] = max(best.get(k, v), v)
+        expected.append(best[k])
+    assert running_max(values, codes).tolist() == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 5)), max_size=20),
+    st.lists(st.tuples(st.integers(0, 4), st.integers(-7, 7)), max_size=20),
+)
+def test_the_last_row_at_or_before_a_time_is_found_within_its_key(
+    rows: list[tuple[int, int]], wanted: list[tuple[int, int]]
+) -> None:
+    rows = sorted(rows)
+    key = np.array([k for k, _ in rows], dtype=np.int64)
+    time = np.array([t for _, t in rows], dtype=np.int64)
+    got = last_at_or_before(
+        key,
+        time,
+        np.array([k for k, _ in wanted], dtype=np.int64),
+        np.array([t for _, t in wanted], dtype=np.int64),
+    )
+    for (k, t), at in zip(wanted, got.tolist(), strict=True):
+        before = [i for i, (rk, rt) in enumerate(rows) if rk == k and rt <= t]
+        assert at == (before[-1] if before else -1), (k, t)

@@ -168,6 +168,34 @@ def longest(
     )
 
 
+def running_max(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Each row's greatest value so far among the rows of its key, the rows sorted by key
+    (``codes``, each key's rows together): values ranked, then raised by the key's place
+    times the number of ranks, so one running maximum over all rows starts again at each
+    key."""
+    if not len(values):
+        return values
+    distinct_values, rank = np.unique(values, return_inverse=True)
+    place = np.cumsum(np.append(False, codes[1:] != codes[:-1]), dtype=np.int64)
+    lifted = place * len(distinct_values) + rank
+    return distinct_values[np.maximum.accumulate(lifted) - place * len(distinct_values)]
+
+
+def last_at_or_before(
+    key: np.ndarray, time: np.ndarray, wanted_key: np.ndarray, wanted_time: np.ndarray
+) -> np.ndarray:
+    """For each wanted ``(key, time)``, the position of the row of that key whose time is
+    the latest at or before it (-1: none), the rows sorted by key and then time."""
+    times, rank = np.unique(np.concatenate([time, wanted_time]), return_inverse=True)
+    span = len(times)
+    mine = key.astype(np.int64) * span + rank[: len(time)]
+    wanted = wanted_key.astype(np.int64) * span + rank[len(time) :]
+    at = np.searchsorted(mine, wanted, side="right") - 1
+    found = at >= 0
+    found[found] = key[at[found]] == wanted_key[found]
+    return np.where(found, at, -1)
+
+
 def numbered(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Each value's number among the distinct values (equal as keys are), and how many.
     Text is numbered by Arrow, whose strings carry their length; lists (a set's values) by

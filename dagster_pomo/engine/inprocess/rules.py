@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from dagster_pomo.engine import sliding_aggregates
@@ -32,10 +31,12 @@ from dagster_pomo.engine.column_joins import (
     groups,
     height,
     key_codes,
+    last_at_or_before,
     longest,
     objects,
     pairs_on,
     row_codes,
+    running_max,
     take,
 )
 from dagster_pomo.engine.inprocess.exprs import (
@@ -467,29 +468,20 @@ def anti_join(df: Cols, negation: Negation, source: Cols, env: Mapping[str, Col]
         left.append(mine)
         right.append(stored)
     # The agreeing values as one number, on both sides (`key_codes`); then, per number,
-    # the versions by time with the latest expiry so far, found for each row's tau.
+    # the versions by time, each with the latest expiry so far; a row meets the last one
+    # made by its tau, alive if that expiry is after it.
     if left:
         mine_by, theirs_by = key_codes(left, right)
     else:
         mine_by, theirs_by = np.zeros(height(df), np.int64), np.zeros(height(source), np.int64)
+    order = np.lexsort((source["kt"], theirs_by))
+    by, kt = theirs_by[order], source["kt"][order]
+    latest = running_max(source["exp"][order], by)
     tau = df["__tau"]
-    probe = pd.DataFrame({"__by": mine_by, "__tau": tau, "__row": np.arange(len(tau))})[has]
-    versions = pd.DataFrame({"__by": theirs_by, "kt": source["kt"], "exp": source["exp"]})
-    versions = versions.groupby(["__by", "kt"], sort=False, as_index=False)["exp"].max()
-    versions = versions.sort_values("kt", kind="stable")
-    versions["exp"] = versions.groupby("__by", sort=False)["exp"].cummax()
-    found = pd.merge_asof(
-        probe.sort_values("__tau", kind="stable"),
-        versions,
-        left_on="__tau",
-        right_on="kt",
-        by="__by",
-        direction="backward",
-    )
-    alive = found["exp"].to_numpy(dtype=np.float64, na_value=-np.inf) > found["__tau"].to_numpy()
-    drop = np.zeros(len(tau), dtype=bool)
-    drop[found["__row"].to_numpy()[alive]] = True
-    return take(df, ~drop) if drop.any() else df
+    at = last_at_or_before(by, kt, mine_by[has], tau[has])
+    alive = np.zeros(height(df), dtype=bool)
+    alive[has] = (at >= 0) & (latest[np.maximum(at, 0)] > tau[has])
+    return take(df, ~alive) if alive.any() else df
 
 
 # ---------------------------------------------------------------------------- heads
@@ -628,7 +620,7 @@ def aggregate(
         order = np.lexsort((made["__at"], codes))
         made, codes = take(made, order), codes[order]
         last = np.append(codes[1:] != codes[:-1], True)  # of its combination
-        mexp = pd.Series(made["__mexp"]).groupby(codes, sort=False).cummax().to_numpy()
+        mexp = running_max(made["__mexp"], codes)
         after = np.append(made["__at"][1:], NEVER)
         after[last] = NEVER
         made["__mexp"] = mexp
