@@ -20,6 +20,7 @@ This module imports numpy, pandas and pyarrow only: it ships to Spark's tasks by
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -84,19 +85,53 @@ def spread(first: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.repeat(first, runs) + offsets, rows
 
 
+@dataclass(frozen=True)
+class SortedKeys:
+    """One side of an equi-join, sorted once and searched as often as needed: its keys in
+    order and the row each came from; for integers of a small range (at most about four
+    values a key), where each value's run starts, so that a key is found by address: a
+    binary search per row of a large side jumps all over memory (150 ms for a million
+    rows into 250,000 keys, against 10 ms by address)."""
+
+    keys: np.ndarray
+    order: np.ndarray
+    starts: np.ndarray | None = None
+    base: int = 0
+
+    @classmethod
+    def of(cls, keys: np.ndarray) -> SortedKeys:
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        if ordered.dtype.kind == "i" and len(ordered):
+            base, top = int(ordered[0]), int(ordered[-1])
+            if top - base <= 4 * len(ordered) + 1024:
+                starts = np.searchsorted(ordered, np.arange(base, top + 2), side="left")
+                return cls(ordered, order, starts, base)
+        return cls(ordered, order)
+
+    def runs(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each wanted key's run starts among the sorted keys, and how long it is."""
+        if self.starts is None or wanted.dtype.kind != "i":
+            first = np.searchsorted(self.keys, wanted, side="left")
+            return first, np.searchsorted(self.keys, wanted, side="right") - first
+        at = wanted - self.base
+        inside = (at >= 0) & (at < len(self.starts) - 1)
+        at = np.where(inside, at, 0)
+        first = self.starts[at]
+        return first, np.where(inside, self.starts[at + 1] - first, 0)
+
+
 def equal_pairs(
     left: np.ndarray, right: np.ndarray, limit: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every ``(i, j)`` with ``left[i] == right[j]``, by ``i`` then ``j`` (the order of a
-    left join's rows): a stable sort of ``right`` and a binary search of it per row of
-    ``left``. `TooLarge` past ``limit`` pairs, before any is made."""
-    order = np.argsort(right, kind="stable")
-    ordered = right[order]
-    first = np.searchsorted(ordered, left, side="left")
-    runs = np.searchsorted(ordered, left, side="right") - first
+    left join's rows): ``right`` sorted (stably) and searched for each row of ``left``.
+    `TooLarge` past ``limit`` pairs, before any is made."""
+    side = SortedKeys.of(right)
+    first, runs = side.runs(left)
     check_size(int(runs.sum()), limit)
     at, mine = spread(first, runs)
-    return mine, order[at]
+    return mine, side.order[at]
 
 
 def cross_pairs(n: int, m: int, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -197,9 +232,14 @@ def last_at_or_before(
 
 
 def numbered(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Each value's number among the distinct values (equal as keys are), and how many.
-    Text is numbered by Arrow, whose strings carry their length; lists (a set's values) by
-    their Python values."""
+    """Each value's number among the distinct values (equal as keys are), and how many (an
+    integer's, in a small range, is its distance from the least, and how many there could
+    be: no hash table to build). Text is numbered by Arrow, whose strings carry their
+    length; lists (a set's values) by their Python values."""
+    if values.dtype.kind == "i" and len(values):
+        low, high = int(values.min()), int(values.max())
+        if high - low <= 4 * len(values) + 1024:  # a small range: numbered by value
+            return values - low, high - low + 1
     if values.dtype != object:
         codes, found = pd.factorize(values, use_na_sentinel=False)
         return codes.astype(np.int64, copy=False), len(found)

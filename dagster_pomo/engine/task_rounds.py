@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from dagster_pomo.engine.column_joins import (
     Cols,
+    SortedKeys,
     among,
     concat,
     cross_pairs,
@@ -93,47 +94,27 @@ def _atom_cols(atom: LinearAtom, rows: Cols, i: int) -> Cols:
 
 @dataclass
 class _Lower:
-    """A lower atom's columns, sorted on the variables it shares with the atoms joined before
-    it (``on``), so each round finds a row's partners by binary search; or, on one integer
-    column of a small range, by where each value's rows start (``starts[value - base]``)."""
+    """A lower atom's columns, sorted on the variable it shares with the atoms joined before
+    it when there is one (``on``; `SortedKeys`: found by address where it can be), so each
+    round finds a row's partners without sorting them again."""
 
     cols: Cols
     on: tuple[str, ...]
-    starts: np.ndarray | None = None
-    base: int = 0
+    keys: SortedKeys | None = None
 
     @classmethod
     def of(cls, cols: Cols, bound: set[str]) -> _Lower:
         on = tuple(c for c in cols if c.startswith("v_") and c in bound)
         if len(on) != 1:
             return cls(cols, on)
-        cols = take(cols, np.argsort(cols[on[0]], kind="stable"))
-        keys = cols[on[0]]
-        if keys.dtype.kind not in "iu" or not len(keys):
-            return cls(cols, on)
-        base, top = int(keys[0]), int(keys[-1])
-        if top - base > 4 * len(keys) + 1024:  # sparse: binary search it is
-            return cls(cols, on)
-        starts = np.searchsorted(keys, np.arange(base, top + 2), side="left")
-        return cls(cols, on, starts, base)
-
-    def _spans(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Where each wanted value's rows start among the sorted keys, and how many there are."""
-        if self.starts is None:
-            keys = self.cols[self.on[0]]
-            lo = np.searchsorted(keys, wanted, side="left")
-            return lo, np.searchsorted(keys, wanted, side="right") - lo
-        at = wanted.astype(np.int64, copy=False) - self.base
-        inside = (at >= 0) & (at < len(self.starts) - 1)
-        at = np.where(inside, at, 0)
-        lo = self.starts[at]
-        return lo, np.where(inside, self.starts[at + 1] - lo, 0)
+        keys = SortedKeys.of(cols[on[0]])
+        return cls(take(cols, keys.order), on, keys)
 
     def join(self, left: Cols) -> Cols:
         if not self.on:
             li, ri = cross_pairs(height(left), height(self.cols))
-        elif len(self.on) == 1:
-            ri, li = spread(*self._spans(left[self.on[0]]))
+        elif self.keys is not None:
+            ri, li = spread(*self.keys.runs(left[self.on[0]]))
         else:
             li, ri = pairs_on([left[c] for c in self.on], [self.cols[c] for c in self.on])
         out = take(left, li)
