@@ -93,6 +93,12 @@ def spread(first: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.repeat(first, runs) + offsets, rows
 
 
+def _small_range(low: int, high: int, count: int) -> bool:
+    """Whether ``count`` integers from ``low`` to ``high`` are dense enough (at most about four
+    possible values each) to be addressed by value rather than searched or hashed."""
+    return high - low <= 4 * count + 1024
+
+
 @dataclass(frozen=True)
 class SortedKeys:
     """One side of an equi-join, sorted once and searched as often as needed: its keys in
@@ -112,7 +118,7 @@ class SortedKeys:
         ordered = keys[order]
         if ordered.dtype.kind == "i" and len(ordered):
             base, top = int(ordered[0]), int(ordered[-1])
-            if top - base <= 4 * len(ordered) + 1024:
+            if _small_range(base, top, len(ordered)):
                 starts = np.searchsorted(ordered, np.arange(base, top + 2), side="left")
                 return cls(ordered, order, starts, base)
         return cls(ordered, order)
@@ -246,8 +252,8 @@ def numbered(values: np.ndarray) -> tuple[np.ndarray, int]:
     length; lists (a set's values) by their Python values."""
     if values.dtype.kind == "i" and len(values):
         low, high = int(values.min()), int(values.max())
-        if high - low <= 4 * len(values) + 1024:  # a small range: numbered by value
-            return values - low, high - low + 1
+        if _small_range(low, high, len(values)):  # numbered by value
+            return values.astype(np.int64, copy=False) - low, high - low + 1
     if values.dtype != object:
         codes, found = pd.factorize(values, use_na_sentinel=False)
         return codes.astype(np.int64, copy=False), len(found)

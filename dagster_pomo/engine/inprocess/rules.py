@@ -248,12 +248,11 @@ def summarise(
     a, b = window
     n, rows = len(rule.scans), height(joined)
     if n:
-        tau = functools.reduce(np.maximum, (joined[f"__kt{k}"] for k in range(n)))
-        mexp = functools.reduce(np.minimum, (joined[f"__exp{k}"] for k in range(n)))
+        tau, mexp = _tau(joined, n), _min_exp(joined, n)
     else:
         tau, mexp = np.full(rows, PAST), np.full(rows, NEVER)
     groups_of = list(dict.fromkeys(f"v_{v}" for agg in rule.body_aggregates for v in agg.group))
-    joined = {**joined, "__mtau": tau.astype(np.int64), "__mmexp": mexp.astype(np.int64)}
+    joined = {**joined, "__mtau": tau, "__mmexp": mexp}
     key = [*groups_of, "__mtau", "__mmexp"]
     lives = (mexp > tau) & (tau < b) & (mexp > a)
     asked = _distinct(take(_select(joined, key), lives))
@@ -415,13 +414,15 @@ def paired(left: Cols, right: Cols, mine: np.ndarray, theirs: np.ndarray) -> Col
     return {**take(left, mine), **take(right, theirs)}
 
 
-def _tau(m: Matches) -> np.ndarray:
-    kts = (m.df[f"__kt{i}"] for i in range(m.atoms))
+def _tau(df: Cols, atoms: int) -> np.ndarray:
+    """A match's time: the latest ``kt`` of its first ``atoms`` atoms."""
+    kts = (df[f"__kt{i}"] for i in range(atoms))
     return functools.reduce(np.maximum, kts).astype(np.int64, copy=False)
 
 
-def _min_exp(m: Matches) -> np.ndarray:
-    exps = (m.df[f"__exp{i}"] for i in range(m.atoms))
+def _min_exp(df: Cols, atoms: int) -> np.ndarray:
+    """When a match dies: the first ``exp`` of its first ``atoms`` atoms."""
+    exps = (df[f"__exp{i}"] for i in range(atoms))
     return functools.reduce(np.minimum, exps).astype(np.int64, copy=False)
 
 
@@ -433,7 +434,7 @@ def valid(
 ) -> Cols:
     """Matches whose versions are all alive at ``__tau`` and whose negations hold there;
     and, given ``within``, for which it holds (of ``tau`` and the least expiry)."""
-    tau, mexp = _tau(m), _min_exp(m)
+    tau, mexp = _tau(m.df, m.atoms), _min_exp(m.df, m.atoms)
     keep = mexp > tau
     if m.keep is not None:
         keep &= m.keep
