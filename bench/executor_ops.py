@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dagster_pomo.engine.column_joins import (
+from dagster_pomo.engine.local.column_joins import (
     among,
     groups,
     height,

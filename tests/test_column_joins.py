@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_pomo.engine.column_joins import (
+from dagster_pomo.engine.local.column_joins import (
     TooLarge,
     cross_pairs,
     equal_pairs,

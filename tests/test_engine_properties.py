@@ -27,8 +27,8 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dagster_pomo.engine.inprocess import stratum as local_stratum
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.local import stratum as local_stratum
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.spark.session import spark_session

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_pomo.engine import event_lines
-from dagster_pomo.engine.inprocess.rules import arrow_schema
+from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.versions import event_object, from_record, merge_versions, output_order
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import NEVER

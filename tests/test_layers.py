@@ -30,6 +30,7 @@ def test_every_layer_contract_is_kept() -> None:
         "no-airflow-in-dagster",
         "pure-plan",
         "independent-reference",
+        "local-executor",
         "no-cycles",
     )
     for contract in contracts:

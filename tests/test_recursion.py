@@ -1,6 +1,7 @@
-"""Recursive strata whose later rounds run inside Spark tasks (``engine/task_rounds.py``): they give
-what the reference gives and what Spark's own rounds give, hand over to Spark's rounds when
-a task knows too many versions, and spare the Spark job a round would otherwise cost."""
+"""Recursive strata whose later rounds run inside Spark tasks
+(``engine/local/linear_fixpoint.py``): they give what the reference gives and what Spark's
+own rounds give, hand over to Spark's rounds when a task knows too many versions, and
+spare the Spark job a round would otherwise cost."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from dagster_pomo.engine import event_lines, task_rounds
+from dagster_pomo.engine import event_lines
 from dagster_pomo.engine.driver import Driver
-from dagster_pomo.engine.inprocess import stratum as local_stratum
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.local import linear_fixpoint
+from dagster_pomo.engine.local import stratum as local_stratum
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.spark import warehouse
@@ -81,22 +83,24 @@ SPARK = Policy(in_process_inputs=0)  # every epoch on Spark's plans and tasks
     ("task_rows", "cells", "here"),
     [
         # The tasks reach the fixpoint, finding versions by address (small integer keys).
-        (DEFAULT.task_rows, task_rounds.CELLS, False),
+        (DEFAULT.task_rows, linear_fixpoint.CELLS, False),
         # The tasks stop part-way, and Spark's rounds go on from there; versions by hash.
         (30, 0, False),
-        (0, task_rounds.CELLS, False),  # Spark's rounds only
+        (0, linear_fixpoint.CELLS, False),  # Spark's rounds only
         # Small epochs in this process: the rounds on the tasks' executor, here (the
         # relation spread over threads however few its versions) ...
-        (DEFAULT.task_rows, task_rounds.CELLS, True),
+        (DEFAULT.task_rows, linear_fixpoint.CELLS, True),
         # ... which gives up past 30 versions: the stratum goes to Spark, as above ...
         (30, 0, True),
-        (0, task_rounds.CELLS, True),  # ... or every round on pandas frames
+        (0, linear_fixpoint.CELLS, True),  # ... or every round on pandas frames
     ],
 )
 def test_rounds_in_tasks_give_what_the_reference_gives(
     events: Path, expected: dict[str, list], monkeypatch, task_rows: int, cells: int, here: bool
 ) -> None:
-    monkeypatch.setattr(task_rounds, "CELLS", cells)  # tasks get the module by value: as patched
+    monkeypatch.setattr(
+        linear_fixpoint, "CELLS", cells
+    )  # tasks get the module by value: as patched
     monkeypatch.setattr(local_stratum, "SPREAD_ROWS", 0)
     assert len(expected["path"]) > 60 and expected["sg"], "the case must recurse a fair amount"
     # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
@@ -162,7 +166,7 @@ def test_tasks_that_fail_leave_the_stored_epoch_as_it_was(tmp_path: Path, monkey
     def broken(*args, **kwargs):
         raise RuntimeError("a task ran out of luck")
 
-    monkeypatch.setattr(task_rounds, "fixpoint", broken)  # tasks get the module by value
+    monkeypatch.setattr(linear_fixpoint, "fixpoint", broken)  # tasks get the module by value
     again = Driver.for_run(program, prepared, "wh", policy=SPARK)
     with pytest.raises(Exception, match="out of luck"):
         again.evaluate_epoch(again.epochs[0])

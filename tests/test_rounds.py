@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dagster_pomo.engine import task_rounds
+from dagster_pomo.engine.local import linear_fixpoint
 from dagster_pomo.lang import compile_corpus
 from dagster_pomo.plan.corpus import compile_plan
 from dagster_pomo.plan.schema import infer_schemas
@@ -69,7 +69,7 @@ def test_other_recursions_keep_spark_rounds(rules: str) -> None:
 def way(request, monkeypatch) -> str:
     """Rounds find known versions by address (small integer keys) or else by hash: both."""
     if request.param == "hashes":
-        monkeypatch.setattr(task_rounds, "CELLS", 0)
+        monkeypatch.setattr(linear_fixpoint, "CELLS", 0)
     return request.param
 
 
@@ -84,7 +84,7 @@ def _frame(pairs, t=0, exp=NEVER, new=True) -> pd.DataFrame:
             "kt": np.full(n, t, dtype=np.int64),
             "exp": np.full(n, exp, dtype=np.int64),
             "_tau": np.full(n, t, dtype=np.int64),
-            task_rounds.NEW: np.full(n, new, dtype=bool),
+            linear_fixpoint.NEW: np.full(n, new, dtype=bool),
         }
     )
 
@@ -100,15 +100,15 @@ def _columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
 def _fixpoint(
     plan, rows: pd.DataFrame, lower: dict[str, pd.DataFrame], *window_and_budget: int
 ) -> tuple[pd.DataFrame, int]:
-    """`task_rounds.fixpoint` of frames, its versions as a frame."""
+    """`linear_fixpoint.fixpoint` of frames, its versions as a frame."""
     lower_columns = {name: _columns(f) for name, f in lower.items()}
-    out, rounds = task_rounds.fixpoint(plan, _columns(rows), lower_columns, *window_and_budget)
+    out, rounds = linear_fixpoint.fixpoint(plan, _columns(rows), lower_columns, *window_and_budget)
     return out.to_pandas(), rounds
 
 
 def _closure(edges, rows, budget=10**9):
     plan = _plan(TC)
-    lower = {"edge": _frame(edges).drop(columns=task_rounds.NEW)}
+    lower = {"edge": _frame(edges).drop(columns=linear_fixpoint.NEW)}
     return _fixpoint(plan, rows, lower, -NEVER, NEVER, budget)
 
 
@@ -119,8 +119,8 @@ def test_a_cycles_closure_is_every_pair_after_as_many_rounds_as_nodes() -> None:
     assert sorted(zip(out["a"], out["b"], strict=True)) == [
         (i, j) for i in range(6) for j in range(6)
     ]
-    assert ran == 6 and not out[task_rounds.NEW].any()
-    assert list(out.columns) == ["a", "b", "t", "kt", "exp", "_tau", task_rounds.NEW]
+    assert ran == 6 and not out[linear_fixpoint.NEW].any()
+    assert list(out.columns) == ["a", "b", "t", "kt", "exp", "_tau", linear_fixpoint.NEW]
 
 
 @pytest.mark.usefixtures("way")
@@ -128,7 +128,7 @@ def test_a_path_lives_as_long_as_its_shortest_lived_edge() -> None:
     """The time of a match is its latest version's, and it lives until its first expires."""
     plan = _plan(TC)
     edges = pd.concat([_frame([(0, 1)], t=0, exp=50), _frame([(1, 2)], t=10, exp=30)])
-    lower = {"edge": edges.drop(columns=task_rounds.NEW)}
+    lower = {"edge": edges.drop(columns=linear_fixpoint.NEW)}
     out, _ = _fixpoint(plan, _frame([(0, 1)], t=0, exp=50), lower, -NEVER, NEVER, 10**9)
     got = {(r.a, r.b): (r.t, r.kt, r.exp) for r in out.itertuples()}
     assert got == {(0, 1): (0, 0, 50), (0, 2): (10, 10, 30)}
@@ -152,29 +152,29 @@ def test_a_task_that_knows_too_much_stops_and_names_the_versions_still_to_join()
     chain = [(i, i + 1) for i in range(10)]
     out, ran = _closure(chain, _frame(chain), budget=20)
     assert 20 < len(out) < 55 and ran < 9
-    waiting = out[out[task_rounds.NEW]]
+    waiting = out[out[linear_fixpoint.NEW]]
     assert len(waiting) > 0
     # What waits is the last round's: paths one edge longer than all the others.
     lengths = (out["b"] - out["a"]).to_numpy()
-    assert set(lengths[out[task_rounds.NEW].to_numpy()]) == {lengths.max()}
+    assert set(lengths[out[linear_fixpoint.NEW].to_numpy()]) == {lengths.max()}
 
 
 def test_keys_that_hash_alike_start_the_rounds_again_with_another_salt(monkeypatch) -> None:
     """A 64-bit hash finds keys; equal hashes are trusted only when the keys are equal."""
-    monkeypatch.setattr(task_rounds, "CELLS", 0)
+    monkeypatch.setattr(linear_fixpoint, "CELLS", 0)
     cycle = [(i, (i + 1) % 5) for i in range(5)]
     expected, _ = _closure(cycle, _frame(cycle))
-    real = task_rounds._hash
+    real = linear_fixpoint._hash
     salts = []
 
     def colliding(rows, key, salt):
         salts.append(salt)
         h = real(rows, key, salt)
-        return np.zeros_like(h) if salt == task_rounds.SALTS[0] else h
+        return np.zeros_like(h) if salt == linear_fixpoint.SALTS[0] else h
 
-    monkeypatch.setattr(task_rounds, "_hash", colliding)
+    monkeypatch.setattr(linear_fixpoint, "_hash", colliding)
     out, _ = _closure(cycle, _frame(cycle))
-    assert task_rounds.SALTS[1] in salts
+    assert linear_fixpoint.SALTS[1] in salts
     key = ["a", "b", "t", "kt", "exp"]
     assert (
         out[key].sort_values(key).values.tolist() == expected[key].sort_values(key).values.tolist()
@@ -193,7 +193,7 @@ def test_guards_and_negations_are_judged_as_spark_judges_them() -> None:
     blocked = pd.DataFrame(
         {"n": [2, 3], "t": [0, 20], "kt": [0, 20], "exp": [5, 30], "_tau": [0, 20]}
     ).astype("int64")
-    lower = {"edge": _frame(cycle).drop(columns=task_rounds.NEW), "blocked": blocked}
+    lower = {"edge": _frame(cycle).drop(columns=linear_fixpoint.NEW), "blocked": blocked}
     out, _ = _fixpoint(plan, _frame(cycle), lower, -NEVER, NEVER, 10**9)
     assert all(a != b or (a, b) in cycle for a, b in zip(out["a"], out["b"], strict=True))
     # At time 0, 2 is blocked (until 5): only its edge reaches it, and no path goes on through
@@ -201,7 +201,7 @@ def test_guards_and_negations_are_judged_as_spark_judges_them() -> None:
     reached = {*cycle, (1, 3), (1, 0), (2, 0), (2, 1), (3, 1)}
     assert set(zip(out["a"], out["b"], strict=True)) == reached
     later = _frame(cycle, t=10)
-    lower["edge"] = later.drop(columns=task_rounds.NEW)
+    lower["edge"] = later.drop(columns=linear_fixpoint.NEW)
     out, _ = _fixpoint(plan, later, lower, -NEVER, NEVER, 10**9)
     pairs = {(a, b) for a in range(4) for b in range(4) if a != b}
     assert set(zip(out["a"], out["b"], strict=True)) == pairs
@@ -213,10 +213,10 @@ def test_keys_outside_the_ranges_of_their_cells_fall_back_on_hashes(monkeypatch)
     chain = [(i, i + 1) for i in range(8)]
     expected, _ = _closure(chain, _frame(chain))
     assert len(expected) == 8 * 9 // 2
-    monkeypatch.setattr(task_rounds, "_range", lambda columns: (0, 3))
+    monkeypatch.setattr(linear_fixpoint, "_range", lambda columns: (0, 3))
     made = _hash_ways(monkeypatch)
     out, _ = _closure(chain, _frame(chain))
-    assert made == [task_rounds.SALTS[0]]
+    assert made == [linear_fixpoint.SALTS[0]]
     key = ["a", "b", "t", "kt", "exp"]
     assert out[key].sort_values(key).values.tolist() == (
         expected[key].sort_values(key).values.tolist()
@@ -226,13 +226,13 @@ def test_keys_outside_the_ranges_of_their_cells_fall_back_on_hashes(monkeypatch)
 def _hash_ways(monkeypatch) -> list[int]:
     """The salts of the hash ways the rounds take, as they take them."""
     made: list[int] = []
-    real = task_rounds._Known.__init__
+    real = linear_fixpoint._Known.__init__
 
     def known(self, key, salt):
         made.append(salt)
         real(self, key, salt)
 
-    monkeypatch.setattr(task_rounds._Known, "__init__", known)
+    monkeypatch.setattr(linear_fixpoint._Known, "__init__", known)
     return made
 
 
@@ -247,7 +247,7 @@ def test_cells_and_hashes_find_the_same_versions(seed: int, monkeypatch) -> None
     ).astype("int64")
     edges["kt"] = edges["t"]
     edges["exp"] = edges["t"] + rng.integers(1, 60, n)
-    rows = edges.assign(_tau=edges["t"], **{task_rounds.NEW: True})
+    rows = edges.assign(_tau=edges["t"], **{linear_fixpoint.NEW: True})
     plan = _plan(TC)
 
     def run() -> list:
@@ -255,7 +255,7 @@ def test_cells_and_hashes_find_the_same_versions(seed: int, monkeypatch) -> None
         return out.sort_values(list(out.columns)).values.tolist()
 
     cells = run()
-    monkeypatch.setattr(task_rounds, "CELLS", 0)
+    monkeypatch.setattr(linear_fixpoint, "CELLS", 0)
     assert run() == cells
     assert len(cells) > n  # some paths were made
 
@@ -268,7 +268,7 @@ def test_versions_stamped_before_they_were_known_are_found_by_hash(monkeypatch) 
     rows = _frame(chain)
     rows.loc[0, "t"] = -3  # known at 0, stamped at -3
     plan = _plan(TC)
-    lower = {"edge": _frame(chain).drop(columns=task_rounds.NEW)}
+    lower = {"edge": _frame(chain).drop(columns=linear_fixpoint.NEW)}
     made = _hash_ways(monkeypatch)
     out, _ = _fixpoint(plan, rows, lower, -NEVER, NEVER, 10**9)
     assert made and len(out) == 5 * 6 // 2

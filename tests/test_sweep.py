@@ -8,7 +8,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_pomo.engine.sliding_aggregates import streamed, sweep
+from dagster_pomo.engine.local.sliding_aggregates import streamed, sweep
 
 NEVER = 2**63 - 1
 AGGREGATES = [("count", None), ("sum", "i"), ("average", "f"), ("min", "f"), ("max", "i")]

@@ -603,7 +603,7 @@ def test_a_join_too_large_for_this_process_goes_to_spark(
     Spark, which stores the same rows; an epoch as large as one whose stratum went to Spark
     goes there at once (a range of small epochs is taken epoch by epoch here: each would
     otherwise work its joins out twice)."""
-    from dagster_pomo.engine.column_joins import TooLarge
+    from dagster_pomo.engine.local.column_joins import TooLarge
     from dagster_pomo.engine.spark.evaluator import SparkEvaluator
 
     program = compile_corpus(FLAT, "flat.pomo")

@@ -1,2 +1,3 @@
-"""Evaluation of checked programs: on Spark (small epochs in this process, see
-`inprocess`), and by a small pure-Python reference."""
+"""Evaluation of checked programs: the epoch driver, on Spark's plans (`spark`) and the
+local executor (`local`: small epochs in this process, a recursion's rounds in Spark's
+tasks), and by a small pure-Python reference."""

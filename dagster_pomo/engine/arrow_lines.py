@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from dagster_pomo.engine.inprocess.rules import ARROW
 from dagster_pomo.engine.lines import (
     NUMBER_DIGITS,
     Piece,
@@ -32,6 +31,7 @@ from dagster_pomo.engine.lines import (
     long_numbers,
     piece_bytes,
 )
+from dagster_pomo.engine.local.arrow_schemas import ARROW
 
 # Column types Arrow reads as the checks type them (a `time` may be ISO text).
 READS = {"int", "float", "str", "bool"}

@@ -9,7 +9,7 @@ collects the statistics; the backend evaluates one stratum of one epoch (or of a
 standing for several) over the stored versions and stores what it derives.
 
 The backend today is Spark's (`engine.spark.evaluator.SparkEvaluator`), which hands the
-strata of small epochs to the local executor (`engine.inprocess`). Callers outside the
+strata of small epochs to the local executor (`engine.local`). Callers outside the
 engine import this module, never the backend's.
 """
 

@@ -1,4 +1,4 @@
-"""Which recursive strata can run their rounds on the tasks' executor (``task_rounds``).
+"""Which recursive strata can run their rounds on the tasks' executor (``linear_fixpoint``).
 
 The rounds after the first join only new versions of the recursive relation, so
 only the rules that read it matter to them, and those must be simple enough to

@@ -36,9 +36,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dagster_pomo.engine.column_joins import Cols, TooLarge, concat, from_arrow, height
-from dagster_pomo.engine.inprocess import rules as local_rules
-from dagster_pomo.engine.inprocess import stratum as local
+from dagster_pomo.engine.local import stratum as local
+from dagster_pomo.engine.local.arrow_schemas import arrow_schema
+from dagster_pomo.engine.local.column_joins import Cols, TooLarge, concat, from_arrow, height
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
@@ -89,7 +89,7 @@ def collect_versions(df: DataFrame, schema: Schema) -> list[Version]:
 def read_versions(wh: Warehouse, schema: Schema, keys: Sequence[str]) -> list[Version]:
     """The versions of the epochs ``keys`` of a relation of ``schema``, read by this process
     from a local warehouse's files (no Spark job)."""
-    table = wh.read_table(schema.name, keys, local_rules.arrow_schema(schema))
+    table = wh.read_table(schema.name, keys, arrow_schema(schema))
     return [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
 
 
@@ -469,7 +469,7 @@ class SparkEvaluator:
         return all(self.store.input_events(epoch_key(e)) <= bound for e in epochs)
 
     def _supported_here(self, stratum: StratumPlan) -> bool:
-        """Whether this process can work ``stratum`` out (`inprocess.stratum.supported`)."""
+        """Whether this process can work ``stratum`` out (`local.stratum.supported`)."""
         if stratum.index not in self._local_strata:
             self._local_strata[stratum.index] = local.supported(self.plan, stratum)
         return self._local_strata[stratum.index]
@@ -561,7 +561,7 @@ class SparkEvaluator:
 
     def in_process(self, stratum: StratumPlan, epoch: Epoch) -> bool:
         """Whether this process works ``stratum`` of ``epoch`` out instead of Spark. The
-        stratum is one `inprocess.stratum.supported` takes (no ``@next``, no provenance).
+        stratum is one `local.stratum.supported` takes (no ``@next``, no provenance).
         Spark and the warehouse on this machine: the epoch is not a range, and is small
         (at most ``Policy.in_process_inputs`` input events, counted from its files),
         or the stratum a recursion over few rows (`_reads_few`). A small epoch's Spark jobs
@@ -633,7 +633,7 @@ class SparkEvaluator:
         if not self.store.local:
             seeds = self._seeds(name, epoch, {})
             return None if seeds is None else self._reads(epoch).fetched(name, seeds)
-        schema = local_rules.arrow_schema(self.schemas[name])
+        schema = arrow_schema(self.schemas[name])
         parts = []
         facts = [r for r in self.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
         if facts:

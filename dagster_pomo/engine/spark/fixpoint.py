@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from dagster_pomo.engine import column_joins, task_rounds
+from dagster_pomo.engine.local import column_joins, linear_fixpoint
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.estimates import bounded
 from dagster_pomo.engine.spark.lookups import is_connect
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 # Executors get the rounds' code and the shapes of their plans with each task (see
 # `Recursion._rounds_in_tasks`).
-cloudpickle.register_pickle_by_value(task_rounds)
+cloudpickle.register_pickle_by_value(linear_fixpoint)
 cloudpickle.register_pickle_by_value(column_joins)
 cloudpickle.register_pickle_by_value(linear_rounds)
 cloudpickle.register_pickle_by_value(time_rules)
@@ -221,7 +221,8 @@ class Recursion:
             lower[r] = table
         pieces = [rows for rows, _ in fix.pieces[name]]
         flagged = [
-            p.withColumn(task_rounds.NEW, F.lit(i == len(pieces) - 1)) for i, p in enumerate(pieces)
+            p.withColumn(linear_fixpoint.NEW, F.lit(i == len(pieces) - 1))
+            for i, p in enumerate(pieces)
         ]
         rows = reduce(DataFrame.union, flagged)
         if name in self._stable:
@@ -231,24 +232,24 @@ class Recursion:
         struct = StructType(
             [
                 *self.ev.structs[name].fields,
-                StructField(task_rounds.NEW, BooleanType()),
-                StructField(task_rounds.ROUNDS, LongType()),
+                StructField(linear_fixpoint.NEW, BooleanType()),
+                StructField(linear_fixpoint.ROUNDS, LongType()),
             ]
         )
         arrow = to_arrow_schema(struct)
         staging = self._tasks_write(name, epoch)
-        run = task_rounds.task(plan, lower, arrow, epoch.lower, epoch.end, task_rows, staging)
+        run = linear_fixpoint.task(plan, lower, arrow, epoch.lower, epoch.end, task_rows, staging)
         if staging is None:
             out, seen = self._observed(
                 f"rounds-{name}",
                 rows.mapInArrow(run, struct),
-                F.count_if(F.col(task_rounds.NEW)).alias("waiting"),
-                F.max(task_rounds.ROUNDS).alias("rounds"),
+                F.count_if(F.col(linear_fixpoint.NEW)).alias("waiting"),
+                F.max(linear_fixpoint.ROUNDS).alias("rounds"),
             )
             ran, pending = int(seen.get("rounds") or 0), int(seen.get("waiting") or 0)
         else:
             try:
-                summary = rows.mapInArrow(run, from_arrow_schema(task_rounds.SUMMARY)).collect()
+                summary = rows.mapInArrow(run, from_arrow_schema(linear_fixpoint.SUMMARY)).collect()
             except BaseException:
                 self.ev.wh.discard(staging)
                 raise
@@ -260,7 +261,9 @@ class Recursion:
                 return None, None, ran
             # The tasks' files, in memory again (files without ``__new`` hold no waiting row).
             read = self.ev.spark.read.schema(struct).parquet(staging)
-            out = read.withColumn(task_rounds.NEW, F.coalesce(F.col(task_rounds.NEW), F.lit(False)))
+            out = read.withColumn(
+                linear_fixpoint.NEW, F.coalesce(F.col(linear_fixpoint.NEW), F.lit(False))
+            )
             out = bounded(out.localCheckpoint(eager=True))
             self.ev.wh.discard(staging)
         stored = out.select(*R.row_columns(self.ev.schemas[name]))
@@ -273,7 +276,9 @@ class Recursion:
         self._keep(fix, name, piece)
         current[name] = piece
         self.ev.hold(epoch, name, piece)
-        waiting = out.filter(F.col(task_rounds.NEW)).select(*R.row_columns(self.ev.schemas[name]))
+        waiting = out.filter(F.col(linear_fixpoint.NEW)).select(
+            *R.row_columns(self.ev.schemas[name])
+        )
         return {name: waiting}, None, ran
 
     def _tasks_write(self, name: str, epoch: Epoch) -> str | None:

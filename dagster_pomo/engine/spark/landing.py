@@ -49,7 +49,6 @@ from dagster_pomo.engine.ingest import (
     read_piece,
     stored_types,
 )
-from dagster_pomo.engine.inprocess.rules import ARROW, arrow_schema
 from dagster_pomo.engine.inputs import RunInputs, epoch_range, load_inputs
 from dagster_pomo.engine.lines import (
     PARQUET,
@@ -61,6 +60,7 @@ from dagster_pomo.engine.lines import (
     newlines,
 )
 from dagster_pomo.engine.lines import numbered as numbered_pieces
+from dagster_pomo.engine.local.arrow_schemas import ARROW, arrow_schema
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark.session import runs_here
 from dagster_pomo.engine.spark.warehouse import Warehouse

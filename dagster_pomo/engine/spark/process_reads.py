@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from dagster_pomo.engine.column_joins import Cols, TooLarge, concat, from_arrow, height, take
-from dagster_pomo.engine.inprocess import rules as local_rules
+from dagster_pomo.engine.local.arrow_schemas import arrow_schema
+from dagster_pomo.engine.local.column_joins import Cols, TooLarge, concat, from_arrow, height, take
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.plan.schema import Schema
 
@@ -64,7 +64,7 @@ class ProcessReads:
     def table(self, name: str, key: str) -> Cols:
         """Stored epoch ``key`` of ``name``, read from its files (once)."""
         if (name, key) not in self._tables:
-            schema = local_rules.arrow_schema(self.schemas[name])
+            schema = arrow_schema(self.schemas[name])
             self._tables[(name, key)] = from_arrow(self.wh.read_table(name, [key], schema))
         return self._tables[(name, key)]
 
@@ -78,8 +78,8 @@ class ProcessReads:
         table = rows.limit(self.limit + 1).toArrow()
         if table.num_rows > self.limit:
             raise TooLarge(f"more than {self.limit:,} versions of {name} to read")
-        schema = local_rules.arrow_schema(self.schemas[name])
+        schema = arrow_schema(self.schemas[name])
         return from_arrow(table.select(schema.names).cast(schema))
 
     def _empty(self, name: str) -> Cols:
-        return from_arrow(local_rules.arrow_schema(self.schemas[name]).empty_table())
+        return from_arrow(arrow_schema(self.schemas[name]).empty_table())

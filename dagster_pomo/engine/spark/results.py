@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from dagster_pomo.engine import event_lines
 from dagster_pomo.engine.actions import ActionEvent, Subscription
-from dagster_pomo.engine.inprocess.rules import arrow_schema
+from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.spark.evaluator import collect_versions, read_versions, struct_of
 from dagster_pomo.engine.spark.handler_events import range_events
 from dagster_pomo.engine.spark.rules import united

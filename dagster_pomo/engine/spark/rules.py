@@ -21,7 +21,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from dagster_pomo.engine import cid as content_ids
-from dagster_pomo.engine import column_joins, lattices, sliding_aggregates
+from dagster_pomo.engine import lattices
+from dagster_pomo.engine.local import column_joins, sliding_aggregates
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, spark_type, truthy
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import Value

@@ -89,7 +89,7 @@ class LazySession:
     """The process's Spark session, started when something first needs it.
 
     A small epoch is worked out in this process, its inputs written and its reports read
-    with pyarrow (`engine.inprocess`, `Warehouse.put`, `read_table`): a run of such epochs
+    with pyarrow (`engine.local`, `Warehouse.put`, `read_table`): a run of such epochs
     needs no JVM, and a fresh process (an Airflow task, a Dagster run, `pomo run` on a
     little data) would otherwise spend seconds starting one. Anything else asked of this
     object starts the session and is asked of it. Only for local mode: a cluster or a

@@ -1,7 +1,8 @@
 """Equi-joins and keys over numpy columns: which rows meet, which rows are one key.
 
-Both local executors pair rows this way: a rule's matches worked out in this process
-(`inprocess.rules`) and a recursion's rounds inside a Spark task (`task_rounds`). One side
+The local executor pairs rows this way wherever it runs: a rule's matches worked out in
+this process (`rules`) and a recursion's rounds inside a Spark task or here
+(`linear_fixpoint`). One side
 is sorted and the other searched in it, so a join costs two sorts' worth of work and
 makes no hash table of frames; the number of pairs is known before any is made, so a
 join too large for the process stops before it takes the memory. A key of several
@@ -11,7 +12,7 @@ own group-bys and de-duplications number text through C strings, which end at a 
 character, and would make "a" and "a\\x00" one key.
 
 Keys compare as Spark's joins compare them: NaN equals NaN and ``-0.0`` equals ``0.0``.
-Both executors hold their rows as numpy columns by name (`Cols`), taken from Arrow tables
+The executor holds its rows as numpy columns by name (`Cols`), taken from Arrow tables
 (`from_arrow`) and given back as Arrow (`to_arrow`): a pandas frame would copy them
 at every step and index them for nothing.
 This module imports numpy, pandas and pyarrow only: it ships to Spark's tasks by value.

@@ -1,4 +1,5 @@
-"""The rounds of a linear recursive stratum run to its fixpoint inside one Spark task.
+"""The rounds of a linear recursive stratum run to its fixpoint, inside one Spark task or
+in this process (`stratum._linear_rounds`).
 
 A Spark round costs a job, its stages and a plan built again from the rules, whatever
 the size of its data: the closure of a 1,000-node cycle takes 1,001 of them. When every
@@ -31,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dagster_pomo.engine.column_joins import (
+from dagster_pomo.engine.local.column_joins import (
     Cols,
     SortedKeys,
     among,

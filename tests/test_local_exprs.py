@@ -10,7 +10,7 @@ import pandas as pd
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dagster_pomo.engine.inprocess.exprs import Col, supported, truthy, value
+from dagster_pomo.engine.local.exprs import Col, supported, truthy, value
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import Undefined, evaluate
 

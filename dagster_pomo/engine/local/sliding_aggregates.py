@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dagster_pomo.engine.column_joins import spread
+from dagster_pomo.engine.local.column_joins import spread
 
 # How each aggregate reduces a slice; ``min`` skips NaN and ``max`` lets it win, as Spark does.
 REDUCERS = {"sum": np.add, "average": np.add, "min": np.fmin, "max": np.maximum}

@@ -4,9 +4,9 @@ A small epoch's Spark jobs, plans and their analysis cost far more than its rows
 water-tank epoch of 10,000 readings waits about a second and a half for seven jobs.
 Here the same rules run over numpy columns of the same versions (read from the
 warehouse's Parquet files, see ``SparkEvaluator``), with the plans' semantics
-(:mod:`dagster_pomo.engine.inprocess.rules`), and the versions come back as Arrow
+(:mod:`dagster_pomo.engine.local.rules`), and the versions come back as Arrow
 tables for the warehouse. The later rounds of a linear recursion run on the executor
-Spark's tasks run them on (`task_rounds`), here as there.
+Spark's tasks run them on (`linear_fixpoint`), here as there.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dagster_pomo.engine import task_rounds
-from dagster_pomo.engine.column_joins import (
+from dagster_pomo.engine.local import linear_fixpoint
+from dagster_pomo.engine.local import rules as R
+from dagster_pomo.engine.local.arrow_schemas import arrow_schema
+from dagster_pomo.engine.local.column_joins import (
     Cols,
     TooLarge,
     check_size,
@@ -31,7 +33,6 @@ from dagster_pomo.engine.column_joins import (
     take,
     to_arrow,
 )
-from dagster_pomo.engine.inprocess import rules as R
 from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.linear_rounds import LinearPlan
@@ -75,7 +76,7 @@ def ticks(plan: CorpusPlan, schema: Schema, clock_start: int, start: int, end: i
 
 
 def empty(schema: Schema) -> Cols:
-    return from_arrow(R.arrow_schema(schema).empty_table())
+    return from_arrow(arrow_schema(schema).empty_table())
 
 
 def evaluate(
@@ -94,7 +95,7 @@ def evaluate(
     rules derive from ``state`` (a relation's versions that can take part) merged with
     ``seeds`` (facts and deferred events), one version per ``(args, t, kt)``; and the rounds
     it took. A recursive stratum reads its own relations' earlier epochs from ``history``;
-    a linear one's rounds after the first run on `task_rounds` while its relation holds at
+    a linear one's rounds after the first run on `linear_fixpoint` while its relation holds at
     most ``budget`` versions (0: as other recursions' rounds run).
     Raises `TooLarge` when a join, or a recursive relation, passes ``limit`` rows
     (a linear one: ``budget``)."""
@@ -125,7 +126,7 @@ def evaluate(
             rows = R.dedupe(schema, concat([_stored(schema, p) for p in parts]))
         else:
             rows = empty(schema)
-        out[name] = to_arrow(rows, R.arrow_schema(schema))
+        out[name] = to_arrow(rows, arrow_schema(schema))
     return out, 1
 
 
@@ -145,7 +146,7 @@ def _fixpoint(
     A version is new when no known version has its ``(args, t, kt)`` and lives as long.
     A round costs about what its new versions cost, not what came before: a thousand
     single-version rounds take seconds (see BENCHMARKS.md). With a ``linear`` plan, the
-    rounds after the first run on `task_rounds`. The stratum goes to Spark
+    rounds after the first run on `linear_fixpoint`. The stratum goes to Spark
     (`TooLarge`) when a relation grows past ``limit`` versions (``budget`` in the
     linear rounds)."""
     a, b = window
@@ -198,7 +199,7 @@ def _fixpoint(
         if not delta:
             break
     out = {
-        n: finished[n] if n in finished else to_arrow(known[n], R.arrow_schema(schemas[n]))
+        n: finished[n] if n in finished else to_arrow(known[n], arrow_schema(schemas[n]))
         for n in names
     }
     return out, rounds
@@ -213,17 +214,17 @@ def _linear_rounds(
     budget: int,
     spread: int | None,
 ) -> tuple[pa.Table, int]:
-    """The rounds of a linear recursion after its first, run by `task_rounds` here as
+    """The rounds of a linear recursion after its first, run by `linear_fixpoint` here as
     Spark's tasks run them: from the relation's known versions and the fresh ones the next
     round joins (``given``), with its lower relations' versions (``state``). Spread on its
     stable argument (column ``spread``), each part is taken to its fixpoint on a thread
     of its own, as a task of its own on Spark (numpy lets go of the interpreter's lock).
     Its versions, one per key, and the rounds run; `TooLarge` when a part knows more
     than ``budget``."""
-    arrow = R.arrow_schema(schema)
+    arrow = arrow_schema(schema)
     rows = concat(  # as Spark's pieces come: the last one new
         [
-            {**_as_stored(p, arrow), task_rounds.NEW: np.full(height(p), new)}
+            {**_as_stored(p, arrow), linear_fixpoint.NEW: np.full(height(p), new)}
             for p, new in zip(given, (False, True), strict=True)
         ]
     )
@@ -231,7 +232,7 @@ def _linear_rounds(
     parts = _spread(rows, schema.columns[spread] if spread is not None else None)
 
     def fixpoint(part: Cols) -> tuple[pa.Table, int]:
-        return task_rounds.fixpoint(plan, part, lower, *window, budget)
+        return linear_fixpoint.fixpoint(plan, part, lower, *window, budget)
 
     if len(parts) == 1:
         done = [fixpoint(parts[0])]
@@ -239,9 +240,9 @@ def _linear_rounds(
         with ThreadPoolExecutor(len(parts), thread_name_prefix="pomo-rounds") as pool:
             done = list(pool.map(fixpoint, parts))
     out = pa.concat_tables([o for o, _ in done])
-    if out[task_rounds.NEW].to_numpy().any():
+    if out[linear_fixpoint.NEW].to_numpy().any():
         raise TooLarge(f"{plan.relation} knows more than {budget} versions")
-    return task_rounds.as_stored(out, arrow), max(r for _, r in done)
+    return linear_fixpoint.as_stored(out, arrow), max(r for _, r in done)
 
 
 def _spread(rows: Cols, column: str | None) -> list[Cols]:

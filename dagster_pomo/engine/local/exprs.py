@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dagster_pomo.engine.column_joins import height
+from dagster_pomo.engine.local.column_joins import height
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.kinds import expr_type
 

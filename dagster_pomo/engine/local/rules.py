@@ -6,8 +6,8 @@ atoms become renamed columns and join on shared variables (or on buckets of a ba
 their guards keep them in), ``where`` adds columns, guards filter, ``tau`` is the
 largest ``kt``, negations drop the matches some agreeing version is alive for, and the
 head computes ``t``, ``kt`` and ``exp`` (DESIGN §3.1). Aggregates cut each combination
-of events into segments and hand them to :mod:`dagster_pomo.engine.sliding_aggregates`, which the
-Spark plans run in their tasks.
+of events into segments and hand them to `sliding_aggregates`, which the Spark plans
+run in their tasks.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from dagster_pomo.engine import sliding_aggregates
 from dagster_pomo.engine.cid import cids
-from dagster_pomo.engine.column_joins import (
+from dagster_pomo.engine.local import sliding_aggregates
+from dagster_pomo.engine.local.column_joins import (
     Cols,
     concat,
     cross_pairs,
@@ -39,7 +39,7 @@ from dagster_pomo.engine.column_joins import (
     running_max,
     take,
 )
-from dagster_pomo.engine.inprocess.exprs import (
+from dagster_pomo.engine.local.exprs import (
     NUMPY,
     Col,
     Vec,
@@ -50,9 +50,9 @@ from dagster_pomo.engine.inprocess.exprs import (
     truthy,
     value,
 )
-from dagster_pomo.engine.task_rounds import NUMPY_OPS
+from dagster_pomo.engine.local.linear_fixpoint import NUMPY_OPS
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.kinds import element_of, expr_type
+from dagster_pomo.lang.kinds import expr_type
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import (
     BodyAggregate,
@@ -63,27 +63,9 @@ from dagster_pomo.plan.rules import (
     grouped_head_of,
 )
 from dagster_pomo.plan.scans import CID, comparable
-from dagster_pomo.plan.schema import META, PROV, Schema, row_columns
+from dagster_pomo.plan.schema import Schema, row_columns
 from dagster_pomo.plan.time import head_times
 from dagster_pomo.timeline import EARLIEST, NEVER, PAST
-
-ARROW = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
-
-
-def arrow_type(typ: str) -> pa.DataType:
-    """A column type (a set's as a list) in Arrow."""
-    element = element_of(typ)
-    return ARROW[typ] if element is None else pa.list_(ARROW[element])
-
-
-def arrow_schema(schema: Schema) -> pa.Schema:
-    """The stored columns of a relation as Arrow types (those of Spark's ``struct_of``)."""
-    fields = [pa.field(c, ARROW[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
-    fields += [pa.field(f"_agg_{fn}", arrow_type(t)) for fn, _, t in schema.aggregates]
-    fields += [pa.field(m, pa.int64()) for m in META]
-    if schema.provenance:
-        fields.append(pa.field(PROV, pa.list_(pa.string())))
-    return pa.schema(fields)
 
 
 def rule_supported(plan: RulePlan) -> bool:
