@@ -692,3 +692,65 @@ def test_writers_at_once_never_trip_over_the_staging_folder(tmp_path: Path) -> N
     assert not failed, failed
     assert all(wh.stored_rows(f"r{i}", str(k)) == 3 for i in range(4) for k in range(200))
     assert not (tmp_path / "c" / "_staging").exists()
+
+
+def test_an_epoch_reads_again_only_the_stored_epochs_whose_files_changed(
+    tmp_path: Path, events_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Epoch by epoch in this process, what an epoch read or stored is what the next one
+    reads of its history: every stored epoch is read from its files at most once in the
+    run. An epoch another writer rewrote in between is read again, and the epoch after it
+    comes out as it does for a process that never held anything."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from dagster_pomo.engine.local.arrow_schemas import arrow_schema
+
+    program = compile_corpus(FLAT, "flat.pomo")
+    prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
+    root = str(tmp_path / "wh")
+    held = Driver.for_run(program, prepared, root)
+    wh = held.backend.wh
+    reads: Counter = Counter()
+    read_table = wh.read_table
+
+    def counted(relation, keys, schema, deferred=False, **kw):  # noqa: ANN001, ANN202
+        keys = list(keys)
+        if not deferred:  # deferred events are read per epoch, filtered to it
+            reads.update((relation, k) for k in keys)
+        return read_table(relation, keys, schema, deferred, **kw)
+
+    monkeypatch.setattr(wh, "read_table", counted)
+    epochs = held.epochs
+    assert len(epochs) > 3
+    for epoch in epochs:
+        stats = held.evaluate_epoch(epoch)
+        assert all(s.in_process for s in stats.strata), epoch
+    assert reads and max(reads.values()) == 1, reads.most_common(3)
+
+    # Another writer changes the readings of an epoch, which the next one's aggregates read.
+    fifth, sixth = epoch_key(epochs[-2]), epoch_key(epochs[-1])
+    schema = arrow_schema(held.backend.schemas["reading"])
+    table = read_table("reading", [fifth], schema)
+    assert table.num_rows > 0
+    column = table.schema.get_field_index("value")
+    changed = table.set_column(column, "value", pc.add(table["value"], pa.scalar(100.0)))
+    before = {k: v for k, v in partitions(tmp_path / "wh", program, held).items() if k[1] == sixth}
+    wh.put("reading", fifth, changed)
+    again = reads[("reading", fifth)]
+    held.evaluate_epoch(epochs[-1])
+    assert reads[("reading", fifth)] == again + 1
+    after = {k: v for k, v in partitions(tmp_path / "wh", program, held).items() if k[1] == sixth}
+    assert after != before, "the change must reach the next epoch"
+
+    fresh = Driver.open(
+        program,
+        prepared.schemas,
+        root,
+        epochs,
+        prepared.epoch_range.start,
+        prepared.ingested.events,
+    )
+    fresh.evaluate_epoch(epochs[-1])
+    anew = {k: v for k, v in partitions(tmp_path / "wh", program, fresh).items() if k[1] == sixth}
+    assert anew == after

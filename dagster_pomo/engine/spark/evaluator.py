@@ -114,9 +114,6 @@ class _EpochCaches:
 
     # Its versions so far, by (`_slot`, relation): read once, reused by rules.
     current: dict[tuple[tuple[int, int], str], DataFrame] = field(default_factory=dict)
-    # What this process read for its strata of the epoch (or span) ``reads_for``.
-    reads: ProcessReads | None = None
-    reads_for: tuple[int, int] | None = None
     read: set[tuple[str, str]] = field(default_factory=set)  # partitions it read
 
 
@@ -167,6 +164,12 @@ class SparkEvaluator:
         self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
         self._local_strata: dict[int, bool] = {}  # which strata it can work out (`in_process`)
+        # What this process read for its strata, and for which epoch (or span) last.
+        files = self.store.local
+        self._process_reads = ProcessReads(
+            warehouse, schemas, self.structs, files, policy.lower_rows
+        )
+        self._reads_for: tuple[int, int] | None = None
         # The fewest input events of an epoch in which a stratum's joins grew too large here
         # (`TooLarge`): epochs as large go to Spark at once (see `in_process`).
         self._too_large: dict[int, int] = {}
@@ -321,7 +324,8 @@ class SparkEvaluator:
     def epoch_scope(self, epoch: Epoch) -> Iterator[EpochScope]:
         """Within this block the strata of ``epoch`` are evaluated: its Spark jobs carry the
         epoch's job group, counted when the block ends, with the partitions it read. The
-        epoch's state starts empty (what it read of earlier epochs may have changed)."""
+        epoch's Spark state starts empty (what it read of earlier epochs may have changed);
+        what this process read from files stays while the files do (`ProcessReads`)."""
         scope = EpochScope()
         group = (f"pomo-{self.program.name}-{epoch_key(epoch)}", f"epoch {epoch}")
         lazy = self.spark if isinstance(self.spark, LazySession) else None
@@ -334,9 +338,9 @@ class SparkEvaluator:
             running.sparkContext.setJobGroup(*group)
             # Spark keeps the jobs of a group across evaluations of the same epoch: count ours.
             earlier = set(running.sparkContext.statusTracker().getJobIdsForGroup(group[0]))
-        # Earlier epochs' entries are no longer needed, nor what this process read of them
-        # (their inputs may have changed).
+        # Earlier epochs' entries are no longer needed, nor what Spark read of them.
         self._epoch = _EpochCaches(read=scope.partitions_read)
+        self._reads_for = None  # what this process read through Spark is read anew
         try:
             yield scope
         finally:
@@ -603,12 +607,19 @@ class SparkEvaluator:
 
     def _reads(self, epoch: Epoch) -> ProcessReads:
         """What this process reads of the warehouse for ``epoch``'s strata (see
-        `ProcessReads`)."""
-        if self._epoch.reads is None or self._epoch.reads_for != _slot(epoch):
-            files, limit = self.store.local, self.policy.lower_rows
-            self._epoch.reads = ProcessReads(self.wh, self.schemas, self.structs, files, limit)
-            self._epoch.reads_for = _slot(epoch)
-        return self._epoch.reads
+        `ProcessReads`), keeping of what it read before the epochs ``epoch`` may read."""
+        if self._reads_for != _slot(epoch):
+            alive: dict[str, set[str]] = {}
+
+            def wanted(name: str, key: str) -> bool:
+                if name not in alive:  # with what expires at its start (a body aggregate's)
+                    alive[name] = set(self._alive_keys(name, epoch, epoch.start - 1))
+                    alive[name].update(self._keys(epoch))
+                return key in alive[name]
+
+            self._process_reads.retain(wanted)
+            self._reads_for = _slot(epoch)
+        return self._process_reads
 
     def _local_state(self, name: str, epoch: Epoch, earlier: int = 0) -> Cols:
         """`state` in this process: the versions of ``name`` that can take part in a match

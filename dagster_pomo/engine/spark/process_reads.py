@@ -1,7 +1,12 @@
 """Stored versions read by this process, for a stratum it works out itself.
 
 Where Spark and the warehouse are on this machine, the process reads the epochs' Parquet
-files with no Spark job, each epoch once while the epoch under way lasts. Elsewhere (a
+files with no Spark job, and keeps what it read, or stored itself, for the epochs after:
+an epoch reads much of what the one before read or wrote (the history its lifetimes
+reach), and converting it from Parquet again cost a sixth of an in-process epoch. A kept
+epoch is used again only while its files are those it was read from or written to
+(`Warehouse.signature`: another writer, Spark's included, replaces them whole), and
+only while an epoch may still read it (`retain`). Elsewhere (a
 cluster, Spark Connect, a warehouse on another file system) only a recursion over few
 rows is worked out here (see `SparkEvaluator.in_process`): its versions come through
 Spark, one job per read, and a read of more than ``limit`` rows gives the stratum back to
@@ -10,7 +15,8 @@ Spark's plans (`TooLarge`) before anything is stored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -23,8 +29,8 @@ from dagster_pomo.plan.schema import Schema
 
 
 class ProcessReads:
-    """One epoch's reads (make a new one for every epoch: earlier epochs' files may change
-    between them)."""
+    """What this process read of the warehouse, for the epoch under way and, from a local
+    warehouse's files, for those after it."""
 
     def __init__(
         self,
@@ -38,8 +44,19 @@ class ProcessReads:
         most rows one read through Spark may bring."""
         self.wh, self.schemas, self.structs = wh, schemas, structs
         self.files, self.limit = files, limit
-        self._tables: dict[tuple[str, str], Cols] = {}  # files read, per epoch
+        # Epochs read from their files (or stored by this process), with the files' signature.
+        self._tables: dict[tuple[str, str], tuple[tuple, Cols]] = {}
+        # A lock per stored epoch: strata run side by side read it once, not twice.
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        # Reads through Spark: for the epoch under way only (see `retain`).
         self._fetched: dict[tuple[str, tuple[str, ...], int | None], Cols] = {}
+
+    def retain(self, wanted: Callable[[str, str], bool]) -> None:
+        """A new epoch begins: keep the epochs ``wanted(relation, key)`` says it may read,
+        and nothing read through Spark (what it read may have changed)."""
+        self._tables = {k: v for k, v in self._tables.items() if wanted(*k)}
+        self._locks = {k: v for k, v in self._locks.items() if k in self._tables}
+        self._fetched.clear()
 
     def stored(self, name: str, keys: Sequence[str], after: int | None = None) -> Cols:
         """The stored epochs ``keys`` of ``name`` (their versions alive after ``after``,
@@ -62,15 +79,21 @@ class ProcessReads:
         return parts[0] if parts else self._empty(name)
 
     def table(self, name: str, key: str) -> Cols:
-        """Stored epoch ``key`` of ``name``, read from its files (once)."""
-        if (name, key) not in self._tables:
+        """Stored epoch ``key`` of ``name``, read from its files (again only once they
+        change)."""
+        with self._locks.setdefault((name, key), threading.Lock()):
+            signature = self.wh.signature(name, key)
+            held = self._tables.get((name, key))
+            if held is not None and held[0] == signature:
+                return held[1]
             schema = arrow_schema(self.schemas[name])
-            self._tables[(name, key)] = from_arrow(self.wh.read_table(name, [key], schema))
-        return self._tables[(name, key)]
+            rows = from_arrow(self.wh.read_table(name, [key], schema))
+            self._tables[(name, key)] = (signature, rows)
+            return rows
 
     def keep(self, name: str, key: str, rows: Cols) -> None:
         """``rows`` are epoch ``key`` of ``name`` now (this process stored them)."""
-        self._tables[(name, key)] = rows
+        self._tables[(name, key)] = (self.wh.signature(name, key), rows)
 
     def fetched(self, name: str, rows: DataFrame) -> Cols:
         """``rows`` of ``name`` brought to this process by Spark (one job); `TooLarge`

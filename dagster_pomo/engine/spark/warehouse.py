@@ -133,6 +133,23 @@ class Warehouse:
             raise
         self.promote(staging, relation, key, deferred)
 
+    def signature(self, relation: str, key: str) -> tuple[tuple[str, int, int, int], ...]:
+        """What tells one writing of epoch ``key`` of ``relation`` from another: its Parquet
+        files' names, sizes, inodes and modification times (empty: nothing stored). Every
+        writer replaces an epoch's files whole (see ``promote``), so a rewrite shows here;
+        the warehouse must be on the local file system."""
+        folder = _local(self.path(relation, key))
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return ()
+        files = []
+        for entry in entries:
+            if entry.name.endswith(".parquet") and not entry.name.startswith("."):
+                st = entry.stat()
+                files.append((entry.name, st.st_size, st.st_ino, st.st_mtime_ns))
+        return tuple(sorted(files))
+
     def stored_rows(self, relation: str, key: str) -> int:
         """How many rows epoch ``key`` of ``relation`` holds, read from its Parquet files'
         footers (no Spark job); the warehouse must be on the local file system."""
