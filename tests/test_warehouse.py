@@ -32,7 +32,7 @@ follow_up(s) @time(t + 35) := alert(s, _) @time(t);
 """
 EPOCH, EPOCHS = 10, 12  # three times the longest reach of an event (40)
 # A range in one Spark pass however small it is (a small one goes epoch by epoch in this
-# process by default: see `SparkEvaluator.few_and_small`).
+# process by default: see `LocalStrata.few_and_small`).
 RANGES = Policy(in_process_epochs=0)
 
 
@@ -604,17 +604,17 @@ def test_a_join_too_large_for_this_process_goes_to_spark(
     goes there at once (a range of small epochs is taken epoch by epoch here: each would
     otherwise work its joins out twice)."""
     from dagster_pomo.engine.local.column_joins import TooLarge
-    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+    from dagster_pomo.engine.spark.local_strata import LocalStrata
 
     program = compile_corpus(FLAT, "flat.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
     tight = Policy(local_matches=0)  # every join is too large for this process
     here = Driver.for_run(program, prepared, str(tmp_path / "here"), policy=tight)
     tried: list[tuple[int, int, bool]] = []  # stratum, the epoch's input events, too large
-    attempt = SparkEvaluator._stratum_in_process
+    attempt = LocalStrata.work_out
 
     def spy(self, stratum, epoch):  # type: ignore[no-untyped-def]
-        inputs = self.store.input_events(epoch_key(epoch))
+        inputs = self.ev.store.input_events(epoch_key(epoch))
         try:
             stats = attempt(self, stratum, epoch)
         except TooLarge:
@@ -623,7 +623,7 @@ def test_a_join_too_large_for_this_process_goes_to_spark(
         tried.append((stratum.index, inputs, False))
         return stats
 
-    monkeypatch.setattr(SparkEvaluator, "_stratum_in_process", spy)
+    monkeypatch.setattr(LocalStrata, "work_out", spy)
     plans = Policy(in_process_inputs=0)
     spark = Driver.for_run(
         program, prepared, str(tmp_path / "spark"), policy=plans, session=here.backend.spark

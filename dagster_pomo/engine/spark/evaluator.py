@@ -20,8 +20,6 @@ from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,16 +34,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dagster_pomo.engine.local import stratum as local
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
-from dagster_pomo.engine.local.column_joins import Cols, TooLarge, concat, from_arrow, height
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
+from dagster_pomo.engine.spark.local_strata import LocalStrata
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
-from dagster_pomo.engine.spark.process_reads import ProcessReads
 from dagster_pomo.engine.spark.range_pass import RangePass
 from dagster_pomo.engine.spark.session import LazySession, runs_here, started
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -163,16 +159,7 @@ class SparkEvaluator:
         inputs = [r.name for r in self.catalog.inputs]
         self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
-        self._local_strata: dict[int, bool] = {}  # which strata it can work out (`in_process`)
-        # What this process read for its strata, and for which epoch (or span) last.
-        files = self.store.local
-        self._process_reads = ProcessReads(
-            warehouse, schemas, self.structs, files, policy.lower_rows
-        )
-        self._reads_for: tuple[int, int] | None = None
-        # The fewest input events of an epoch in which a stratum's joins grew too large here
-        # (`TooLarge`): epochs as large go to Spark at once (see `in_process`).
-        self._too_large: dict[int, int] = {}
+        self.local = LocalStrata(self)  # the strata this process works out itself
 
     # ------------------------------------------------------------------ set-up
 
@@ -243,17 +230,17 @@ class SparkEvaluator:
         """Versions from epochs before ``epoch`` still alive after ``after``."""
         if name == CLOCK:
             return self._ticks(after, epoch.start)
-        keys = self._history_keys(name, epoch, after)
+        keys = self.history_keys(name, epoch, after)
         return self.wh.read(name, self.structs[name], keys).filter(F.col("exp") > after)
 
-    def _history_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
+    def history_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
         """The stored epochs before ``epoch`` that may hold versions of ``name`` alive after
         ``after`` (those its lifetime reaches), counted as read by the epoch under way."""
-        keys = self._alive_keys(name, epoch, after)
+        keys = self.alive_keys(name, epoch, after)
         self._epoch.read.update((name, k) for k in keys)
         return keys
 
-    def _alive_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
+    def alive_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
         """The epochs before ``epoch`` that ``name``'s lifetime lets hold versions alive after
         ``after``."""
         reach = self.life.get(name, NEVER)
@@ -304,14 +291,18 @@ class SparkEvaluator:
         history = self._history(name, epoch, epoch.start - earlier)
         current = self._epoch.current.get((_slot(epoch), name))
         if current is None:
-            current = self.wh.read(name, self.structs[name], self._keys(epoch))
+            current = self.wh.read(name, self.structs[name], self.keys_of(epoch))
             self._epoch.current[(_slot(epoch), name)] = current
         return history.unionByName(current)
 
-    def _keys(self, epoch: Epoch) -> list[str]:
+    def keys_of(self, epoch: Epoch) -> list[str]:
         """The stored partitions that make up ``epoch``: its own, or a span's."""
         span = self._spans.get(_slot(epoch))
         return span.keys if span is not None else [epoch_key(epoch)]
+
+    def forget_current(self, epoch: Epoch, name: str) -> None:
+        """``epoch``'s versions of ``name`` were stored anew: rules read them again."""
+        self._epoch.current.pop((_slot(epoch), name), None)
 
     def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None:
         """Let the rules of ``epoch`` read ``rows`` as its versions of ``name`` so far (a
@@ -340,7 +331,7 @@ class SparkEvaluator:
             earlier = set(running.sparkContext.statusTracker().getJobIdsForGroup(group[0]))
         # Earlier epochs' entries are no longer needed, nor what Spark read of them.
         self._epoch = _EpochCaches(read=scope.partitions_read)
-        self._reads_for = None  # what this process read through Spark is read anew
+        self.local.new_scope()
         try:
             yield scope
         finally:
@@ -376,9 +367,9 @@ class SparkEvaluator:
         more than interpreting its few rows costs. A large epoch's rows repay the compiling."""
         small = (
             self.store.local
-            and not all(self.in_process(s, epoch) for s in strata)  # no plans to run
+            and not all(self.local.chosen(s, epoch) for s in strata)  # no plans to run
             and not any(s.recursive for s in strata)
-            and sum(self.store.input_events(k) for k in self._keys(epoch))
+            and sum(self.store.input_events(k) for k in self.keys_of(epoch))
             <= self.policy.interpret_inputs
         )
         if not small or any(self.spark.conf.get(k, None) is not None for k in INTERPRETED):
@@ -402,15 +393,15 @@ class SparkEvaluator:
         for rel in self.catalog:
             if rel.inductive and not rel.derived:
                 rows = carried.get(rel.name)
-                facts = self._seeds(rel.name, epoch, {})
+                facts = self.seeds(rel.name, epoch, {})
                 parts = [p for p in (facts, rows) if p is not None]
                 rows = reduce(DataFrame.unionByName, parts) if parts else self.empty(rel.name)
-                self.carried_rows[rel.name] = self._store(
+                self.carried_rows[rel.name] = self.store_rows(
                     rel.name, epoch, self.dedupe(rel.name, rows)
                 )
         return carried
 
-    def _store(
+    def store_rows(
         self,
         name: str,
         epoch: Epoch,
@@ -433,7 +424,7 @@ class SparkEvaluator:
                 later = self.dedupe(name, span.stamped_later(derived), by=["epoch"])
             stored = span.store(self.wh, name, rows, later)
         self._epoch.current[(_slot(epoch), name)] = self.wh.read(
-            name, self.structs[name], self._keys(epoch)
+            name, self.structs[name], self.keys_of(epoch)
         )
         return stored
 
@@ -444,39 +435,19 @@ class SparkEvaluator:
         defers events (its rounds do not tell the versions they derive from its seeds, which
         must not be deferred again), the epochs are consecutive and of one length, and
         they are not few and small enough for this process to take sooner one by one (see
-        `few_and_small`). Evaluate ``strata`` over the epoch returned, in order; None: epoch
-        by epoch."""
+        `LocalStrata.few_and_small`). Evaluate ``strata`` over the epoch returned, in order;
+        None: epoch by epoch."""
         if not self.policy.one_pass or self.plan.has_next:
             return None
         if any(s.recursive and self.defers & set(s.relations) for s in strata):
             return None
-        if self.few_and_small(epochs, strata):
+        if self.local.few_and_small(epochs, strata):
             return None
         span = RangePass.of(epochs)
         if span is None:
             return None
         self._spans[_slot(span.epoch)] = span
         return span.epoch
-
-    def few_and_small(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> bool:
-        """Whether this process works ``strata`` out epoch by epoch sooner than Spark takes
-        ``epochs`` in one pass: each stratum is one it works out (see `in_process`), there
-        are at most ``Policy.in_process_epochs`` epochs, each holding at most
-        ``Policy.in_process_inputs`` input events (so that each is worked out here). A pass's
-        Spark jobs cost seconds however few its rows, and on two cores a fresh JVM's pass
-        costs two to three times this process's time a row, whatever the range's total."""
-        if not self.store.local or not 0 < len(epochs) <= self.policy.in_process_epochs:
-            return False
-        if self.policy.in_process_inputs <= 0 or not all(map(self._supported_here, strata)):
-            return False
-        bound = self.policy.in_process_inputs
-        return all(self.store.input_events(epoch_key(e)) <= bound for e in epochs)
-
-    def _supported_here(self, stratum: StratumPlan) -> bool:
-        """Whether this process can work ``stratum`` out (`local.stratum.supported`)."""
-        if stratum.index not in self._local_strata:
-            self._local_strata[stratum.index] = local.supported(self.plan, stratum)
-        return self._local_strata[stratum.index]
 
     def is_span(self, epoch: Epoch) -> bool:
         """Whether ``epoch`` stands for a range of epochs (see `span`)."""
@@ -492,7 +463,7 @@ class SparkEvaluator:
             carried = self._next(epoch) if needs_next and epoch.previous is not None else {}
         return self._stratum(stratum, epoch, carried)
 
-    def _seeds(self, name: str, epoch: Epoch, carried: Mapping[str, DataFrame]) -> DataFrame | None:
+    def seeds(self, name: str, epoch: Epoch, carried: Mapping[str, DataFrame]) -> DataFrame | None:
         """Versions of a derived relation that this epoch gets without deriving them: facts,
         events deferred to it by earlier epochs, and ``@next`` results (None: there are none).
         """
@@ -563,158 +534,18 @@ class SparkEvaluator:
             .select(*out)
         )
 
-    def in_process(self, stratum: StratumPlan, epoch: Epoch) -> bool:
-        """Whether this process works ``stratum`` of ``epoch`` out instead of Spark. The
-        stratum is one `local.stratum.supported` takes (no ``@next``, no provenance).
-        Spark and the warehouse on this machine: the epoch is not a range, and is small
-        (at most ``Policy.in_process_inputs`` input events, counted from its files),
-        or the stratum a recursion over few rows (`_reads_few`). A small epoch's Spark jobs
-        cost far more than its rows; a large one's rows repay them, but not a recursion's
-        rounds over few rows (a job and a plan each). Elsewhere: a non-linear recursion,
-        whose reads then bring at most ``Policy.lower_rows`` rows each (`ProcessReads`)."""
-        if self.policy.in_process_inputs <= 0 or not self._supported_here(stratum):
-            return False  # 0: never, not even without inputs
-        if not self.store.local:
-            # Spark elsewhere: a non-linear recursion's rounds (a linear one's run in Spark's
-            # tasks), its versions read through Spark while few (see `ProcessReads`), for an
-            # epoch or a range (the rounds over a range are those of one long epoch).
-            return stratum.recursive and stratum.linear is None and self.policy.lower_rows > 0
-        if self.is_span(epoch):
-            return False
-        inputs = self.store.input_events(epoch_key(epoch))
-        too_large = self._too_large.get(stratum.index)
-        if inputs <= self.policy.in_process_inputs and (too_large is None or inputs < too_large):
-            return True
-        return stratum.recursive and self._reads_few(stratum, epoch)
-
-    def _reads_few(self, stratum: StratumPlan, epoch: Epoch) -> bool:
-        """Whether every relation ``stratum`` reads holds at most ``Policy.lower_rows``
-        versions that may take part in ``epoch`` (its own: of earlier epochs), counted from
-        the files' footers. A recursion over few rows is worked out here whatever the
-        epoch's size: a Spark round costs a job and a plan (about 0.2 s), a round here
-        milliseconds, and the rounds here stop (`TooLarge`) when it grows."""
-        key, limit = epoch_key(epoch), self.policy.lower_rows
-        for name in stratum.reads:
-            if name == CLOCK:
-                continue  # worked out, not read: an epoch's ticks
-            keys = self._alive_keys(name, epoch, epoch.start)
-            if name not in stratum.relations:
-                keys.append(key)
-            stored = self.wh.stored_keys(name)
-            if sum(self.wh.stored_rows(name, k) for k in keys if k in stored) > limit:
-                return False
-        return True
-
-    def _reads(self, epoch: Epoch) -> ProcessReads:
-        """What this process reads of the warehouse for ``epoch``'s strata (see
-        `ProcessReads`), keeping of what it read before the epochs ``epoch`` may read."""
-        if self._reads_for != _slot(epoch):
-            alive: dict[str, set[str]] = {}
-
-            def wanted(name: str, key: str) -> bool:
-                if name not in alive:  # with what expires at its start (a body aggregate's)
-                    alive[name] = set(self._alive_keys(name, epoch, epoch.start - 1))
-                    alive[name].update(self._keys(epoch))
-                return key in alive[name]
-
-            self._process_reads.retain(wanted)
-            self._reads_for = _slot(epoch)
-        return self._process_reads
-
-    def _local_state(self, name: str, epoch: Epoch, earlier: int = 0) -> Cols:
-        """`state` in this process: the versions of ``name`` that can take part in a match
-        with ``tau`` in ``epoch`` (and those expiring up to ``earlier`` before it)."""
-        if name == CLOCK:
-            schema = self.schemas[CLOCK]
-            start = epoch.start - earlier
-            return local.ticks(self.plan, schema, self.clock_start, start, epoch.end)
-        history = self._local_history(name, epoch, earlier)
-        current = self._reads(epoch).stored(name, self._keys(epoch))
-        parts = [p for p in [history, current] if height(p)]
-        return concat(parts) if len(parts) > 1 else (parts or [current])[0]
-
-    def _local_history(self, name: str, epoch: Epoch, earlier: int = 0) -> Cols:
-        """The versions of ``name`` from epochs before ``epoch`` still alive in it (or
-        ``earlier`` before it)."""
-        after = epoch.start - earlier
-        return self._reads(epoch).stored(name, self._history_keys(name, epoch, after), after)
-
-    def _local_seeds(self, name: str, epoch: Epoch) -> Cols | None:
-        """`_seeds` in this process: facts and events deferred to ``epoch``."""
-        if not self.store.local:
-            seeds = self._seeds(name, epoch, {})
-            return None if seeds is None else self._reads(epoch).fetched(name, seeds)
-        schema = arrow_schema(self.schemas[name])
-        parts = []
-        facts = [r for r in self.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
-        if facts:
-            parts.append(
-                frames.arrow_table(
-                    [record(r, self.schemas[name]) for r in facts], self.structs[name]
-                )
-            )
-        if name in self.defers:
-            stored = self.wh.stored_keys(name, deferred=True)
-            keys = [epoch_key(e) for e in self.epochs if e.start < epoch.start]
-            deferred = self.wh.read_table(name, [k for k in keys if k in stored], schema, True)
-            kt = deferred["kt"]
-            window = pc.and_(pc.greater_equal(kt, epoch.start), pc.less(kt, epoch.end))
-            if (deferred := deferred.filter(window)).num_rows:
-                parts.append(deferred)
-        if not parts:
-            return None
-        return from_arrow(pa.concat_tables([p.cast(schema) for p in parts]))
-
-    def _stratum_in_process(self, stratum: StratumPlan, epoch: Epoch) -> StratumStats:
-        """`_stratum` worked out by this process (see `in_process`), stored as Spark's
-        would be."""
-        stats = StratumStats(stratum.index, stratum.relations, rounds=1, in_process=True)
-        started = time.perf_counter()
-        seeds = {n: self._local_seeds(n, epoch) for n in stratum.relations}
-        made, stats.rounds = local.evaluate(
-            self.plan,
-            stratum,
-            lambda name, earlier=0: self._local_state(name, epoch, earlier),
-            seeds,
-            self.life,
-            epoch.lower,
-            epoch.end,
-            self.policy.local_matches,
-            lambda name: self._local_history(name, epoch),
-            self.policy.task_rows,
-        )
-        key = epoch_key(epoch)
-        for name, table in made.items():
-            end = epoch.end if name in self.defers else None
-            if not self.store.local:  # Spark's writer, to wherever the warehouse is
-                rows = self.spark.createDataFrame(table, self.structs[name])
-                stats.rows[name] = self._store(name, epoch, rows, end)
-                continue
-            stats.rows[name] = self.store.put(name, key, table, end)
-            if end is not None:
-                table = table.filter(pc.less(table["kt"], end))
-            self._reads(epoch).keep(name, key, from_arrow(table))
-            self._epoch.current.pop((_slot(epoch), name), None)  # Spark's plans read it anew
-        stats.seconds = time.perf_counter() - started
-        return stats
-
     def _stratum(
         self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame]
     ) -> StratumStats:
-        if self.in_process(stratum, epoch):
-            try:
-                return self._stratum_in_process(stratum, epoch)
-            except TooLarge:
-                # Nothing is stored before every relation is worked out: Spark's turn, and
-                # for the stratum's epochs as large (a range's next ones, see `few_and_small`).
-                inputs = self.store.input_events(epoch_key(epoch))
-                index = stratum.index
-                self._too_large[index] = min(inputs, self._too_large.get(index, inputs))
+        if self.local.chosen(stratum, epoch):
+            done = self.local.evaluate(stratum, epoch)
+            if done is not None:
+                return done  # else too large for this process: Spark's turn
         self.on_spark()
         stats = StratumStats(stratum.index, stratum.relations)
         started = time.perf_counter()
         names = list(stratum.relations)
-        seeds = {n: self._seeds(n, epoch, carried) for n in names}
+        seeds = {n: self.seeds(n, epoch, carried) for n in names}
         rows: dict[str, DataFrame] = {}
         made_here: dict[str, list[DataFrame]] = {}  # what the rules derive, see `_store`
         cached: list[DataFrame] = []
@@ -747,7 +578,7 @@ class SparkEvaluator:
                     self.hold(epoch, n, self.wh.read(n, self.structs[n], [epoch_key(epoch)]))
                 else:
                     end = epoch.end if n in self.defers else None
-                    stats.rows[n] = self._store(n, epoch, rows[n], end, made_here.get(n, ()))
+                    stats.rows[n] = self.store_rows(n, epoch, rows[n], end, made_here.get(n, ()))
         finally:
             for frame in cached:
                 frame.unpersist()
