@@ -509,7 +509,7 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
     compiles no code, where compiled plans compile each epoch's anew (its bounds are
     written into the code). It stores the same rows, deferred events too; the session's
     settings are as they were after each epoch, and a user's own setting is left alone."""
-    from dagster_pomo.engine.spark.evaluator import INTERPRETED
+    from dagster_pomo.engine.spark.epoch_jobs import INTERPRETED
 
     program = compile_corpus(FLAT, "flat.pomo")
     prepared = prepare(program, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)

@@ -24,36 +24,31 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType,
-    BooleanType,
-    DataType,
-    DoubleType,
-    LongType,
     StringType,
     StructField,
     StructType,
 )
 
-from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark.epoch_jobs import JobCount, counted_jobs, interpreted
 from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.local_strata import LocalStrata
-from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
+from dagster_pomo.engine.spark.lookups import remember_lookups
 from dagster_pomo.engine.spark.range_pass import RangePass
 from dagster_pomo.engine.spark.session import LazySession, runs_here, started
+from dagster_pomo.engine.spark.stored_versions import collect_versions, read_versions, struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.stats import EpochScope, StratumStats
-from dagster_pomo.engine.versions import Version, from_record, record
+from dagster_pomo.engine.versions import Version, record
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
-from dagster_pomo.lang.kinds import element_of
 from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
 from dagster_pomo.plan.rules import RulePlan
-from dagster_pomo.plan.schema import META, PROV, Schema
+from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.plan.time import reach_of, reaches
 from dagster_pomo.timeline import NEVER, Epoch, epoch_key
 
@@ -61,47 +56,11 @@ if TYPE_CHECKING:
     from dagster_pomo.engine.lines import TimeWindow
     from dagster_pomo.engine.spark.landing import StoredLanding
 
-# Spark's settings for plans run without generated code (see `SparkEvaluator.plans_for`).
-# The second is internal to Spark; without it, Spark still generates each expression's code.
-INTERPRETED = {
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
-
-_SPARK = {"int": LongType(), "float": DoubleType(), "str": StringType(), "bool": BooleanType()}
-
 
 def _slot(epoch: Epoch) -> tuple[int, int]:
     """What this epoch's versions so far are kept under (a span starts where its first
     epoch does, so its start alone would not tell them apart)."""
     return (epoch.start, epoch.end)
-
-
-def collect_versions(df: DataFrame, schema: Schema) -> list[Version]:
-    """The stored rows of ``df`` (a relation of ``schema``) as versions, in this process."""
-    return [from_record(tuple(rec), schema) for rec in df.collect()]
-
-
-def read_versions(wh: Warehouse, schema: Schema, keys: Sequence[str]) -> list[Version]:
-    """The versions of the epochs ``keys`` of a relation of ``schema``, read by this process
-    from a local warehouse's files (no Spark job)."""
-    table = wh.read_table(schema.name, keys, arrow_schema(schema))
-    return [from_record(tuple(r.values()), schema) for r in table.to_pylist()]
-
-
-def _spark_type(typ: str) -> DataType:
-    """A column type (a set's as an array) as Spark's."""
-    element = element_of(typ)
-    return _SPARK[typ] if element is None else ArrayType(_SPARK[element])
-
-
-def struct_of(schema: Schema) -> StructType:
-    fields = [StructField(c, _SPARK[t]) for c, t in zip(schema.columns, schema.types, strict=True)]
-    fields += [StructField(f"_agg_{fn}", _spark_type(t)) for fn, _, t in schema.aggregates]
-    fields += [StructField(m, LongType()) for m in META]
-    if schema.provenance:
-        fields.append(StructField(PROV, ArrayType(StringType())))
-    return StructType(fields)
 
 
 @dataclass
@@ -318,34 +277,16 @@ class SparkEvaluator:
         epoch's Spark state starts empty (what it read of earlier epochs may have changed);
         what this process read from files stays while the files do (`ProcessReads`)."""
         scope = EpochScope()
-        group = (f"pomo-{self.program.name}-{epoch_key(epoch)}", f"epoch {epoch}")
-        lazy = self.spark if isinstance(self.spark, LazySession) else None
-        if lazy is not None:
-            lazy.job_group = group  # the session gets it if it starts within the epoch
-        running = started(self.spark)
-        classic = not is_connect(self.spark)
-        earlier: set[int] = set()
-        if classic and running is not None:
-            running.sparkContext.setJobGroup(*group)
-            # Spark keeps the jobs of a group across evaluations of the same epoch: count ours.
-            earlier = set(running.sparkContext.statusTracker().getJobIdsForGroup(group[0]))
         # Earlier epochs' entries are no longer needed, nor what Spark read of them.
         self._epoch = _EpochCaches(read=scope.partitions_read)
         self.local.new_scope()
+        group = f"pomo-{self.program.name}-{epoch_key(epoch)}"
+        jobs = JobCount()
         try:
-            yield scope
+            with counted_jobs(self.spark, group, f"epoch {epoch}") as jobs:
+                yield scope
         finally:
-            if lazy is not None:
-                lazy.job_group = None
-            running = started(self.spark)
-            if not classic:
-                scope.spark_jobs = None
-            elif running is None:
-                scope.spark_jobs = 0  # worked out in this process: Spark never started
-            else:
-                tracker = running.sparkContext.statusTracker()
-                scope.spark_jobs = len(set(tracker.getJobIdsForGroup(group[0])) - earlier)
-                running.sparkContext.setJobGroup("pomo", "idle")
+            scope.spark_jobs = jobs.jobs
 
     def concurrent(self, task: Callable[..., StratumStats]) -> Callable[..., StratumStats]:
         """``task`` as a thread started now runs it: with this thread's Spark job group."""
@@ -356,15 +297,10 @@ class SparkEvaluator:
     @contextmanager
     def plans_for(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> Iterator[bool]:
         """Within this block, where ``strata`` of ``epoch`` are evaluated, run their plans
-        interpreted, without generated code, when the epoch is small (at most
-        ``Policy.interpret_inputs`` input events, counted from its files: Spark and the warehouse on
-        this machine), none of ``strata`` is recursive (rounds can make far more rows than
-        the epoch reads) and nobody has set Spark's code generation otherwise. The block is
-        given whether they run so; the session's settings are as they were afterwards.
-
-        Spark writes an epoch's bounds into the code it generates, so each epoch compiled its
-        stages' classes anew and the JIT compiled them again: half the CPU of a small epoch,
-        more than interpreting its few rows costs. A large epoch's rows repay the compiling."""
+        `interpreted`, without generated code, when the epoch is small (at most
+        ``Policy.interpret_inputs`` input events, counted from its files: Spark and the
+        warehouse on this machine) and none of ``strata`` is recursive (rounds can make far
+        more rows than the epoch reads). The block is given whether they run so."""
         small = (
             self.store.local
             and not all(self.local.chosen(s, epoch) for s in strata)  # no plans to run
@@ -372,16 +308,11 @@ class SparkEvaluator:
             and sum(self.store.input_events(k) for k in self.keys_of(epoch))
             <= self.policy.interpret_inputs
         )
-        if not small or any(self.spark.conf.get(k, None) is not None for k in INTERPRETED):
+        if not small:
             yield False
             return
-        for k, v in INTERPRETED.items():
-            self.spark.conf.set(k, v)
-        try:
-            yield True
-        finally:
-            for k in INTERPRETED:
-                self.spark.conf.unset(k)
+        with interpreted(self.spark) as plain:
+            yield plain
 
     def evaluate_next(self, epoch: Epoch) -> dict[str, DataFrame]:
         """The ``@next`` rules over the previous epoch. Relations that only ``@next`` rules derive

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription, idempotency_key
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
-from dagster_pomo.engine.spark.evaluator import struct_of
+from dagster_pomo.engine.spark.stored_versions import struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import value_order
 from dagster_pomo.plan.schema import Schema
