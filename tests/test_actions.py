@@ -421,10 +421,10 @@ def test_a_range_hands_each_event_once_with_its_first_epoch_in_order(tmp_path: P
     epochs (derived again at a later time) comes once, with the first; the order is epoch,
     then relation, then time; patterns filter."""
     from dagster_pomo.engine.actions import subscriptions
-    from dagster_pomo.engine.spark.stored_versions import struct_of
     from dagster_pomo.engine.spark.frames import arrow_table
     from dagster_pomo.engine.spark.handler_events import range_events
     from dagster_pomo.engine.spark.session import spark_session
+    from dagster_pomo.engine.spark.stored_versions import struct_of
     from dagster_pomo.engine.spark.warehouse import Warehouse
     from dagster_pomo.lang import compile_corpus
     from dagster_pomo.plan.schema import infer_schemas
