@@ -113,3 +113,24 @@ def test_groups_too_far_apart_to_line_up_are_swept_one_by_one() -> None:
     one = [(0, True, 1, 0, 1, 1.0, "a"), (2**62, True, 1, 0, 8, 8.0, "a")]  # one group, far
     rows, table = _table(one, 10)
     _check(sweep(table, ["g"], AGGREGATES, 10, NEVER, 0).to_pylist(), _expected(rows, 0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(segments, st.lists(st.sampled_from([math.nan, -0.0, 0.0, 1.5]), min_size=30, max_size=30))
+def test_a_float_group_column_takes_nan_as_one_value_and_minus_zero_as_zero(data, zs) -> None:
+    """Groups over a float column as Spark groups them: every NaN is one group, -0.0 and 0.0
+    another: each (group, time) comes out once, counting the segments alive then."""
+    rows, table = _table(data, 5)
+    z = zs[: len(rows)]
+    table = table.append_column("z", pa.array(z, type=pa.float64()))
+
+    def key(value: float) -> object:
+        return "nan" if math.isnan(value) else value + 0.0
+
+    want: dict[tuple, int] = {}
+    for zi, g, x in {(key(zv), r[6], r[0]) for zv, r in zip(z, rows, strict=True)}:
+        alive = [r for zv, r in zip(z, rows, strict=True) if (key(zv), r[6]) == (zi, g)]
+        want[zi, g, x] = sum(1 for r in alive if r[0] <= x < r[1])
+    got = sweep(table, ["z", "g"], AGGREGATES, 5, NEVER, 0).to_pylist()
+    assert {(key(r["z"]), r["g"], r["__at"]): r["__n"] for r in got} == want
+    assert len(got) == len(want)

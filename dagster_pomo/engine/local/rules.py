@@ -27,7 +27,6 @@ from dagster_pomo.engine.local.column_joins import (
     cross_pairs,
     distinct,
     equal_pairs,
-    from_arrow,
     groups,
     height,
     key_codes,
@@ -592,13 +591,15 @@ def aggregate(
             aggregates.append((fn, None))
     made.update({"__at": df["__tau"], "__mexp": df["__mexp"], **{k: df[k] for k in m.keys}})
     made = take(made, ok)
+    # The sweep groups by one number a group: its text is converted and numbered once here.
+    made["__grp"] = row_codes([made[c] for c in group], height(made))
     if single:  # one version-match a combination, alive until its exp
         until = made["__mexp"]
     else:
         # A combination of events may match in several versions: at time x it counts once,
         # with the latest expiry among its versions made by x. Its time line is cut into
         # segments, from each version's tau to the next one's (see the Spark plan).
-        combination = [*group, *m.keys]  # never empty: every atom's event is a key
+        combination = ["__grp", *m.keys]  # never empty: every atom's event is a key
         codes = row_codes([made[c] for c in combination], height(made))
         order = np.lexsort((made["__at"], codes))
         made, codes = take(made, order), codes[order]
@@ -613,10 +614,10 @@ def aggregate(
     made = take(made, (until > at) & (until > a))
     at, until = made["__at"], made["__until"]
     made["__full"] = until >= NEVER if reach >= NEVER else until == at + reach
-    columns = [*group, "__at", "__until", "__mexp", "__full", *(c for _, c in aggregates if c)]
+    columns = ["__grp", "__at", "__until", "__mexp", "__full", *(c for _, c in aggregates if c)]
     table = pa.table({c: pa.array(made[c], from_pandas=True) for c in columns})
     swept = sliding_aggregates.sweep(
-        table, group, aggregates, None if reach >= NEVER else reach, NEVER, a
+        table, ["__grp"], aggregates, None if reach >= NEVER else reach, NEVER, a
     )
     n = swept.column("__n").to_numpy()
     aggs: dict[str, np.ndarray] = {}
@@ -624,7 +625,13 @@ def aggregate(
         part = swept.column(f"__part{i}").to_numpy(zero_copy_only=False)
         result = part / n if fn == "average" else part
         aggs[column] = cast(Vec(result, None, _typ(result)), typ).values
-    grouped = from_arrow(swept.select([*group, "__at"]))
+    # Each group's values from one of its rows.
+    codes = made["__grp"]
+    row_of = np.zeros(int(codes.max()) + 1 if len(codes) else 0, dtype=np.int64)
+    row_of[codes] = np.arange(len(codes))
+    rows = row_of[swept.column("__grp").to_numpy()]
+    grouped = {c: made[c][rows] for c in group}
+    grouped["__at"] = swept.column("__at").to_numpy()
     head_env = {f"__head{j}": Col(f"__g{j}", typ) for j, (_, _, typ) in enumerate(head.args)}
     if head.time is not None:
         head_env["__headt"] = Col("__gt", "int")

@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 
 from dagster_pomo.engine.local.column_joins import spread
 
+Ids = np.ndarray | None  # a sorted table's group numbers, row by row (see `_by_group_and_time`)
+
 # How each aggregate reduces a slice; ``min`` skips NaN and ``max`` lets it win, as Spark does.
 REDUCERS = {"sum": np.add, "average": np.add, "min": np.fmin, "max": np.maximum}
 
@@ -101,8 +103,8 @@ def sweep(
     slice reaches across (a few calls into numpy whatever the number of groups)."""
     # Sorted by time within each group, the moved times below come sorted: their distinct
     # values and the full segments' order take a pass, not a sort each.
-    table = _by_group_and_time(table, group)
-    firsts = group_starts(table, group)
+    table, ids = _by_group_and_time(table, group)
+    firsts = group_starts(table, group) if ids is None else _changes(ids)
     if table.num_rows == 0:
         none = np.zeros(0, dtype=np.int64)
         columns = {"__at": none, "__n": none, "__least_exp": none}
@@ -164,12 +166,14 @@ def sweep(
     return _swept(table, group, aggregates, columns, parts, firsts[of_query])
 
 
-def _by_group_and_time(table: pa.Table, group: Sequence[str]) -> pa.Table:
+def _by_group_and_time(table: pa.Table, group: Sequence[str]) -> tuple[pa.Table, Ids]:
     """``table`` sorted by ``group`` and then ``__at``: by one number a group (each column's
     rank among its distinct values, mixed) and by time, stably, which takes about half
-    what sorting by the columns themselves does (strings compare slowly)."""
+    what sorting by the columns themselves does (strings compare slowly); and each sorted
+    row's group number (None when the groups were too many to number), which tells where
+    a group begins with no comparison of strings."""
     if table.num_rows == 0:
-        return table
+        return table, None
     ids = np.zeros(table.num_rows, dtype=np.int64)
     size = 1
     for name in group:
@@ -182,14 +186,22 @@ def _by_group_and_time(table: pa.Table, group: Sequence[str]) -> pa.Table:
         distinct = len(encoded.dictionary)
         size *= distinct
         if size >= 2**62:  # too many to number as one: sort by the columns
-            return table.sort_by([(name, "ascending") for name in (*group, "__at")])
+            return table.sort_by([(name, "ascending") for name in (*group, "__at")]), None
         rank = np.empty(distinct, dtype=np.int64)
         rank[pc.array_sort_indices(encoded.dictionary).to_numpy()] = np.arange(distinct)
         ids = ids * distinct + rank[encoded.indices.to_numpy(zero_copy_only=False)]
     order = np.argsort(table.column("__at").to_numpy(), kind="stable")
     if group:
         order = order[np.argsort(ids[order], kind="stable")]
-    return table.take(order)
+    return table.take(order), ids[order]
+
+
+def _changes(ids: np.ndarray) -> np.ndarray:
+    """Where each run of equal sorted ``ids`` begins (`group_starts` by group numbers)."""
+    change = np.empty(len(ids), dtype=bool)
+    change[:1] = True
+    np.not_equal(ids[1:], ids[:-1], out=change[1:])
+    return np.flatnonzero(change)
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
