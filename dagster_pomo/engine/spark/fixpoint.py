@@ -3,37 +3,68 @@
 After one full round, each round joins only the previous round's new versions (one Spark
 job a round). A relation so far is a union of stored pieces laid out alike, so the
 anti-joins that find what is new need no shuffle. The rounds of a linear stratum after
-the first run inside Spark tasks when they can (see `rounds`), and may write the epoch
+the first run inside Spark tasks when they can (see `linear_fixpoint`), and may write the
+epoch
 themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 from pyspark import cloudpickle
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from dagster_pomo.engine.local import column_joins, linear_fixpoint
+from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.spark import rules as R
 from dagster_pomo.engine.spark.estimates import bounded
 from dagster_pomo.engine.spark.lookups import is_connect
+from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.plan import linear_rounds
 from dagster_pomo.plan import time as time_rules
-from dagster_pomo.plan.corpus import StratumPlan
+from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.rules import RulePlan
-from dagster_pomo.plan.schema import PROV
+from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.timeline import Epoch, epoch_key
 
-if TYPE_CHECKING:
-    from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+
+class Host(Protocol):
+    """What a recursion needs of the backend whose strata it runs (`SparkEvaluator`): its
+    session, warehouse and settings, the state of an epoch, the rules' plans as
+    DataFrames, and the merging of versions."""
+
+    spark: SparkSession
+    wh: Warehouse
+    plan: CorpusPlan
+    policy: Policy
+    schemas: Mapping[str, Schema]
+    structs: Mapping[str, StructType]
+    defers: frozenset[str]
+    partitions: int
+
+    def local_spark(self) -> bool: ...
+    def is_span(self, epoch: Epoch) -> bool: ...
+    def state(self, name: str, epoch: Epoch) -> DataFrame: ...
+    def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None: ...
+    def empty(self, name: str) -> DataFrame: ...
+    def derive(
+        self,
+        rule: RulePlan,
+        epoch: Epoch,
+        source: dict[int, DataFrame] | None = None,
+        held: Mapping[str, DataFrame] | None = None,
+    ) -> DataFrame: ...
+    def version_key(self, name: str) -> list[str]: ...
+    def dedupe(self, name: str, df: DataFrame, by: Sequence[str] = ()) -> DataFrame: ...
+
 
 # Executors get the rounds' code and the shapes of their plans with each task (see
 # `Recursion._rounds_in_tasks`).
@@ -63,7 +94,8 @@ class _Fixpoint:
 
 class Recursion:
     """Runs an evaluator's recursive strata: semi-naive rounds, each one Spark job, and those
-    of a linear stratum after the first inside Spark tasks when they can (see `rounds`).
+    of a linear stratum after the first inside Spark tasks when they can (see
+    `linear_fixpoint`).
     Set up once per evaluator: how each recursive relation's pieces are laid out."""
 
     PIECES = 16  # rounds' pieces a recursive relation's union holds before it is stored as one
@@ -72,7 +104,7 @@ class Recursion:
     # many pieces cost more (100 single-row rounds: 0.19 s a round against 0.47 s).
     SMALL_ROWS = 100_000
 
-    def __init__(self, evaluator: SparkEvaluator) -> None:
+    def __init__(self, evaluator: Host) -> None:
         self.ev = evaluator
         stable = {n: j for s in evaluator.plan.strata for n, j in s.stable}
         self._stable = {n for n, j in stable.items() if j is not None}
@@ -203,7 +235,7 @@ class Recursion:
         delta: dict[str, DataFrame],
     ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
         """The rounds after the first in one Spark job, each partition of the relation taken to
-        its fixpoint by a task (see `rounds`): spread on its stable argument, or all in one
+        its fixpoint by a task (see `linear_fixpoint`): spread on its stable argument, or all in one
         partition when it has none. Returns what Spark's rounds still have to join (None:
         nothing), the relation's versions when that is nothing (one per version key; None
         when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran. Lower
