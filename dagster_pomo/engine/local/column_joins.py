@@ -187,10 +187,14 @@ def groups(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows in order of their key (``codes``; each key's rows in their order) and where
     each key's run starts in that order, as ``np.ufunc.reduceat`` takes them."""
     order = np.argsort(codes, kind="stable")
-    ordered = codes[order]
+    return order, run_starts(codes[order])
+
+
+def run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of ``ordered`` (sorted, or grouped) begins."""
     if not len(ordered):
-        return order, np.zeros(0, dtype=np.int64)
-    return order, np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
 
 
 def among(left: Sequence[np.ndarray], right: Sequence[np.ndarray]) -> np.ndarray:

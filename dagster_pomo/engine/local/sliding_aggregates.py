@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dagster_pomo.engine.local.column_joins import spread
+from dagster_pomo.engine.local.column_joins import run_starts, spread
 
 Ids = np.ndarray | None  # a sorted table's group numbers, row by row (see `_by_group_and_time`)
 
@@ -104,7 +104,7 @@ def sweep(
     # Sorted by time within each group, the moved times below come sorted: their distinct
     # values and the full segments' order take a pass, not a sort each.
     table, ids = _by_group_and_time(table, group)
-    firsts = group_starts(table, group) if ids is None else _changes(ids)
+    firsts = group_starts(table, group) if ids is None else run_starts(ids)
     if table.num_rows == 0:
         none = np.zeros(0, dtype=np.int64)
         columns = {"__at": none, "__n": none, "__least_exp": none}
@@ -194,14 +194,6 @@ def _by_group_and_time(table: pa.Table, group: Sequence[str]) -> tuple[pa.Table,
     if group:
         order = order[np.argsort(ids[order], kind="stable")]
     return table.take(order), ids[order]
-
-
-def _changes(ids: np.ndarray) -> np.ndarray:
-    """Where each run of equal sorted ``ids`` begins (`group_starts` by group numbers)."""
-    change = np.empty(len(ids), dtype=bool)
-    change[:1] = True
-    np.not_equal(ids[1:], ids[:-1], out=change[1:])
-    return np.flatnonzero(change)
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
