@@ -38,6 +38,13 @@ class Epoch:
         return self.start if self.previous is not None else EARLIEST
 
 
+def epoch_slot(epoch: Epoch) -> tuple[int, int]:
+    """What tells epochs apart without comparing their chains of earlier epochs: its bounds
+    (a range evaluated as one starts where its first epoch does, so the start alone would
+    not tell them apart)."""
+    return (epoch.start, epoch.end)
+
+
 def epoch_key(epoch: Epoch) -> str:
     """The name of ``epoch``'s partitions in the warehouse: its start."""
     return str(epoch.start)

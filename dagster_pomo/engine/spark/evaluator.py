@@ -50,24 +50,18 @@ from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
 from dagster_pomo.plan.rules import RulePlan
 from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.plan.time import reach_of, reaches
-from dagster_pomo.timeline import NEVER, Epoch, epoch_key
+from dagster_pomo.timeline import NEVER, Epoch, epoch_key, epoch_slot
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.lines import TimeWindow
     from dagster_pomo.engine.spark.landing import StoredLanding
 
 
-def _slot(epoch: Epoch) -> tuple[int, int]:
-    """What this epoch's versions so far are kept under (a span starts where its first
-    epoch does, so its start alone would not tell them apart)."""
-    return (epoch.start, epoch.end)
-
-
 @dataclass
 class _EpochCaches:
     """What the epoch under way has read, kept for its strata; new for every epoch."""
 
-    # Its versions so far, by (`_slot`, relation): read once, reused by rules.
+    # Its versions so far, by (`epoch_slot`, relation): read once, reused by rules.
     current: dict[tuple[tuple[int, int], str], DataFrame] = field(default_factory=dict)
     read: set[tuple[str, str]] = field(default_factory=set)  # partitions it read
 
@@ -248,25 +242,25 @@ class SparkEvaluator:
         if name == CLOCK:
             return self._ticks(epoch.start - earlier, epoch.end)
         history = self._history(name, epoch, epoch.start - earlier)
-        current = self._epoch.current.get((_slot(epoch), name))
+        current = self._epoch.current.get((epoch_slot(epoch), name))
         if current is None:
             current = self.wh.read(name, self.structs[name], self.keys_of(epoch))
-            self._epoch.current[(_slot(epoch), name)] = current
+            self._epoch.current[(epoch_slot(epoch), name)] = current
         return history.unionByName(current)
 
     def keys_of(self, epoch: Epoch) -> list[str]:
         """The stored partitions that make up ``epoch``: its own, or a span's."""
-        span = self._spans.get(_slot(epoch))
+        span = self._spans.get(epoch_slot(epoch))
         return span.keys if span is not None else [epoch_key(epoch)]
 
     def forget_current(self, epoch: Epoch, name: str) -> None:
         """``epoch``'s versions of ``name`` were stored anew: rules read them again."""
-        self._epoch.current.pop((_slot(epoch), name), None)
+        self._epoch.current.pop((epoch_slot(epoch), name), None)
 
     def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None:
         """Let the rules of ``epoch`` read ``rows`` as its versions of ``name`` so far (a
         recursive relation's, between rounds) instead of the epoch's stored partition."""
-        self._epoch.current[(_slot(epoch), name)] = rows
+        self._epoch.current[(epoch_slot(epoch), name)] = rows
 
     # ------------------------------------------------------------------ one epoch
 
@@ -344,7 +338,7 @@ class SparkEvaluator:
         for a span), where the epoch's later strata then read them; how many were stamped
         before ``end``. ``made``: the versions the epoch's rules derived (before merging
         them with the epoch's seeds); a span keeps those stamped after ``end`` per epoch."""
-        span = self._spans.get(_slot(epoch))
+        span = self._spans.get(epoch_slot(epoch))
         if span is None:
             stored = self.store.store(name, epoch_key(epoch), rows, end)
         else:
@@ -354,7 +348,7 @@ class SparkEvaluator:
                 derived = reduce(DataFrame.unionByName, made)
                 later = self.dedupe(name, span.stamped_later(derived), by=["epoch"])
             stored = span.store(self.wh, name, rows, later)
-        self._epoch.current[(_slot(epoch), name)] = self.wh.read(
+        self._epoch.current[(epoch_slot(epoch), name)] = self.wh.read(
             name, self.structs[name], self.keys_of(epoch)
         )
         return stored
@@ -377,12 +371,12 @@ class SparkEvaluator:
         span = RangePass.of(epochs)
         if span is None:
             return None
-        self._spans[_slot(span.epoch)] = span
+        self._spans[epoch_slot(span.epoch)] = span
         return span.epoch
 
     def is_span(self, epoch: Epoch) -> bool:
         """Whether ``epoch`` stands for a range of epochs (see `span`)."""
-        return _slot(epoch) in self._spans
+        return epoch_slot(epoch) in self._spans
 
     def evaluate_stratum(
         self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
@@ -398,11 +392,10 @@ class SparkEvaluator:
         """Versions of a derived relation that this epoch gets without deriving them: facts,
         events deferred to it by earlier epochs, and ``@next`` results (None: there are none).
         """
-        # The first epoch, or a range starting with it, also takes the facts before it.
-        facts = [r for r in self.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
+        facts = self.facts_in(name, epoch)
         parts = [self._rows_frame(name, facts)] if facts else []
         if name in self.defers:
-            keys = [epoch_key(e) for e in self.epochs if e.start < epoch.start]
+            keys = self.keys_before(epoch)
             deferred = self.wh.read_stored(name, self.structs[name], keys, deferred=True)
             if deferred is not None:
                 window = (F.col("kt") >= epoch.start) & (F.col("kt") < epoch.end)
@@ -410,6 +403,16 @@ class SparkEvaluator:
         if name in carried:
             parts.append(carried[name])
         return reduce(DataFrame.unionByName, parts) if parts else None
+
+    def facts_in(self, name: str, epoch: Epoch) -> list[Version]:
+        """The corpus's facts of ``name`` that ``epoch`` takes: those known in it (the first
+        epoch, or a range starting with it, also those before it)."""
+        return [r for r in self.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
+
+    def keys_before(self, epoch: Epoch) -> list[str]:
+        """The stored partitions of the epochs before ``epoch`` (where events deferred to
+        it wait)."""
+        return [epoch_key(e) for e in self.epochs if e.start < epoch.start]
 
     def empty(self, name: str) -> DataFrame:
         """No versions of ``name`` (one frame per relation: plans are not free to build)."""

@@ -26,7 +26,7 @@ from dagster_pomo.engine.stats import StratumStats
 from dagster_pomo.engine.versions import record
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.plan.corpus import StratumPlan
-from dagster_pomo.timeline import Epoch, epoch_key
+from dagster_pomo.timeline import Epoch, epoch_key, epoch_slot
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.spark.evaluator import SparkEvaluator
@@ -168,7 +168,7 @@ class LocalStrata:
     def _reads(self, epoch: Epoch) -> ProcessReads:
         """What this process reads of the warehouse for ``epoch``'s strata (see
         `ProcessReads`), keeping of what it read before the epochs ``epoch`` may read."""
-        slot = (epoch.start, epoch.end)
+        slot = epoch_slot(epoch)
         if self._reads_for != slot:
             alive: dict[str, set[str]] = {}
 
@@ -208,14 +208,14 @@ class LocalStrata:
             return None if seeds is None else self._reads(epoch).fetched(name, seeds)
         schema = arrow_schema(ev.schemas[name])
         parts = []
-        facts = [r for r in ev.facts.get(name, []) if epoch.lower <= r.kt < epoch.end]
+        facts = ev.facts_in(name, epoch)
         if facts:
             rows = [record(r, ev.schemas[name]) for r in facts]
             parts.append(frames.arrow_table(rows, ev.structs[name]))
         if name in ev.defers:
             stored = ev.wh.stored_keys(name, deferred=True)
-            keys = [epoch_key(e) for e in ev.epochs if e.start < epoch.start]
-            deferred = ev.wh.read_table(name, [k for k in keys if k in stored], schema, True)
+            keys = [k for k in ev.keys_before(epoch) if k in stored]
+            deferred = ev.wh.read_table(name, keys, schema, True)
             kt = deferred["kt"]
             window = pc.and_(pc.greater_equal(kt, epoch.start), pc.less(kt, epoch.end))
             if (deferred := deferred.filter(window)).num_rows:
