@@ -13,7 +13,9 @@ lifetimes of derived relations, ``@next`` sequences, content IDs and body aggreg
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
@@ -68,7 +70,7 @@ EXPRESSIONS = (
 @dataclass(frozen=True)
 class Case:
     corpus: str
-    events: list[tuple[str, int, list[int]]]
+    events: list[Event]
 
     @property
     def sequential(self) -> bool:
@@ -226,17 +228,48 @@ def corpora(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS) -> str:
     return "\n".join(lines) + "\n"
 
 
+# An event (relation, time, arguments), and how its landing line writes it (`landing_line`).
+Event = tuple[str, int, list[int]] | tuple[str, int, list[int], int]
+FORMS = 5
+
+
 @st.composite
-def event_streams(
-    draw: st.DrawFn, max_events: int = 18, horizon: int = 40
-) -> list[tuple[str, int, list[int]]]:
-    events = []
+def event_streams(draw: st.DrawFn, max_events: int = 18, horizon: int = 40) -> list[Event]:
+    """Events, some landed again: the same event in another line, often written another
+    way (`landing_line`), which must count as the one event it is."""
+    events: list[Event] = []
     for _ in range(draw(st.integers(0, max_events))):
         rel = draw(st.sampled_from(INPUTS))
         arity = 1 if rel == "c" else 2
         args = [draw(st.integers(0, 3)) for _ in range(arity)]
         events.append((rel, draw(st.integers(0, horizon)), args))
+    if events:
+        again = st.tuples(st.sampled_from(events), st.integers(0, FORMS - 1))
+        for (rel, t, args, *_), form in draw(st.lists(again, max_size=6)):
+            events.append((rel, t, args, form))
     return events
+
+
+def landing_line(event: Event) -> str:
+    """An event's landing line, in one of `FORMS` ways that all mean the same event: as JSON
+    writes it, the time in ISO-8601 with an offset, the arguments by column name (an
+    undeclared relation's columns are ``c0``, ``c1``...), the relation's name escaped with
+    spaces around, and every way at once."""
+    rel, t, args, *rest = event
+    form = rest[0] if rest else 0
+    if form == 0:
+        return json.dumps({"relation": rel, "t": t, "args": args})
+    when = datetime.fromtimestamp(t / 1000, UTC) + timedelta(hours=2)
+    iso = when.isoformat(timespec="milliseconds").replace("+00:00", "+02:00")
+    named = {f"c{i}": v for i, v in enumerate(args)}
+    if form == 1:
+        return json.dumps({"relation": rel, "t": iso, "args": args})
+    if form == 2:
+        return json.dumps({"args": named, "relation": rel, "t": t})
+    escaped = "".join(f"\\u{ord(ch):04x}" for ch in rel)
+    if form == 3:
+        return f'  {{ "relation" : "{escaped}" , "t" : {t}, "args" : {json.dumps(args)} }} '
+    return f'{{"t": "{iso}", "args": {json.dumps(named)}, "relation": "{escaped}"}}\t'
 
 
 @st.composite

@@ -34,7 +34,15 @@ from dagster_pomo.engine.run import event_json, run
 from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.lang import compile_corpus
 from tests.compare import policy
-from tests.engine_strategies import KINDS, Case, cases, corpora, event_streams, with_provenance
+from tests.engine_strategies import (
+    KINDS,
+    Case,
+    cases,
+    corpora,
+    event_streams,
+    landing_line,
+    with_provenance,
+)
 
 HORIZON_END = 48  # every stream ends before this; a multiple of the epoch sizes below
 SPARK_EXAMPLES = int(os.environ.get("POMO_SPARK_EXAMPLES", "10"))
@@ -67,9 +75,7 @@ def _normal(value: Any) -> Any:
 def _events_file(case: Case, tmp: Path) -> Path:
     """The case's events as a JSON Lines file in ``tmp``."""
     path = tmp / "events.jsonl"
-    path.write_text(
-        "".join(json.dumps({"relation": r, "t": t, "args": a}) + "\n" for r, t, a in case.events)
-    )
+    path.write_text("".join(landing_line(e) + "\n" for e in case.events))
     return path
 
 

@@ -304,3 +304,77 @@ def test_arrow_reads_clean_pieces_and_leaves_the_others_to_the_checks(tmp_path: 
     path.write_text(json.dumps({**good[1], "args": {"s": None, "n": 1}}) + "\n")
     assert read_piece_arrow(layout, lines.Piece(str(path)), _WINDOW) is None
     assert Layout.of(["w"], {"w": ("at",)}, {"w": ("time",)}) is None
+
+
+REPEATS_CORPUS = """.decl level(tank: str, v: float);
+.decl seen(tank: str);
+seen("north") @time(1700000000000);
+stats(tank) @count @sum(v) @average(v) := level(tank, v);
+tanks() @count := seen(_);
+"""
+
+
+def _forms(tank: str, v: float, t: int) -> list[str]:
+    """One event written as a landing line five ways: as JSON writes it, ISO time with an
+    offset, arguments as a list, the relation's name escaped and spaces around, ``0.0`` as
+    ``-0.0``. All five are one event (docs/semantics.md, "Input events")."""
+    from datetime import UTC, datetime, timedelta
+
+    offset = timedelta(hours=1)
+    iso = (datetime.fromtimestamp(t / 1000, UTC) + offset).isoformat(timespec="milliseconds")
+    iso = iso.replace("+00:00", "+01:00")
+    value = -0.0 if v == 0 else v
+    return [
+        json.dumps({"relation": "level", "t": t, "args": {"tank": tank, "v": v}}),
+        json.dumps({"relation": "level", "t": iso, "args": {"tank": tank, "v": v}}),
+        json.dumps({"relation": "level", "t": t, "args": [tank, value]}),
+        '  { "relation" : "\\u006cevel", "args": {"v": %r, "tank": "%s"}, "t": %d }  '
+        % (value, tank, t),
+        json.dumps({"relation": "seen", "t": 1700000000000, "args": ["north"]}),
+    ]
+
+
+@pytest.mark.parametrize("place", ["in-place", "scratch"])
+def test_a_repeated_event_counts_once_whoever_reads_the_landing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str
+) -> None:
+    """Every event of a landing repeated in other files and other forms (an ISO time with
+    an offset, a list of arguments, an escaped name, ``-0.0``, a fact landed as a line),
+    read by this process, by Spark's tasks writing the epochs in place (the repeats in
+    other tasks' pieces and in the facts' file) and into a scratch folder: the outputs are
+    those of the landing with each event once, byte for byte, on Spark and the reference,
+    and every repeat is counted as one."""
+    from dagster_pomo.engine.spark import landing
+
+    if place == "scratch":
+        monkeypatch.setattr(landing, "runs_here", lambda spark: False)
+    monkeypatch.setattr(landing, "PIECE_BYTES", 2048)
+    t0, events = 1_700_000_000_000, []
+    for i in range(60):
+        events.append(("north" if i % 3 else "south", float(i % 7 - 3) * (i % 2), t0 + i * 37_000))
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    once.mkdir()
+    twice.mkdir()
+    (once / "a.jsonl").write_text("".join(_forms(*e)[0] + "\n" for e in events))
+    for form in range(5):  # each form a file: the same times in many tasks' pieces
+        lines_of = [_forms(*e)[form] for e in events]
+        (twice / f"{form}.jsonl").write_text("\n".join(lines_of) + "\n")
+    program = compile_corpus(REPEATS_CORPUS, "repeats.pomo")
+    expected = tmp_path / "expected"
+    run(program, once, 3_600_000, policy=HERE, out=expected)
+    stats = [json.loads(x) for x in (expected / "stats.jsonl").read_text().splitlines()]
+    most = {s["args"][0]: s["aggregates"]["count"] for s in stats}
+    assert most == {"north": 40, "south": 20}
+    assert json.loads((expected / "tanks.jsonl").read_text())["aggregates"]["count"] == 1
+    repeats = 3 * 60 + 60  # three more forms of each reading; the fact's line, 60 times
+    for name, engine, policy in (
+        ("here", "spark", HERE),
+        ("spark", "spark", SPARK),
+        ("reference", "reference", HERE),
+    ):
+        out = tmp_path / name
+        got = run(program, twice, 3_600_000, engine=engine, policy=policy, out=out).ingested
+        assert got.repeats == repeats, name
+        assert got.lines_read == 300 and got.quarantined_count == 0, name
+        for file in ("stats.jsonl", "tanks.jsonl"):
+            assert (out / file).read_bytes() == (expected / file).read_bytes(), (name, file)

@@ -77,6 +77,13 @@ class Layout:
 Events = dict[int, tuple[list[pa.ChunkedArray], np.ndarray]]
 
 
+def _normal(values: pa.Array) -> pa.Array:
+    """A float column with ``-0.0`` read as ``0.0`` (`cid.normal`: adding ``0.0`` does it)."""
+    if pa.types.is_floating(values.type):
+        return pc.add(values, pa.scalar(0.0, values.type))
+    return values
+
+
 def read_piece_arrow(layout: Layout, piece: Piece, window: TimeWindow) -> Events | None:
     """The events of ``piece`` (a JSON Lines piece) when Arrow reads it as the checks would
     (see the module's docstring); None when it must be read line by line."""
@@ -131,6 +138,6 @@ def read_piece_arrow(layout: Layout, piece: Piece, window: TimeWindow) -> Events
                 return None  # a missing column
             elif pa.types.is_floating(values.type) and not pc.all(pc.is_finite(values)).as_py():
                 return None  # NaN or Infinity
-        columns = [pc.struct_field(mine, [fields[c]]) for c in layout.columns[r]]
+        columns = [_normal(pc.struct_field(mine, [fields[c]])) for c in layout.columns[r]]
         out[r] = (columns, times[rows])
     return out

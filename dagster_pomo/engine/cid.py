@@ -18,8 +18,16 @@ Value = int | float | str | bool
 CID_DIGITS = 32
 
 
+def normal(value: Value) -> Value:
+    """A value as an event's identity takes it: ``-0.0`` is ``0.0`` (they compare equal, so
+    they are one argument, one event and one content ID). Every other value is normal once
+    typed: times are milliseconds, text is decoded, arguments are positional."""
+    return value + 0.0 if type(value) is float else value
+
+
 def cid(relation: str, args: Sequence[Value], t: int) -> str:
-    text = json.dumps([relation, list(args), t], separators=(",", ":"), allow_nan=False)
+    shown = [normal(v) for v in args]
+    text = json.dumps([relation, shown, t], separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:CID_DIGITS]
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagster_pomo.engine.cid import cid
+from dagster_pomo.engine.cid import cid, normal
 from dagster_pomo.engine.lines import (
     DEFAULT_TIMES,
     INT_MAX,
@@ -112,6 +112,27 @@ class Ingested:
     accepted_by_spark: int = 0
     bad: int | None = None
     all_quarantined: Callable[[], Iterator[Quarantined]] | None = None
+    # Accepted lines that repeat an event already accepted (the same relation, arguments
+    # and time once normalised): each event is kept once (see `add`).
+    repeats: int = 0
+    _seen: dict[str, set[tuple[int, tuple[Value, ...]]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def add(self, name: str, rows: Iterable[Version]) -> None:
+        """Events of relation ``name`` kept, each identity (``t`` and arguments) once: an
+        event that lands twice, or as a fact and a line, is one event (docs/semantics.md,
+        "Input events"). The first copy is kept; the others are counted in `repeats`."""
+        seen = self._seen.get(name)
+        if seen is None:
+            seen = self._seen[name] = {r.identity for r in self.events.get(name, ())}
+        kept = self.events.setdefault(name, [])
+        for row in rows:
+            if row.identity in seen:
+                self.repeats += 1
+                continue
+            seen.add(row.identity)
+            kept.append(row)
 
     def quarantine_jsonl(self) -> str:
         """The quarantined lines as JSON Lines, one object with its reason a line."""
@@ -130,8 +151,10 @@ class Ingested:
 
     @property
     def accepted(self) -> int:
-        """Events accepted: landed (held here or stored by Spark) and the corpus's facts."""
-        return self.accepted_by_spark + sum(len(rows) for rows in self.events.values())
+        """Events accepted: landed (held here or stored by Spark) and the corpus's facts,
+        an event repeated as often as it came."""
+        held = sum(len(rows) for rows in self.events.values())
+        return self.accepted_by_spark + held + self.repeats
 
     @property
     def times(self) -> list[int]:
@@ -179,7 +202,7 @@ def coerce(value: Any, typ: str) -> Value:
         return t
     typ = ast.stored_type(typ)  # a content ID is a string
     if typ == "float" and kind in ("int", "float"):
-        return float(value)
+        return normal(float(value))
     if typ == "int" and kind == "int" and not INT_MIN <= value <= INT_MAX:
         raise ValueError(f"got {value}, which does not fit a 64-bit integer")
     if typ == kind:
@@ -365,7 +388,7 @@ def ingest_files(
     spans: dict[str, tuple[int, int]] = {}
 
     def accept(file: str, rel: Relation, values: tuple[Value, ...], t: int) -> None:
-        out.events.setdefault(rel.name, []).append(Version(t, values, t, expiry(t, rel.lifetime)))
+        out.add(rel.name, (Version(t, values, t, expiry(t, rel.lifetime)),))
         spans[file] = (min(t, spans[file][0]), max(t, spans[file][1])) if file in spans else (t, t)
 
     for path in paths:
@@ -480,7 +503,7 @@ def _coerce_plain(args: tuple[Any, ...], types: tuple[str, ...]) -> tuple[Value,
         if kind is str and typ == "str" and v.isascii():
             out.append(sys.intern(v))
         elif (kind is float or kind is int) and typ == "float":
-            out.append(float(v))
+            out.append(float(v) + 0.0)  # `cid.normal`: -0.0 is 0.0
         elif (kind is int and typ == "int" and INT_MIN <= v <= INT_MAX) or (
             kind is bool and typ == "bool"
         ):
@@ -575,7 +598,8 @@ def corpus_facts(program: Program) -> dict[str, list[Version]]:
             t = int(evaluate(time, env)) if time is not None else 0
             # Arithmetic keeps values within 64 bits (see `values`); a float time may not be.
             args = tuple(
-                coerce(v, typ) if typ else v for v, typ in zip(args, rel.types, strict=True)
+                coerce(v, typ) if typ else normal(v)
+                for v, typ in zip(args, rel.types, strict=True)
             )
             if not INT_MIN <= t <= INT_MAX:
                 raise ValueError(f"its time {t} does not fit 64 bits of milliseconds")

@@ -43,7 +43,7 @@ def epoch_range(
 def load_inputs(program: Program, ingested: Ingested) -> Ingested:
     """Landed events plus the corpus's facts."""
     for name, rows in corpus_facts(program).items():
-        ingested.events.setdefault(name, []).extend(rows)
+        ingested.add(name, rows)
     return ingested
 
 

@@ -301,7 +301,7 @@ class Pipeline:
         else:
             ingested = with_kept(ingest_files(self.program, fresh, window), paths, kept)
             for name, rows in facts.items():
-                ingested.events.setdefault(name, []).extend(rows)
+                ingested.add(name, rows)
             chosen = {epoch_key(e) for e in epochs}
             selected = {
                 rel.name: [

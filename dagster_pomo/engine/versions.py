@@ -14,6 +14,9 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+import pyarrow as pa
+
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.schema import Schema
 
@@ -34,6 +37,22 @@ class Version:
     @property
     def identity(self) -> tuple[int, tuple[Value, ...]]:
         return (self.t, self.args)
+
+
+def first_of_each_event(table: pa.Table, arity: int) -> pa.Table:
+    """The stored input events of ``table`` (its first ``arity`` columns the arguments, then
+    ``t``; ``kt``, ``exp`` follow from them) with each identity once, the first copy kept
+    and the order kept: what `ingest.Ingested.add` does for events held in this process,
+    for Arrow tables (Spark's tasks, their epochs' files). Values are normal already
+    (`cid.normal`), so equal values are equal bits, and text compares whole."""
+    if table.num_rows < 2:
+        return table
+    keys = [*table.column_names[:arity], "t"]
+    numbered = table.select(keys).append_column("_row", pa.array(np.arange(table.num_rows)))
+    first = numbered.group_by(keys, use_threads=False).aggregate([("_row", "min")])
+    if first.num_rows == table.num_rows:
+        return table
+    return table.take(np.sort(first.column("_row_min").to_numpy()))
 
 
 def record(row: Version, schema: Schema) -> tuple[object, ...]:

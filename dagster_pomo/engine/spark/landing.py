@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -64,7 +65,13 @@ from dagster_pomo.engine.local.arrow_schemas import ARROW, arrow_schema
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark.session import runs_here
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.engine.versions import Version, digest_of, record, row_hash
+from dagster_pomo.engine.versions import (
+    Version,
+    digest_of,
+    first_of_each_event,
+    record,
+    row_hash,
+)
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.schema import Schema, infer_schemas
 from dagster_pomo.timeline import NEVER, Epoch
@@ -293,7 +300,12 @@ def _reader(
 def _hash(t: int, values: tuple[Any, ...], exp: int) -> int:
     """An input event's 64-bit hash as `versions.digest` takes it (``kt`` is ``t``, no
     aggregates, ``tau`` 0), signed to fit a long: sums agree modulo 2^64."""
-    h = int.from_bytes(row_hash(Version(t, values, t, exp)), "big")
+    return _signed(row_hash(Version(t, values, t, exp)))
+
+
+def _signed(digest: bytes) -> int:
+    """A `versions.row_hash` as a signed 64-bit integer (a Spark long)."""
+    h = int.from_bytes(digest, "big")
     return h - (1 << 64) if h >= 1 << 63 else h
 
 
@@ -393,7 +405,8 @@ class Staged:
         ingested.files = list(self.files)
         ingested.files_read = len(self.files)
         ingested.lines_read = self.lines
-        ingested.accepted_by_spark = self.lines - self.bad
+        ingested.repeats = int(self.got.get("repeats") or 0)
+        ingested.accepted_by_spark = self.lines - self.bad - ingested.repeats
         if not self.bad:
             return
         bad = self.quarantined()
@@ -440,16 +453,23 @@ class InScratch(Staged):
                 [*struct.fields, StructField("epoch", StringType()), StructField("h", LongType())]
             )
             records = [
-                (*record(f, schema), str(key), None)
+                (*record(f, schema), str(key), _signed(row_hash(f)))
                 for key, versions in placed.items()
                 for f in versions
             ]
             rows = rows.unionByName(frames.local(self.spark, records, with_epoch))
+        # Each event once (`versions.first_of_each_event`): a repeated line, or a line
+        # repeating a fact, is the same row whole.
+        given = Observation(f"given-{i}")
+        rows = rows.observe(given, F.count(F.lit(1)).alias("n"))
+        rows = rows.dropDuplicates([*schema.columns, "t"])
         counted = Observation(f"stored-{i}")
         summed = F.sum(F.col("h").cast(DecimalType(38, 0)))
         rows = rows.observe(counted, F.count(F.lit(1)).alias("n"), summed.alias("h"))
         self.wh.write_partitioned(schema.name, rows.drop("h"))
-        return int(counted.get["n"]), int(counted.get["h"] or 0) + _facts_hash(placed)
+        n = int(counted.get["n"])
+        self.got["repeats"] = self.got.get("repeats", 0) + int(given.get["n"]) - n
+        return n, int(counted.get["h"] or 0)
 
     def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
         """One Spark job."""
@@ -466,7 +486,8 @@ class InScratch(Staged):
 # What a task writing the landing's events in place returns (see `_writer`): each bad line
 # (`LINE`, numbered from its piece's start), and per file and relation (`BAD` for the bad
 # lines) how many lines it read and the first and last time of the accepted ones (`READ`),
-# per file, relation and epoch how many events it wrote and the sum of their hashes
+# per relation and epoch (the task's number in ``f``) how many events it wrote, each once,
+# the sum of their hashes, their first and last time and how many repeats it left out
 # (`WROTE`), and per piece of a JSON Lines file that another follows, its newlines
 # (`NEWLINES`: where the next piece's lines begin).
 LINE, READ, WROTE, NEWLINES = 0, 1, 2, 3
@@ -481,6 +502,7 @@ TALLY = pa.schema(
         pa.field("h", pa.decimal128(38, 0)),
         pa.field("first", pa.int64()),
         pa.field("last", pa.int64()),
+        pa.field("repeats", pa.int64()),
         *BAD_LINE,
     ]
 )
@@ -516,14 +538,13 @@ def _writer(
     def write(task: tuple[int, list[tuple[int, Piece]]]) -> Iterator[pa.RecordBatch]:
         number, pieces = task
         held: dict[int, tuple[list[list[Any]], list[int]]] = {}  # by relation: columns, times
-        writers: dict[tuple[int, int], pq.ParquetWriter] = {}
+        parts: dict[tuple[int, int], list[pa.Table]] = {}  # by relation and epoch
         read: dict[tuple[int, int], list[Any]] = {}  # by file and relation: lines, first, last
-        wrote: dict[tuple[int, int, int], list[int]] = {}  # by file, relation, epoch
         rows: list[dict[str, Any]] = []
 
         def place(f: int, r: int, columns: Sequence[Any], t: np.ndarray) -> None:
             """Events of relation ``r`` read from file ``f`` (their columns, as Arrow, and
-            times) tallied and written, an epoch's at a time, in the order of their lines."""
+            times) tallied and held, an epoch's at a time, in the order of their lines."""
             seen = read.setdefault((f, r), [0, None, None])
             seen[0] += len(t)
             least, most = int(t.min()), int(t.max())
@@ -539,18 +560,33 @@ def _writer(
             starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else []
             bounds = [*map(int, starts), len(keys)]
             for at, upto in zip(bounds, bounds[1:], strict=False):
-                key = int(keys[at])
-                part = table.slice(at, upto - at)
-                if (r, key) not in writers:
-                    folder = os.path.join(roots[r], str(key))
-                    os.makedirs(folder, exist_ok=True)
-                    name = os.path.join(folder, f"part-{number:05d}.parquet")
-                    writers[r, key] = pq.ParquetWriter(name, layouts[r])
-                writers[r, key].write_table(part)
-                sums = wrote.setdefault((f, r, key), [0, 0])
-                sums[0] += upto - at
-                if digests:
-                    sums[1] += _hashes(part, len(columns))
+                parts.setdefault((r, int(keys[at])), []).append(table.slice(at, upto - at))
+
+        def written() -> Iterator[dict[str, Any]]:
+            """Each relation's events of each epoch this task read written to its file, each
+            event once (`versions.first_of_each_event`); the `WROTE` row of each, with the
+            first and last time written, so that the driver can tell which epochs other
+            tasks wrote the same times to."""
+            for (r, key), tables in sorted(parts.items()):
+                whole = pa.concat_tables(tables)
+                table = first_of_each_event(whole, len(layouts[r]) - 4)
+                folder = os.path.join(roots[r], str(key))
+                os.makedirs(folder, exist_ok=True)
+                name = os.path.join(folder, f"part-{number:05d}.parquet")
+                pq.write_table(table, name, row_group_size=ROWS_A_BATCH)
+                times = table.column("t")
+                yield {
+                    "kind": WROTE,
+                    "f": number,
+                    "r": r,
+                    "epoch": key,
+                    "n": table.num_rows,
+                    "h": _hashes(table, len(layouts[r]) - 4) if digests else None,
+                    "first": pc.min(times).as_py(),
+                    "last": pc.max(times).as_py(),
+                    "repeats": whole.num_rows - table.num_rows,
+                }
+            parts.clear()
 
         def flush(f: int) -> None:
             """The events held, read line by line from file ``f``, placed (see `place`)."""
@@ -561,59 +597,79 @@ def _writer(
 
         # Arrow reads a piece at once where it reads it as the checks would (`arrow_lines`).
         layout = Layout.of(*arrow) if arrow is not None else None
-        try:
-            for at, piece in pieces:
-                f = numbers[piece.file]
-                if piece.end is not None and not piece.file.endswith(PARQUET):
-                    n = newlines(Path(piece.file), piece.start, piece.end)
-                    rows.append({"kind": NEWLINES, "f": f, "piece": at, "n": n})
-                quick = None
-                if layout is not None and not piece.file.endswith(PARQUET):
-                    quick = read_piece_arrow(layout, piece, window)
-                if quick is not None:
-                    for r, (columns, t) in quick.items():
-                        place(f, r, columns, t)
+        for at, piece in pieces:
+            f = numbers[piece.file]
+            if piece.end is not None and not piece.file.endswith(PARQUET):
+                n = newlines(Path(piece.file), piece.start, piece.end)
+                rows.append({"kind": NEWLINES, "f": f, "piece": at, "n": n})
+            quick = None
+            if layout is not None and not piece.file.endswith(PARQUET):
+                quick = read_piece_arrow(layout, piece, window)
+            if quick is not None:
+                for r, (columns, t) in quick.items():
+                    place(f, r, columns, t)
+                continue
+            size = 0
+            for event in read_piece(program, piece, types, window):
+                if isinstance(event, Quarantined):
+                    shown = given.get(event.file, event.file)
+                    line = {"file": shown, "line": event.line, "reason": event.reason}
+                    rows.append({**line, "kind": LINE, "f": f, "piece": at, "r": BAD})
+                    rows[-1]["text"] = event.text
+                    (read.get((f, BAD)) or read.setdefault((f, BAD), [0, None, None]))[0] += 1
+                    if len(rows) >= ROWS_A_BATCH:
+                        yield pa.RecordBatch.from_pylist(rows, schema=TALLY)
+                        rows = []
                     continue
-                size = 0
-                for event in read_piece(program, piece, types, window):
-                    if isinstance(event, Quarantined):
-                        shown = given.get(event.file, event.file)
-                        line = {"file": shown, "line": event.line, "reason": event.reason}
-                        rows.append({**line, "kind": LINE, "f": f, "piece": at, "r": BAD})
-                        rows[-1]["text"] = event.text
-                        (read.get((f, BAD)) or read.setdefault((f, BAD), [0, None, None]))[0] += 1
-                        if len(rows) >= ROWS_A_BATCH:
-                            yield pa.RecordBatch.from_pylist(rows, schema=TALLY)
-                            rows = []
-                        continue
-                    rel, values, t, _ = event
-                    r = index[rel.name]
-                    columns = held.get(r)
-                    if columns is None:
-                        columns = held[r] = ([[] for _ in values], [])
-                    for column, value in zip(columns[0], values, strict=True):
-                        column.append(value)
-                    columns[1].append(t)
-                    size += 1
-                    if size >= ROWS_A_BATCH:  # memory stays flat, whatever the order
-                        flush(f)
-                        size = 0
-                flush(f)
-        finally:
-            for writer in writers.values():
-                writer.close()
+                rel, values, t, _ = event
+                r = index[rel.name]
+                columns = held.get(r)
+                if columns is None:
+                    columns = held[r] = ([[] for _ in values], [])
+                for column, value in zip(columns[0], values, strict=True):
+                    column.append(value)
+                columns[1].append(t)
+                size += 1
+                if size >= ROWS_A_BATCH:  # held as Arrow columns, not Python values
+                    flush(f)
+                    size = 0
+            flush(f)
         rows += [
             {"kind": READ, "f": f, "r": r, "n": n, "first": a, "last": b}
             for (f, r), (n, a, b) in read.items()
         ]
-        rows += [
-            {"kind": WROTE, "f": f, "r": r, "epoch": key, "n": n, "h": h if digests else None}
-            for (f, r, key), (n, h) in wrote.items()
-        ]
+        rows += written()
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=TALLY)
 
     return write
+
+
+@dataclass(frozen=True)
+class Written:
+    """One file of an epoch's events: how many, the sum of their hashes, the first and last
+    time (two files whose times overlap may hold one event twice)."""
+
+    n: int
+    h: int
+    first: int
+    last: int
+
+
+def _overlap(files: Sequence[Written]) -> bool:
+    """Whether two of ``files`` hold a time in common."""
+    last = None
+    for f in sorted(files, key=lambda f: f.first):
+        if last is not None and f.first <= last:
+            return True
+        last = f.last if last is None else max(last, f.last)
+    return False
+
+
+def _distinct(events: Sequence[Version]) -> list[Version]:
+    """``events`` with each identity once, the first kept."""
+    seen: set[tuple[int, tuple[Any, ...]]] = set()
+    return [e for e in events if not (e.identity in seen or seen.add(e.identity))]
 
 
 @dataclass
@@ -623,7 +679,7 @@ class InPlace(Staged):
     into place (`Warehouse.promote`). Only where the tasks see the warehouse's disk."""
 
     roots: list[str]  # each input relation's folder of epochs written
-    wrote: dict[tuple[int, int], tuple[int, int]]  # by relation and epoch: events, hashes
+    wrote: dict[tuple[int, int], list[Written]]  # by relation and epoch: each task's file
     read: dict[int, tuple[int, int | None, int | None]]  # by file: lines, first, last
 
     @classmethod
@@ -639,9 +695,9 @@ class InPlace(Staged):
         them) reading ``pieces``, from their tallies (one small Spark job); ``known``:
         `Staged`'s fields up to ``got``. A bad line's number is its file's: its piece's
         number plus the newlines of the pieces of its file before it."""
-        wrote: dict[tuple[int, int], list[int]] = {}
+        wrote: dict[tuple[int, int], list[Written]] = {}
         read: dict[int, list[Any]] = {}
-        got: dict[str, Any] = {"lines": 0, "bad": 0, "first": None, "last": None}
+        got: dict[str, Any] = {"lines": 0, "bad": 0, "first": None, "last": None, "repeats": 0}
         got.update({f"n{i}": 0 for i in range(relations)})
         counts: dict[Piece, int] = {}
         for row in rows.where(F.col("kind") != LINE).collect():
@@ -650,9 +706,9 @@ class InPlace(Staged):
                 counts[pieces[row["piece"]]] = n
                 continue
             if row["kind"] == WROTE:
-                sums = wrote.setdefault((r, row["epoch"]), [0, 0])
-                sums[0] += n
-                sums[1] += int(row["h"] or 0)
+                file = Written(n, int(row["h"] or 0), row["first"], row["last"])
+                wrote.setdefault((r, row["epoch"]), []).append(file)
+                got["repeats"] += row["repeats"]
                 continue
             per = read.setdefault(row["f"], [0, None, None])
             per[0] += n
@@ -675,38 +731,59 @@ class InPlace(Staged):
             offset = F.coalesce(F.create_map(*offsets)[F.col("piece")], F.lit(0))
             bad = bad.withColumn("line", F.col("line") + offset)
         bad = bad.select(*BAD_COLUMNS)
-        done = {k: (v[0], v[1]) for k, v in wrote.items()}
         per_file = {f: (v[0], v[1], v[2]) for f, v in read.items()}
-        return cls(*known, got, bad, roots, done, per_file)
+        return cls(*known, got, bad, roots, wrote, per_file)
 
     def store(
         self, epochs: list[Epoch], facts: Mapping[str, list[Version]], first_of_all: bool = True
     ) -> dict[str, tuple[int, int]]:
-        """No Spark job: each epoch's folder moved in, the facts' file written first."""
+        """No Spark job: each epoch's folder moved in, the facts' file written first. Each
+        task wrote each event once; where two files of an epoch (the tasks', the facts')
+        hold times in common, the epoch is read and written again with each event once
+        (`_one_each`): a landing sorted by time has none such."""
         out: dict[str, tuple[int, int]] = {}
         if not epochs:
             return out
         starts = {e.start for e in epochs}
         for i, schema in enumerate(self.inputs):
-            mine = facts.get(schema.name, [])
+            mine = _distinct(facts.get(schema.name, []))
             if not (self.got[f"n{i}"] or mine):
                 continue
             placed = _facts_by_epoch(mine, epochs, first_of_all)
             struct = from_arrow_schema(arrow_schema(schema))  # the stored columns
-            for key, versions in placed.items():
-                folder = os.path.join(self.roots[i], str(key))
-                os.makedirs(folder, exist_ok=True)
-                table = frames.arrow_table([record(v, schema) for v in versions], struct)
-                pq.write_table(table, os.path.join(folder, "part-facts.parquet"))
-            n = sum(map(len, placed.values()))
-            total = _facts_hash(placed)
+            n, total = 0, 0
             keys = {key for (r, key) in self.wrote if r == i and key in starts}
             for key in sorted(keys | set(placed)):
-                got = self.wrote.get((i, key), (0, 0))
+                folder = os.path.join(self.roots[i], str(key))
+                files = list(self.wrote.get((i, key), []))
+                if key in placed:
+                    versions = placed[key]
+                    os.makedirs(folder, exist_ok=True)
+                    table = frames.arrow_table([record(v, schema) for v in versions], struct)
+                    pq.write_table(table, os.path.join(folder, "part-facts.parquet"))
+                    times = [v.t for v in versions]
+                    h = _facts_hash({key: versions})
+                    files.append(Written(len(versions), h, min(times), max(times)))
+                if _overlap(files):
+                    got = self._one_each(folder, len(schema.columns))
+                else:
+                    got = (sum(f.n for f in files), sum(f.h for f in files))
                 n, total = n + got[0], total + got[1]
-                self.wh.promote(os.path.join(self.roots[i], str(key)), schema.name, str(key))
+                self.wh.promote(folder, schema.name, str(key))
             out[schema.name] = (n, total)
         return out
+
+    def _one_each(self, folder: str, arity: int) -> tuple[int, int]:
+        """The epoch's files in ``folder`` made one, each event once (the facts' first, then
+        the tasks' in their order); how many events it holds and the sum of their hashes."""
+        names = sorted(os.listdir(folder), key=lambda name: (name != "part-facts.parquet", name))
+        whole = pa.concat_tables([pq.read_table(os.path.join(folder, x)) for x in names])
+        table = first_of_each_event(whole, arity)
+        self.got["repeats"] += whole.num_rows - table.num_rows
+        pq.write_table(table, os.path.join(folder, "part-one.parquet"), row_group_size=ROWS_A_BATCH)
+        for name in names:
+            os.remove(os.path.join(folder, name))
+        return table.num_rows, _hashes(table, arity)
 
     def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
         """No Spark job."""
