@@ -192,6 +192,7 @@ def _evaluate(
             window=window,
             policy=policy,
             out=out,
+            settings=settings,
         )
     except (EvaluationError, PomoError) as exc:
         print(f"{path}: {exc}", file=sys.stderr)
@@ -203,7 +204,7 @@ def _evaluate(
         f"{path}: {_epochs_summary(plan, size, ingested.accepted > 0)}; "
         f"{ingested.lines_read:,} line{'s' if ingested.lines_read != 1 else ''} read, "
         f"{ingested.lines_read - bad:,} accepted, {bad:,} quarantined"
-        f"{_passes_summary(result.passes)}",
+        f"{_repeats_summary(ingested.repeats)}{_passes_summary(result.passes)}",
         file=sys.stderr,
     )
     _note_facts_before(program, plan)
@@ -308,6 +309,13 @@ def _note_facts_before(program: Program, plan: EpochRange) -> None:
             "the epochs between; pass --start to begin earlier",
             file=sys.stderr,
         )
+
+
+def _repeats_summary(repeats: int) -> str:
+    """How many accepted lines repeated an event (one event, counted once)."""
+    if not repeats:
+        return ""
+    return f" ({repeats:,} repeat{'s' if repeats != 1 else ''} of an event, kept once)"
 
 
 def _passes_summary(passes: PassStats | None) -> str:
