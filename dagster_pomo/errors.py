@@ -14,3 +14,8 @@ class PomoError(Exception):
 
 class UsageError(PomoError):
     """A command or API was called with arguments that cannot work."""
+
+
+class SettingsError(UsageError):
+    """A setting names something that is not there: a Spark master or Spark Connect server
+    that cannot be reached, a session that will not start with the configuration given."""

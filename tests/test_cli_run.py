@@ -101,6 +101,31 @@ def test_spark_is_the_default_engine_takes_spark_options_and_agrees(tmp_path: Pa
     assert negative.returncode == 2 and "-1 is below 0" in negative.stderr
 
 
+def test_the_spark_flags_reach_the_session(tmp_path: Path) -> None:
+    """``--master``, ``--remote`` and ``--conf`` are used, not only printed: a master or a
+    Connect server that nobody listens on fails the run at once with exit 1, naming it
+    (were it ignored, the run would go on on local Spark and succeed), and a configuration
+    the JVM cannot start with fails it too."""
+    corpus, events = setup(tmp_path)
+    run = ("run", str(corpus), "--events", str(events))
+    for flag, url, named in (
+        ("--master", "spark://127.0.0.1:9", "spark://127.0.0.1:9 cannot be reached"),
+        ("--remote", "sc://127.0.0.1:9", "Spark Connect server sc://127.0.0.1:9 cannot be"),
+    ):
+        result = pomo(*run, flag, url)
+        assert result.returncode == 1, result.stderr
+        assert named in result.stderr and "Connection refused" in result.stderr
+        assert "internal error" not in result.stderr
+    env = {**os.environ, "POMO_SPARK_MASTER": "spark://127.0.0.1:9"}
+    from_env = subprocess.run(
+        [str(POMO), *run, "--times", "any"], capture_output=True, text=True, env=env, check=False
+    )
+    assert from_env.returncode == 1 and "127.0.0.1:9 cannot be reached" in from_env.stderr
+    tiny = pomo(*run, "--in-process-inputs", "0", "--conf", "spark.driver.memory=1m")
+    assert tiny.returncode == 1, tiny.stderr
+    assert "Spark did not start on local[*]" in tiny.stderr
+
+
 def test_until_cuts_exactly_at_known_time(tmp_path: Path) -> None:
     corpus, events = setup(tmp_path)
     result = pomo(

@@ -367,15 +367,17 @@ def evaluated(
     inputs: RunInputs,
     warehouse: str | None = None,
     policy: Policy = DEFAULT,
+    settings: SparkSettings | None = None,
 ) -> Iterator[Driver]:
     """A driver over ``warehouse`` (a temporary one, removed at the end of the block, unless
     one is given) with every epoch of ``inputs`` evaluated: over the range at once where
     that stores the same, else (or when ``policy`` says so) epoch by epoch, as a schedule
-    does (`Driver.evaluate_range`; what ran in `Driver.ran`)."""
+    does (`Driver.evaluate_range`; what ran in `Driver.ran`), on the Spark that
+    ``settings`` describe (default: the environment's)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
-        driver = Driver.for_run(program, inputs, warehouse or tmp, policy)
+        driver = Driver.for_run(program, inputs, warehouse or tmp, policy, settings)
         driver.evaluate_range(inputs.epoch_range.epochs)
         yield driver
 
@@ -390,6 +392,7 @@ def evaluated_landing(
     window: TimeWindow | None = None,
     warehouse: str | None = None,
     policy: Policy = DEFAULT,
+    settings: SparkSettings | None = None,
 ) -> Iterator[tuple[Driver, RunInputs]]:
     """As `evaluated`, the landing files ``landing`` read by Spark's tasks into the
     warehouse (`engine.spark.landing`) rather than by this process: no event in this
@@ -401,7 +404,7 @@ def evaluated_landing(
     from dagster_pomo.engine.spark.warehouse import Warehouse
 
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
-        spark = lazy_session()
+        spark = lazy_session(settings)
         wh = Warehouse(spark, warehouse or tmp, program.name)
         with read_landing(spark, wh, program, landing, size, start, until, window) as inputs:
             epochs = inputs.epoch_range

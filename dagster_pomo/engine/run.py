@@ -17,6 +17,7 @@ from dagster_pomo.engine.ingest import Ingested, landing_files
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, Policy
+from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.stats import PassStats
 from dagster_pomo.engine.versions import Version, event_object, merge_versions, output_order
 from dagster_pomo.lang import Program
@@ -87,13 +88,15 @@ def run(
     window: TimeWindow = DEFAULT_TIMES,
     policy: Policy = DEFAULT,
     out: Path | None = None,
+    settings: SparkSettings | None = None,
 ) -> RunResult:
     """Evaluate every epoch; versions of every derived relation in the result. On Spark a
     range of epochs runs in one pass where that stores the same (see
     `Driver.evaluate_range`) unless ``policy`` says epoch by epoch, as a schedule
     does. Events whose time lies outside ``window`` are quarantined. With ``out``, the
     outputs are written there (see `write_outputs`); on Spark straight from the
-    warehouse, merged and sorted by Spark, never all in this process."""
+    warehouse, merged and sorted by Spark, never all in this process. ``settings``: where
+    Spark runs and its configuration (default: the environment's, `SparkSettings.from_env`)."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
     if engine == "spark" and events is not None:
@@ -102,7 +105,7 @@ def run(
         landing = landing_files(events)
         if reads_landing_on_spark(landing, policy):
             with evaluated_landing(
-                program, landing, size, start, until, window, warehouse, policy
+                program, landing, size, start, until, window, warehouse, policy, settings
             ) as (driver, read):
                 result = RunResult(program, read.epoch_range, read.ingested)
                 _derived(result, driver, out)
@@ -117,7 +120,7 @@ def run(
     if engine == "spark":
         from dagster_pomo.engine.driver import evaluated
 
-        with evaluated(program, prepared, warehouse, policy) as driver:
+        with evaluated(program, prepared, warehouse, policy, settings) as driver:
             _derived(result, driver, out)
         return result
     evaluator = ReferenceEvaluator(program, prepared.schemas)

@@ -9,13 +9,16 @@ no UI, UTC, quiet logs.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from dagster_pomo.engine.java import require_java
 from dagster_pomo.engine.settings import OUR_JAVA_OPTIONS, SparkSettings
 from dagster_pomo.engine.spark.class_archive import with_archive
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
+from dagster_pomo.errors import SettingsError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,6 +67,7 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
     if active is not None:
         remember_lookups(active)
         return active
+    require_reachable(settings)
     builder = SparkSession.builder.appName(settings.app_name)
     conf = session_conf(settings)
     if settings.remote:
@@ -79,10 +83,66 @@ def spark_session(settings: SparkSettings | None = None) -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # Spark's own errors name no setting; say which one it was
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SettingsError(
+            f"Spark did not start on {_where(settings)}: {first[:300]} (its settings: "
+            "--master or --remote and --conf, $POMO_SPARK_MASTER or $POMO_SPARK_REMOTE, the "
+            "resource's `master`, `remote` and `conf`)"
+        ) from exc
     session.sparkContext.setLogLevel("ERROR") if not settings.remote else None
     remember_lookups(session)
     return session
+
+
+_HINT_MASTER = " (set by --master, $POMO_SPARK_MASTER or the resource's `master`)"
+_HINT_REMOTE = " (set by --remote, $POMO_SPARK_REMOTE or the resource's `remote`)"
+REACH_SECONDS = 5.0  # how long a master or Connect server may take to accept a connection
+
+
+def _where(settings: SparkSettings) -> str:
+    return f"Spark Connect server {settings.remote}" if settings.remote else settings.master
+
+
+def _addresses(settings: SparkSettings) -> list[tuple[str, int]]:
+    """The host and port of each standalone master (``spark://a:7077,b:7077``) or of the
+    Spark Connect server (``sc://host:15002/;token=...``); none for other masters (local,
+    YARN, Kubernetes), which Spark finds its own way."""
+    if settings.remote:
+        if settings.remote.startswith("sc://"):
+            parts = urlsplit(settings.remote.split("/;")[0])
+            return [(parts.hostname or "localhost", parts.port or 15002)]
+        return []
+    if not settings.master.startswith("spark://"):
+        return []
+    out = []
+    for hostport in settings.master[len("spark://") :].split(","):
+        host, _, port = hostport.rpartition(":")
+        if host and port.isdigit():
+            out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def require_reachable(settings: SparkSettings, timeout: float = REACH_SECONDS) -> None:
+    """A ``SettingsError`` naming the master or Connect server when none of its addresses
+    accepts a connection within ``timeout`` seconds: Spark itself retries for a minute and
+    more before it gives up, and then names no setting."""
+    addresses = _addresses(settings)
+    reasons = []
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            reasons.append(f"{host}:{port}: {exc.strerror or exc}")
+    if addresses:
+        hint = _HINT_REMOTE if settings.remote else _HINT_MASTER
+        raise SettingsError(
+            f"{_where(settings)} cannot be reached ({'; '.join(reasons)}): start it, or "
+            f"name the one to use{hint}"
+        )
 
 
 class LazySession:
