@@ -126,6 +126,19 @@ def test_the_spark_flags_reach_the_session(tmp_path: Path) -> None:
     assert "Spark did not start on local[*]" in tiny.stderr
 
 
+def test_spark_s_own_logging_is_quiet_unless_verbose(tmp_path: Path) -> None:
+    """A run that starts local Spark prints no Spark or JVM log lines of its own (the log4j
+    profile, warnings about the host name or native libraries); ``--verbose`` shows them."""
+    corpus, events = setup(tmp_path)
+    run = ("run", str(corpus), "--events", str(events), "--in-process-inputs", "0")
+    quiet, verbose = pomo(*run), pomo(*run, "--verbose")
+    assert quiet.returncode == verbose.returncode == 0, quiet.stderr + verbose.stderr
+    assert "on Spark's plans" in quiet.stderr
+    for said in ("log4j", " WARN ", "Setting default log level"):
+        assert said not in quiet.stderr, quiet.stderr
+    assert "log4j" in verbose.stderr and " WARN " in verbose.stderr
+
+
 def test_until_cuts_exactly_at_known_time(tmp_path: Path) -> None:
     corpus, events = setup(tmp_path)
     result = pomo(

@@ -560,6 +560,12 @@ def build_parser() -> argparse.ArgumentParser:
         "machine or image, e.g. where the Dagster daemon runs.",
     )
     jvm_cache.set_defaults(func=cmd_jvm_cache)
+    for name in ("run", "explain", "demo", "jvm-cache"):  # the commands that may start Spark
+        sub.choices[name].add_argument(
+            "--verbose",
+            action="store_true",
+            help="show Spark's and the JVM's own log lines (only their errors without it)",
+        )
     return parser
 
 
@@ -655,6 +661,10 @@ def _run_options(command: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not getattr(args, "verbose", False):
+        from dagster_pomo.engine.settings import quiet_spark_logs
+
+        quiet_spark_logs()
     try:
         return int(args.func(args))
     except _Usage as exc:

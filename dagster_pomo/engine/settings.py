@@ -7,8 +7,9 @@ session from them (`engine.spark.session`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 # The Spark setting that holds the driver JVM's options.
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -47,3 +48,15 @@ class SparkSettings:
         if not local or epochs is None or epochs > SHORT_RUN or JAVA_OPTIONS in self.conf:
             return self
         return replace(self, conf={**self.conf, JAVA_OPTIONS: QUICK_JIT})
+
+
+QUIET_LOGS = Path(__file__).with_name("quiet-log4j2.properties")
+
+
+def quiet_spark_logs(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Spark's and the JVM's own logging kept to errors in the JVMs this process starts
+    (`pomo` without ``--verbose``): the driver reads its logging setup from
+    ``SPARK_SUBMIT_OPTS``, unless the user set a logging configuration there already."""
+    given = environ.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j" not in given:
+        environ["SPARK_SUBMIT_OPTS"] = f"{given} -Dlog4j2.configurationFile={QUIET_LOGS}".strip()
