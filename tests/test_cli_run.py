@@ -153,9 +153,19 @@ def test_exit_codes(tmp_path: Path) -> None:
     bad = tmp_path / "bad.pomo"
     bad.write_text("p(x) := ;\n")
     assert pomo("run", str(bad), "--events", str(events)).returncode == 1
-    assert pomo("run", str(corpus), "--events", str(tmp_path / "missing")).returncode == 1
     assert pomo("run", str(corpus), "--events", str(events), "--epoch", "soon").returncode == 2
     assert pomo("run", str(corpus)).returncode == 2
+    # One rule for paths that are not there: how the command was called, exit 2.
+    missing = tmp_path / "missing"
+    for args in (
+        ("run", str(corpus), "--events", str(missing)),
+        ("run", str(missing), "--events", str(events)),
+        ("check", str(missing)),
+        ("explain", str(corpus), "--events", str(missing), "avg(\"a\")"),
+    ):
+        result = pomo(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "missing: no such file or folder" in result.stderr, result.stderr
 
 
 def test_the_summary_gives_epochs_in_readable_times_and_says_when_none_can_run(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from dagster_pomo import __version__
 from dagster_pomo.engine.lines import printable
 from dagster_pomo.engine.policy import DEFAULT
-from dagster_pomo.errors import PomoError, UsageError
+from dagster_pomo.errors import PomoError, SettingsError, UsageError
 from dagster_pomo.lang import CorpusError, Program, load_program
 from dagster_pomo.lang.errors import render_all
 
@@ -34,7 +34,10 @@ LANDING_READERS = {"auto": DEFAULT.spark_landing_bytes, "spark": 0, "process": -
 
 
 class _Usage(Exception):
-    """A problem with how the command was called (exit code 2)."""
+    """A problem with how the command was called (exit code 2): an unknown option, a value
+    it cannot take, a corpus or events path that is not there. A corpus that does not
+    check, a run that cannot go on (a Spark master that cannot be reached) exit 1; a bug 3;
+    a violated `.check` 4 (docs/operations.md, "Exit codes")."""
 
 
 def _corpus_files(paths: Sequence[str]) -> list[Path]:
@@ -165,8 +168,7 @@ def _evaluate(
     if start is not None and until is not None and until <= start:
         raise _Usage(f"--until {args.until} is not after --start {args.start}: no epoch to run")
     if not Path(args.events).exists():
-        print(f"pomo: error: {args.events}: no such file or folder of events", file=sys.stderr)
-        return EXIT_CORPUS
+        raise _Usage(f"{args.events}: no such file or folder of events")
     settings = _spark_settings(args)
     program = _load(path)
     if program is None:
@@ -238,6 +240,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
             if isinstance(done, int):
                 return done
             found = explain_run(done, args.event, at, args.events, window)
+    except SettingsError as exc:  # the command was right; the Spark it names is not there
+        print(f"pomo: {exc}", file=sys.stderr)
+        return EXIT_CORPUS
     except UsageError as exc:
         raise _Usage(str(exc)) from None
     if args.json:
