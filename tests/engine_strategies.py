@@ -14,6 +14,7 @@ lifetimes of derived relations, ``@next`` sequences, content IDs and body aggreg
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -250,18 +251,17 @@ def event_streams(draw: st.DrawFn, max_events: int = 18, horizon: int = 40) -> l
     return events
 
 
-def landing_line(event: Event) -> str:
+def landing_line(event: Event, columns: Sequence[str]) -> str:
     """An event's landing line, in one of `FORMS` ways that all mean the same event: as JSON
-    writes it, the time in ISO-8601 with an offset, the arguments by column name (an
-    undeclared relation's columns are ``c0``, ``c1``...), the relation's name escaped with
-    spaces around, and every way at once."""
+    writes it, the time in ISO-8601 with an offset, the arguments by name (``columns``, its
+    relation's), the relation's name escaped with spaces around, and every way at once."""
     rel, t, args, *rest = event
     form = rest[0] if rest else 0
     if form == 0:
         return json.dumps({"relation": rel, "t": t, "args": args})
     when = datetime.fromtimestamp(t / 1000, UTC) + timedelta(hours=2)
     iso = when.isoformat(timespec="milliseconds").replace("+00:00", "+02:00")
-    named = {f"c{i}": v for i, v in enumerate(args)}
+    named = dict(zip(columns, args, strict=True))
     if form == 1:
         return json.dumps({"relation": rel, "t": iso, "args": args})
     if form == 2:

@@ -75,7 +75,9 @@ def _normal(value: Any) -> Any:
 def _events_file(case: Case, tmp: Path) -> Path:
     """The case's events as a JSON Lines file in ``tmp``."""
     path = tmp / "events.jsonl"
-    path.write_text("".join(landing_line(e) + "\n" for e in case.events))
+    catalog = compile_corpus(case.corpus, "generated.pomo").catalog
+    columns = {r.name: r.columns for r in catalog.inputs}
+    path.write_text("".join(landing_line(e, columns.get(e[0], ())) + "\n" for e in case.events))
     return path
 
 
@@ -85,6 +87,7 @@ def outcome(
     program = compile_corpus(case.corpus, "generated.pomo")
     path = _events_file(case, tmp)
     result = run(program, path, epoch, 0, HORIZON_END, engine=engine, window=ANY_TIME, policy=how)
+    assert not result.ingested.quarantined_count, result.ingested.quarantined  # every form reads
     return {
         name: [_normal(event_json(program, name, row)) for row in result.events(name)]
         for name in result.outputs
