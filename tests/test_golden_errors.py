@@ -13,7 +13,7 @@ from tests.conftest import GOLDEN
 CASES = sorted([*(GOLDEN / "errors").glob("*.pomo"), *(GOLDEN / "errors").glob("*.pomologic")])
 
 
-WARNED = sorted((GOLDEN / "warnings").glob("*.pomo"))
+WARNED = sorted([*(GOLDEN / "warnings").glob("*.pomo"), *(GOLDEN / "warnings").glob("*.pomologic")])
 
 
 @pytest.mark.parametrize(

@@ -442,6 +442,31 @@ def test_a_queue_fed_by_async_applies_one_update_per_user_and_epoch(tmp_path, en
     assert [e["t"] for e in out["queued"]] == [10, 10, 10, 10, 20, 20, 30]
 
 
+def test_the_seed_s_queue_rule_runs_as_written(tmp_path, engine) -> None:
+    """Seed 002's queue with its own inductive rule, ``p(A, B, C)@next <- m(A, B, C),
+    omin(A, C)``: it matches only state, yet takes its head from it, so it is accepted
+    (no warning) and applies one update per user and epoch, stamped at the next epoch."""
+    corpus = (GOLDEN / "plans" / "async.pomo").read_text().replace(
+        "balance_update(user, amount) := queued(user, amount, seq) ^",
+        "balance_update(user, amount, seq) @next := queued(user, amount, seq) ^",
+    )
+    assert "@next := queued" in corpus
+    assert not compile_corpus(corpus, "queue.pomo").warnings
+    events = [
+        ("request", 1, ["bob", 100.0, 2355]),
+        ("request", 2, ["bob", 75.0, 2358]),
+        ("request", 3, ["alice", 0.0, 2377]),
+        ("request", 4, ["bob", 10.0, 2455]),
+    ]
+    out = evaluate(tmp_path, corpus, events, 10, engine, until=60)
+    assert [(e["args"], e["t"]) for e in out["balance_update"]] == [
+        (["alice", 0.0, 2377], 20),
+        (["bob", 100.0, 2355], 20),
+        (["bob", 75.0, 2358], 30),
+        (["bob", 10.0, 2455], 40),
+    ]
+
+
 def test_choose_keeps_the_least_value_per_key_at_each_match_time(tmp_path, engine, epoch) -> None:
     """`choose((order), (name))`: of the matches made at one time, per order the one with
     the least courier name; a courier arriving later makes a match of its own then."""

@@ -1,19 +1,19 @@
-"""The ``@next`` safety rule (PomoLogic §2.1): an inductive rule either carries its head
-over unchanged (the head atom is in its body with the same arguments) or needs a
-positive *instantaneous* atom, so that without new input it stops deriving new state.
-An ``@async`` rule needs the instantaneous atom: a message that re-sends itself would be
-delivered in every epoch for ever.
+"""The ``@next`` safety rule (PomoLogic §2.1), as warnings: an inductive rule that matches
+no positive *instantaneous* atom keeps going without new input. Where its head takes its
+values from the state it matches, that is a queue draining or state carried forward
+(accepted: seed 002's queue is such a rule); where it computes a value or matches nothing,
+it may change in every epoch for ever, and `pomo check` warns.
 
 A relation is *state* when an ``@next`` rule derives it, or when every rule deriving it
 matches state only; everything else (inputs, facts, the clock, what is derived from
-them) is instantaneous. ``counter(n + 1) @next := counter(n);`` is refused: it would
-change in every epoch for ever.
+them) is instantaneous. ``counter(n + 1) @next := counter(n);`` is warned about: it makes
+a new value in every epoch for ever.
 """
 
 from __future__ import annotations
 
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.errors import Diagnostic
+from dagster_pomo.lang.errors import Diagnostic, Severity
 
 
 def state_relations(corpus: ast.Corpus) -> frozenset[str]:
@@ -32,40 +32,53 @@ def state_relations(corpus: ast.Corpus) -> frozenset[str]:
     return frozenset(state)
 
 
+def _drawn_from_body(rule: ast.Rule) -> bool:
+    """Whether each argument of ``rule``'s head is a constant or a variable that a positive
+    atom's argument binds: the head takes only values its body's events hold, so over a
+    finite state it makes no new value (the seed's queue: ``p(A, B, C) @next :=
+    m(A, B, C) ^ omin(A, C)``). A computed value (``n + 1``), a ``where`` definition or an
+    event's time (``@time(t)``) may be new in every epoch."""
+    bound = {
+        arg.name for atom in rule.positive for arg in atom.args if isinstance(arg, ast.Var)
+    }
+    return all(
+        isinstance(arg, ast.Const) or (isinstance(arg, ast.Var) and arg.name in bound)
+        for arg in rule.head.args
+    )
+
+
 def check_inductive(corpus: ast.Corpus) -> list[Diagnostic]:
-    """An error on each ``@next`` rule that neither carries its head over nor matches an
-    instantaneous event."""
+    """A warning on each ``@next`` or ``@async`` rule that matches no instantaneous event
+    (nothing that happens) and either matches no event at all (only ``!``) or computes a
+    head value (it may make a new one in every epoch for ever, with no input). A rule over
+    state whose head takes its values from its body is accepted: it changes only as the
+    state it reads does (the seed's queue drains), and what it carries forward is bounded
+    by that state."""
     state = state_relations(corpus)
     found = []
     for rule in corpus.rules:
         if not rule.is_inductive or not rule.body:
             continue
-        carried = not rule.is_async and any(
-            atom.relation == rule.head.relation and atom.args == rule.head.args
-            for atom in rule.positive
-        )
-        if carried or any(atom.relation not in state for atom in rule.positive):
+        if any(atom.relation not in state for atom in rule.positive):
             continue
-        matches = (
-            "only state carried by `@next` and `@async` rules"
-            if rule.positive
-            else "no event (only `!`)"
-        )
-        if rule.is_async:
+        if rule.positive and _drawn_from_body(rule):
+            continue
+        kind, verb = ("@async", "send") if rule.is_async else ("@next", "change")
+        head = rule.head.relation
+        if not rule.positive:
             message = (
-                f"this `@async` rule would send `{rule.head.relation}` in every epoch for "
-                f"ever: its body matches {matches}"
+                f"this `{kind}` rule matches no event (only `!`): it may {verb} `{head}` in "
+                "every epoch for ever, with no input"
             )
-            hint = "match an input event in the body (something that happens)"
         else:
             message = (
-                f"this `@next` rule would change `{rule.head.relation}` in every epoch for "
-                f"ever: its body matches {matches}, and its head is not in its body with "
-                "the same arguments"
+                f"this `{kind}` rule matches only state carried by `@next` and `@async` rules "
+                f"and computes its head: it may {verb} `{head}` to a new value in every epoch "
+                "for ever, with no input"
             )
-            hint = (
-                "match an input event in the body (something that happens), or carry the "
-                "head over unchanged"
-            )
-        found.append(Diagnostic(message, rule.head.span, hint))
+        hint = (
+            "match an input event in the body (something that happens), or take the head's "
+            "values from the body's events"
+        )
+        found.append(Diagnostic(message, rule.head.span, hint, Severity.WARNING))
     return found
