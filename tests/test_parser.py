@@ -120,3 +120,27 @@ def test_a_relations_definition_ignores_layout_comments_order_and_handlers() -> 
     assert other.definition("e") != base.definition("e")
     assert other.definition("p") != base.definition("p")
     assert other.definition("q") == base.definition("q")
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_a_corpus_reads_the_same_whatever_its_line_ends(bom: bytes, end: bytes) -> None:
+    """LF, CRLF and CR line ends, with or without a byte-order mark: the same statements,
+    and an error on the line an editor shows it on (a CR-only file once read as one
+    comment, so its rules silently did nothing)."""
+    lines = [b"# levels", b"p(1);", b"q(x) := p(x);", b"r(x) := q(x) ^"]
+    good = bom + end.join(lines[:3]) + end
+    assert parse(good, "c.pomo").statements == parse(b"\n".join(lines[:3]), "c.pomo").statements
+    assert len(parse(good, "c.pomo").statements) == 2
+    with pytest.raises(PomoSyntaxError) as caught:
+        parse(bom + end.join(lines) + end, "c.pomo")
+    assert [(d.span.line, d.span.column) for d in caught.value.diagnostics] == [(4, 15)]
+
+
+def test_a_file_of_comments_alone_is_an_error_and_an_empty_one_is_not() -> None:
+    """A file that holds text but no statement is refused, saying so (what a user meant as
+    rules would otherwise do nothing); an empty or blank file is an empty corpus."""
+    with pytest.raises(PomoSyntaxError) as caught:
+        parse("# p(1);\n// q(2);\n", "c.pomo")
+    assert "holds no statement" in caught.value.diagnostics[0].message
+    assert parse("", "c.pomo").statements == () and parse(" \n\n", "c.pomo").statements == ()

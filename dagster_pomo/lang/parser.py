@@ -117,16 +117,30 @@ def parse(
             statements.append(_parse_statement(source, start, end, notation))
         except _Failure as failure:
             problems.append(failure.diagnostic)
+    if not statements and not problems and source.text.strip():
+        message = "this file holds no statement: only comments and blank lines"
+        hint = f"write rules and declarations, each ending with `{notation.end}`"
+        problems.append(Diagnostic(message, source.span(0, 0), hint))
     if problems:
         raise PomoSyntaxError(source, problems)
     return ast.Corpus(tuple(statements), source)
 
 
+def _lines(text: str) -> str:
+    """A corpus's text as the parser reads it: a leading byte-order mark dropped, and lines
+    ending in CRLF or a lone CR (as old Mac editors save) ending in LF, so that line
+    numbers are the ones an editor shows, whichever way the file was saved."""
+    text = text.removeprefix("\ufeff")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
 def _decode(text: str | bytes, name: str) -> Source:
     if isinstance(text, str):
-        return Source(name, text)
+        return Source(name, _lines(text))
     try:
-        return Source(name, text.decode("utf-8"))
+        return Source(name, _lines(text.decode("utf-8")))
     except UnicodeDecodeError as exc:
         readable = text[: exc.start].decode("utf-8")
         source = Source(name, readable)
