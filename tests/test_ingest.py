@@ -6,7 +6,11 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -381,10 +385,11 @@ def test_parquet_landing_rows_are_events_as_json_lines_are(tmp_path: Path) -> No
     assert ingested.accepted + len(ingested.quarantined) == ingested.lines_read
     from_json = ingest_files(program, [landing / "d.jsonl"], ANY_TIME).events
     # a.parquet's three good rows are the three JSON lines' events; b.parquet's one row is
-    # the second of them again, its time from a timestamp column.
+    # the second of them again, its time from a timestamp column: each event is kept once.
     water = from_json["water_level"]
-    assert sorted(ingested.events["water_level"]) == sorted([*water, *water, water[1]])
-    assert ingested.events["maintenance"] == from_json["maintenance"] * 2
+    assert sorted(ingested.events["water_level"]) == sorted(water)
+    assert ingested.events["maintenance"] == from_json["maintenance"]
+    assert ingested.repeats == len(water) + 1 + len(from_json["maintenance"])
     bad = [(q.file, q.line, q.reason) for q in ingested.quarantined]
     a = [(f, n, r) for f, n, r in bad if f.endswith("a.parquet")]
     assert [n for _, n, _ in a] == list(range(4, 10))
@@ -394,3 +399,120 @@ def test_parquet_landing_rows_are_events_as_json_lines_are(tmp_path: Path) -> No
     assert c[1] == 1 and "not a Parquet file" in c[2]
     shown = [q.text for q in ingested.quarantined if q.file.endswith("a.parquet")][0]
     assert json.loads(shown)["relation"] == "water_level"
+
+
+@dataclass(frozen=True)
+class Bad:
+    words: str  # what the quarantine reason says
+
+
+def _arrow_types() -> list[tuple[str, Any, list[Any], list[Any]]]:
+    """Arrow types a Parquet argument column may have: a name, the type, two values, and
+    what each becomes (an accepted value, or `Bad`: the quarantine reason's words)."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    bad_utf8 = b"caf\xe9"
+    return [
+        ("int8", pa.int8(), [1, -2], [1, -2]),
+        ("uint64", pa.uint64(), [3, 2**64 - 1], [3, Bad("does not fit a 64-bit integer")]),
+        ("float16", pa.float16(), [1.5, 2.0], [1.5, 2.0]),
+        ("float32", pa.float32(), [0.5, float("nan")], [0.5, Bad("is not finite")]),
+        ("decimal128", pa.decimal128(10, 2), [Decimal("12.50"), Decimal("3.00")], [12.5, 3.0]),
+        ("decimal scale 0", pa.decimal128(24, 0), [Decimal("7"), Decimal(2**70)],
+         [7, Bad("does not fit a 64-bit integer")]),
+        ("decimal256", pa.decimal256(40, 3), [Decimal("1.250"), Decimal("0")], [1.25, 0.0]),
+        ("bool", pa.bool_(), [True, False], [True, False]),
+        ("string", pa.string(), ["a", "é"], ["a", "é"]),
+        ("large_string", pa.large_string(), ["b", ""], ["b", ""]),
+        ("binary", pa.binary(), [b"tank", bad_utf8], ["tank", Bad("is not UTF-8 text")]),
+        ("large_binary", pa.large_binary(), [b"x", b"\xff"], ["x", Bad("is not UTF-8 text")]),
+        ("fixed binary", pa.binary(2), [b"ok", b"\xc3("], ["ok", Bad("is not UTF-8 text")]),
+        ("dictionary", pa.dictionary(pa.int32(), pa.string()), ["d", "e"], ["d", "e"]),
+        ("date32", pa.date32(), [dt.date(2024, 1, 1)] * 2, [Bad("holds a date")] * 2),
+        ("time64", pa.time64("us"), [dt.time(1, 2)] * 2, [Bad("holds a time")] * 2),
+        ("duration", pa.duration("ms"), [dt.timedelta(1)] * 2, [Bad("holds a timedelta")] * 2),
+        ("list", pa.list_(pa.int64()), [[1], [2, 3]], [Bad("must be a number, string or boolean")] * 2),
+        ("null", pa.null(), [None, None], [Bad("missing `c0`")] * 2),
+    ]
+
+
+@pytest.mark.parametrize("case", _arrow_types(), ids=lambda c: c[0])
+def test_every_arrow_type_of_a_parquet_landing_is_read_or_quarantined(
+    tmp_path: Path, case: tuple[str, Any, list[Any], list[Any]]
+) -> None:
+    """A Parquet argument column of any Arrow type: its values read as the rules say
+    (decimals as numbers, binary data as text when it is UTF-8) or their rows quarantined
+    with a reason; never an error of the run."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, kind, values, expected = case
+    program = compile_corpus("seen(v) := m(v);\n", "types.pomo")
+    table = pa.table(
+        {
+            "relation": pa.array(["m", "m"]),
+            "t": pa.array([1, 2], pa.int64()),
+            "c0": pa.array(values, kind),
+        }
+    )
+    pq.write_table(table, tmp_path / "typed.parquet")
+    got = ingest_files(program, [tmp_path / "typed.parquet"], ANY_TIME)
+    accepted = {r.t: r.args[0] for r in got.events.get("m", [])}
+    reasons = {q.line: q.reason for q in got.quarantined}
+    assert len(accepted) + len(reasons) == got.lines_read == 2
+    for t, want in zip((1, 2), expected, strict=True):
+        if isinstance(want, Bad):
+            assert t in reasons and want.words in reasons[t], (reasons, accepted)
+        else:
+            assert t in accepted and accepted[t] == want and type(accepted[t]) is type(want)
+
+
+def test_a_string_column_with_bytes_that_are_not_utf8_quarantines_those_rows(
+    tmp_path: Path,
+) -> None:
+    """Arrow lets bytes that are not UTF-8 into a string column (written as binary, read as
+    string): each such row is quarantined, the others read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = pa.array([b"north", b"sou\xffth", b"east"], pa.binary())
+    table = pa.table(
+        {"relation": ["m"] * 3, "t": pa.array([1, 2, 3], pa.int64()), "c0": raw.view(pa.string())}
+    )
+    pq.write_table(table, tmp_path / "bad.parquet")
+    program = compile_corpus("seen(v) := m(v);\n", "types.pomo")
+    got = ingest_files(program, [tmp_path / "bad.parquet"], ANY_TIME)
+    assert sorted(r.args[0] for r in got.events["m"]) == ["east", "north"]
+    assert [(q.line, "not UTF-8" in q.reason) for q in got.quarantined] == [(2, True)]
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [["relation", "t", "args", "c0"], ["relation", "t", "c0", "c0"]],
+    ids=["args-and-columns", "repeated-name"],
+)
+def test_a_parquet_file_whose_columns_are_ambiguous_is_quarantined_whole(
+    tmp_path: Path, columns: list[str]
+) -> None:
+    """An ``args`` column beside argument columns, or two columns of one name: no row says
+    which value is meant, so every row is quarantined with the reason."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    arrays = {
+        "relation": pa.array(["m", "m"]),
+        "t": pa.array([1, 2], pa.int64()),
+        "args": pa.array([[1], [2]], pa.list_(pa.int64())),
+        "c0": pa.array([1, 2], pa.int64()),
+    }
+    table = pa.Table.from_arrays([arrays[c] for c in columns], names=columns)
+    pq.write_table(table, tmp_path / "odd.parquet")
+    program = compile_corpus("seen(v) := m(v);\n", "types.pomo")
+    got = ingest_files(program, [tmp_path / "odd.parquet"], ANY_TIME)
+    assert not got.events.get("m")
+    word = "`args` column" if "args" in columns else "two columns named `c0`"
+    assert [q.line for q in got.quarantined] == [1, 2]
+    assert all(word in q.reason for q in got.quarantined), got.quarantined

@@ -16,7 +16,8 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -214,12 +215,14 @@ def _parquet_events(
     path: Path, piece: Piece | None = None
 ) -> Iterator[tuple[int, dict[str, Any] | BadLine, str]]:
     """Each row of a Parquet landing file (of ``piece``'s row groups) as an event object
-    (see the module's docstring); a file that is not Parquet is one bad row."""
+    (see the module's docstring); a file that is not Parquet is one bad row, and every row
+    of a file whose columns do not say which are the arguments is bad (`_ambiguous`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         file = pq.ParquetFile(path)
+        ambiguous = _ambiguous(file.schema_arrow.names)
         groups = None
         if piece is not None:
             end = file.num_row_groups if piece.end is None else piece.end
@@ -227,15 +230,58 @@ def _parquet_events(
         batches = file.iter_batches(batch_size=ROWS_A_BATCH, row_groups=groups)
         number = piece.before if piece is not None else 0
         for batch in batches:
-            for row in batch.to_pylist():
+            for row in _rows(batch):
                 number += 1
-                shown = json.dumps(row, default=str, ensure_ascii=False)
+                if isinstance(row, BadLine):
+                    yield number, row, ""
+                    continue
+                shown = json.dumps(row, default=_shown, ensure_ascii=False)
                 try:
+                    if ambiguous:
+                        raise BadLine(ambiguous)
                     yield number, _row_event(row), shown
                 except BadLine as exc:
                     yield number, exc, shown
     except (pa.ArrowException, OSError) as exc:
         yield 1, BadLine(f"not a Parquet file that can be read: {exc}"), path.name
+
+
+def _ambiguous(names: list[str]) -> str | None:
+    """Why no row of a file with these columns can be read, if none can: a name given to
+    two columns (which one holds the value?), or an ``args`` column beside argument
+    columns (which holds the arguments?)."""
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        return f"the file has two columns named `{repeated[0]}`: name each column once"
+    others = [n for n in names if n not in KEYS]
+    if "args" in names and others:
+        return (
+            f"the file has an `args` column and argument columns (`{others[0]}`): hold the "
+            "arguments in one or the other"
+        )
+    return None
+
+
+def _rows(batch: Any) -> Iterator[dict[str, Any] | BadLine]:
+    """A batch's rows as Python objects; a row whose text is not UTF-8 (Arrow lets such
+    bytes into a string column) as a `BadLine`."""
+    try:
+        yield from batch.to_pylist()
+        return
+    except UnicodeDecodeError:
+        pass
+    for i in range(batch.num_rows):  # only a batch holding such text is read row by row
+        try:
+            yield batch.slice(i, 1).to_pylist()[0]
+        except UnicodeDecodeError:
+            yield BadLine(NOT_UTF8)
+
+
+def _shown(value: Any) -> Any:
+    """A Parquet value JSON has no type for, as the quarantine shows it."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    return str(value)
 
 
 PIECE_BYTES = 64 << 20  # a JSON Lines file is cut in pieces of about this size (see `cut`)
@@ -289,14 +335,41 @@ def _row_event(row: dict[str, Any]) -> dict[str, Any]:
     if isinstance(t, datetime):  # a timestamp column; without a time zone, UTC
         t = t if t.tzinfo else t.replace(tzinfo=UTC)
         t = int(t.timestamp() * 1000) if t.microsecond % 1000 == 0 else t.timestamp() * 1000
+    elif isinstance(t, date):  # a date column: its midnight, UTC
+        t = int(datetime(t.year, t.month, t.day, tzinfo=UTC).timestamp() * 1000)
     args = row.get("args")
     if args is None:
         args = {k: v for k, v in row.items() if k not in KEYS and v is not None}
+    if isinstance(args, dict):
+        args = {k: _plain(v, k) for k, v in args.items()}
+    elif isinstance(args, list):
+        args = [_plain(v, str(i)) for i, v in enumerate(args)]
     values = args.values() if isinstance(args, dict) else args if isinstance(args, list) else ()
     for value in values:
         if isinstance(value, float) and not math.isfinite(value):
             raise BadLine(f"number `{value}` is not finite: send a finite number")
-    return {"relation": row.get("relation"), "t": t, "args": args}
+    return {"relation": _plain(row.get("relation"), "relation"), "t": _plain(t, "t"), "args": args}
+
+
+def _plain(value: Any, column: str) -> Any:
+    """A Parquet value as a line's JSON would hold it: a decimal as a number (an integer when
+    it has no fraction), binary data as text when it is UTF-8; a value of another kind
+    (a date, a duration, a nested list) as itself, for the checks to refuse by name."""
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise BadLine(f"number `{value}` (column `{column}`) is not finite")
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadLine(f"binary value of column `{column}` is not UTF-8 text") from None
+    if value is None or isinstance(value, bool | int | float | str | list | dict):
+        return value
+    raise BadLine(
+        f"column `{column}` holds a {type(value).__name__} ({value!s:.40}): send numbers, "
+        "strings or booleans (a time as milliseconds, an ISO-8601 string or a timestamp)"
+    )
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
