@@ -139,6 +139,44 @@ def test_spark_s_own_logging_is_quiet_unless_verbose(tmp_path: Path) -> None:
     assert "log4j" in verbose.stderr and " WARN " in verbose.stderr
 
 
+def test_what_a_landing_holds_cannot_write_to_the_terminal_or_through_links(
+    tmp_path: Path,
+) -> None:
+    """A landing file's name and values reach stderr escaped (no terminal sequence, no line
+    of their own) and cut when long, saying how much; a link in the landing folder to a
+    file outside it is skipped with a warning (its lines never reach the quarantine);
+    ``--out`` replaces a link where an output goes rather than writing through it."""
+    corpus = tmp_path / "c.pomo"
+    corpus.write_text(".decl r(k: str);\ns(k) := r(k);\n")
+    land = tmp_path / "land"
+    land.mkdir()
+    evil = "\x1b[31mred\nfake.jsonl:9: accepted"
+    lines = [
+        json.dumps({"relation": evil, "t": 1, "args": ["a"]}),
+        json.dumps({"relation": "r", "t": "x" * 10_000, "args": ["a"]}),
+        json.dumps({"relation": "r", "t": 2, "args": ["a"]}),
+    ]
+    (land / "e\x1b[2Jvil.jsonl").write_text("\n".join(lines) + "\n")
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text("top secret\n")
+    (land / "secret.jsonl").symlink_to(secret)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = tmp_path / "target.txt"
+    target.write_text("keep\n")
+    (out / "s.jsonl").symlink_to(target)
+    result = pomo("run", str(corpus), "--events", str(land), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stderr and "e\\x1b[2Jvil.jsonl:1: quarantined" in result.stderr
+    assert "`\\x1b[31mred\\x0afake.jsonl:9: accepted`" in result.stderr
+    assert "... (9,7" in result.stderr and "x" * 1_000 not in result.stderr
+    assert "secret.jsonl: skipped: a link to a file outside the landing folder" in result.stderr
+    assert "3 lines read, 1 accepted, 2 quarantined" in result.stderr
+    assert "top secret" not in (out / "_quarantine.jsonl").read_text()
+    assert target.read_text() == "keep\n" and not (out / "s.jsonl").is_symlink()
+    assert json.loads((out / "s.jsonl").read_text())["args"] == ["a"]
+
+
 def test_until_cuts_exactly_at_known_time(tmp_path: Path) -> None:
     corpus, events = setup(tmp_path)
     result = pomo(

@@ -185,7 +185,7 @@ class PomoOperator(BaseOperator):
             landed = pipeline.land(driver, run)
             quarantined = landed.ingested.quarantined
             for q in quarantined[:20]:
-                self.log.warning(f"quarantined {q.file}:{q.line}: {q.reason}")
+                self.log.warning(f"quarantined {q.shown()}")
             return {
                 "epochs": [epoch_key(e) for e in run],
                 "events": dict(landed.counts),

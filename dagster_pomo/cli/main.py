@@ -211,7 +211,7 @@ def _evaluate(
     )
     _note_facts_before(program, plan)
     for q in ingested.quarantined[:10]:
-        print(f"{q.file}:{q.line}: quarantined: {q.reason}", file=sys.stderr)
+        print(q.shown("quarantined: "), file=sys.stderr)
     if bad > 10:
         print(f"... and {bad - 10} more", file=sys.stderr)
     return result

@@ -9,6 +9,7 @@ always the number of non-blank lines read.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -28,6 +29,7 @@ from dagster_pomo.engine.lines import (
     event_time,
     printable,
     read_events,
+    safe,
     text_value,
 )
 from dagster_pomo.engine.versions import Version
@@ -40,6 +42,10 @@ from dagster_pomo.plan.constant_defs import constant_values
 from dagster_pomo.timeline import NEVER, parse_time
 
 
+_log = logging.getLogger(__name__)
+_warned: set[str] = set()  # links skipped that this process has warned about
+
+
 @dataclass(frozen=True)
 class Quarantined:
     file: str
@@ -49,6 +55,11 @@ class Quarantined:
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "reason": self.reason, "text": self.text}
+
+    def shown(self, what: str = "") -> str:
+        """``FILE:LINE: WHAT REASON`` as a terminal or log may show it (`lines.safe`: the
+        file's name and the values the reason quotes come from the landing)."""
+        return f"{safe(self.file, 200)}:{self.line}: {what}{safe(self.reason)}"
 
 
 @dataclass(frozen=True)
@@ -169,8 +180,27 @@ def landing_files(path: str | Path) -> list[Path]:
         return [path]
     if path.is_dir():
         kinds = (".jsonl", ".json", PARQUET)
-        return sorted(p for p in path.iterdir() if p.suffix in kinds and p.is_file())
+        found = sorted(p for p in path.iterdir() if p.suffix in kinds and p.is_file())
+        return [p for p in found if _inside(p, path)]
     raise UsageError(f"{path}: no such file or folder of events")
+
+
+def _inside(file: Path, folder: Path) -> bool:
+    """Whether ``file`` (of ``folder``'s listing) really lies in ``folder``; if not (a
+    symbolic link to a file elsewhere, which would copy its lines into the quarantine), a
+    warning names it and it is not read. Name such a file itself to read it."""
+    if not file.is_symlink() or file.resolve().is_relative_to(folder.resolve()):
+        return True
+    if str(file) in _warned:
+        return False
+    _warned.add(str(file))
+    _log.warning(
+        "%s: skipped: a link to a file outside the landing folder (%s); copy it in, or "
+        "name it as the events path",
+        safe(str(file), 200),
+        safe(str(file.resolve()), 200),
+    )
+    return False
 
 
 def expiry(t: int, lifetime: int | None) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -477,6 +478,24 @@ def decode(text: str) -> dict[str, Any]:
 def printable(text: str) -> str:
     """``text`` with any lone surrogate escaped, so it can be printed and written as UTF-8."""
     return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
+# Characters a terminal or a log viewer acts on rather than shows: controls (C0, DEL, C1),
+# line and paragraph separators and the bidirectional overrides and isolates.
+_UNSEEN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def safe(text: str, limit: int = 300) -> str:
+    """``text``, which echoes input (a relation's name, a file's, a value), as a message may
+    show it: each character a terminal would act on written as an escape (``\x1b``), and
+    a text longer than ``limit`` characters cut, saying how many more there were. A file
+    of events cannot then move the cursor, colour the screen or write a log line of its
+    own."""
+    shown = _UNSEEN.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else
+                        f"\\u{ord(m.group()):04x}", printable(text))
+    if len(shown) > limit:
+        shown = f"{shown[:limit]}... ({len(shown) - limit:,} more characters)"
+    return shown
 
 
 def text_value(value: str) -> str:

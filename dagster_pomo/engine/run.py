@@ -170,7 +170,7 @@ def _write(
     out.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     for name in result.outputs:
-        path = out / f"{name}.jsonl"
+        path = _unlinked(out / f"{name}.jsonl")
         keys = [aggregate_key(a) for a in result.program.catalog[name].aggregates]
         written = None if write_file is None else write_file(name, path, keys)
         if written is not None:
@@ -182,9 +182,17 @@ def _write(
                 handle.write(json.dumps(event_json(result.program, name, row)) + "\n")
                 n += 1
         counts[name] = n
-    with open(out / "_quarantine.jsonl", "w", encoding="utf-8") as handle:
+    with open(_unlinked(out / "_quarantine.jsonl"), "w", encoding="utf-8") as handle:
         handle.writelines(result.ingested.quarantine_lines())
     return counts
+
+
+def _unlinked(path: Path) -> Path:
+    """``path``, a symbolic link there removed first: an output replaces the link with a
+    file of its own, never writes through it to wherever it points."""
+    if path.is_symlink():
+        path.unlink()
+    return path
 
 
 def format_tables(result: RunResult, limit: int | None = None) -> str:

@@ -92,7 +92,7 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
         pipeline, driver, epochs = shared.driver(context, spark, storage)
         landed = pipeline.land(driver, epochs)
         ingested = landed.ingested
-        reasons = [f"{q.file}:{q.line}: {q.reason}" for q in ingested.quarantined[:20]]
+        reasons = [q.shown() for q in ingested.quarantined[:20]]
         _report_partitions(context, shared, driver, names, epochs)
         for name in names:
             yield MaterializeResult(
