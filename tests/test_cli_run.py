@@ -199,7 +199,7 @@ def test_exit_codes(tmp_path: Path) -> None:
         ("run", str(corpus), "--events", str(missing)),
         ("run", str(missing), "--events", str(events)),
         ("check", str(missing)),
-        ("explain", str(corpus), "--events", str(missing), "avg(\"a\")"),
+        ("explain", str(corpus), "--events", str(missing), 'avg("a")'),
     ):
         result = pomo(*args)
         assert result.returncode == 2, (args, result.stderr)

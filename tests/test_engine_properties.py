@@ -14,7 +14,6 @@ Spark pays a fixed cost per epoch, so its example count is small by default; set
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter

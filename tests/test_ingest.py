@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -421,8 +420,12 @@ def _arrow_types() -> list[tuple[str, Any, list[Any], list[Any]]]:
         ("float16", pa.float16(), [1.5, 2.0], [1.5, 2.0]),
         ("float32", pa.float32(), [0.5, float("nan")], [0.5, Bad("is not finite")]),
         ("decimal128", pa.decimal128(10, 2), [Decimal("12.50"), Decimal("3.00")], [12.5, 3.0]),
-        ("decimal scale 0", pa.decimal128(24, 0), [Decimal("7"), Decimal(2**70)],
-         [7, Bad("does not fit a 64-bit integer")]),
+        (
+            "decimal scale 0",
+            pa.decimal128(24, 0),
+            [Decimal("7"), Decimal(2**70)],
+            [7, Bad("does not fit a 64-bit integer")],
+        ),
         ("decimal256", pa.decimal256(40, 3), [Decimal("1.250"), Decimal("0")], [1.25, 0.0]),
         ("bool", pa.bool_(), [True, False], [True, False]),
         ("string", pa.string(), ["a", "é"], ["a", "é"]),
@@ -434,7 +437,12 @@ def _arrow_types() -> list[tuple[str, Any, list[Any], list[Any]]]:
         ("date32", pa.date32(), [dt.date(2024, 1, 1)] * 2, [Bad("holds a date")] * 2),
         ("time64", pa.time64("us"), [dt.time(1, 2)] * 2, [Bad("holds a time")] * 2),
         ("duration", pa.duration("ms"), [dt.timedelta(1)] * 2, [Bad("holds a timedelta")] * 2),
-        ("list", pa.list_(pa.int64()), [[1], [2, 3]], [Bad("must be a number, string or boolean")] * 2),
+        (
+            "list",
+            pa.list_(pa.int64()),
+            [[1], [2, 3]],
+            [Bad("must be a number, string or boolean")] * 2,
+        ),
         ("null", pa.null(), [None, None], [Bad("missing `c0`")] * 2),
     ]
 

@@ -446,9 +446,13 @@ def test_the_seed_s_queue_rule_runs_as_written(tmp_path, engine) -> None:
     """Seed 002's queue with its own inductive rule, ``p(A, B, C)@next <- m(A, B, C),
     omin(A, C)``: it matches only state, yet takes its head from it, so it is accepted
     (no warning) and applies one update per user and epoch, stamped at the next epoch."""
-    corpus = (GOLDEN / "plans" / "async.pomo").read_text().replace(
-        "balance_update(user, amount) := queued(user, amount, seq) ^",
-        "balance_update(user, amount, seq) @next := queued(user, amount, seq) ^",
+    corpus = (
+        (GOLDEN / "plans" / "async.pomo")
+        .read_text()
+        .replace(
+            "balance_update(user, amount) := queued(user, amount, seq) ^",
+            "balance_update(user, amount, seq) @next := queued(user, amount, seq) ^",
+        )
     )
     assert "@next := queued" in corpus
     assert not compile_corpus(corpus, "queue.pomo").warnings

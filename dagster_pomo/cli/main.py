@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -666,12 +667,12 @@ def _run_options(command: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "verbose", False):
-        from dagster_pomo.engine.settings import quiet_spark_logs
+    from dagster_pomo.engine.settings import quiet_spark_logs
 
-        quiet_spark_logs()
+    quiet = nullcontext() if getattr(args, "verbose", False) else quiet_spark_logs()
     try:
-        return int(args.func(args))
+        with quiet:
+            return int(args.func(args))
     except _Usage as exc:
         parser.exit(EXIT_USAGE, f"pomo: error: {exc}\n")
     except BrokenPipeError:  # e.g. `pomo strata x | head`

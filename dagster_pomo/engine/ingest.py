@@ -41,7 +41,6 @@ from dagster_pomo.lang.interpret import Undefined, Value, evaluate
 from dagster_pomo.plan.constant_defs import constant_values
 from dagster_pomo.timeline import NEVER, parse_time
 
-
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()  # links skipped that this process has warned about
 
@@ -628,8 +627,7 @@ def corpus_facts(program: Program) -> dict[str, list[Version]]:
             t = int(evaluate(time, env)) if time is not None else 0
             # Arithmetic keeps values within 64 bits (see `values`); a float time may not be.
             args = tuple(
-                coerce(v, typ) if typ else normal(v)
-                for v, typ in zip(args, rel.types, strict=True)
+                coerce(v, typ) if typ else normal(v) for v, typ in zip(args, rel.types, strict=True)
             )
             if not INT_MIN <= t <= INT_MAX:
                 raise ValueError(f"its time {t} does not fit 64 bits of milliseconds")

@@ -491,8 +491,12 @@ def safe(text: str, limit: int = 300) -> str:
     a text longer than ``limit`` characters cut, saying how many more there were. A file
     of events cannot then move the cursor, colour the screen or write a log line of its
     own."""
-    shown = _UNSEEN.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else
-                        f"\\u{ord(m.group()):04x}", printable(text))
+    shown = _UNSEEN.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"
+        ),
+        printable(text),
+    )
     if len(shown) > limit:
         shown = f"{shown[:limit]}... ({len(shown) - limit:,} more characters)"
     return shown

@@ -7,7 +7,8 @@ session from them (`engine.spark.session`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -53,10 +54,22 @@ class SparkSettings:
 QUIET_LOGS = Path(__file__).with_name("quiet-log4j2.properties")
 
 
-def quiet_spark_logs(environ: MutableMapping[str, str] = os.environ) -> None:
-    """Spark's and the JVM's own logging kept to errors in the JVMs this process starts
+@contextmanager
+def quiet_spark_logs(environ: MutableMapping[str, str] = os.environ) -> Iterator[None]:
+    """Spark's and the JVM's own logging kept to errors in the JVMs started inside the block
     (`pomo` without ``--verbose``): the driver reads its logging setup from
-    ``SPARK_SUBMIT_OPTS``, unless the user set a logging configuration there already."""
-    given = environ.get("SPARK_SUBMIT_OPTS", "")
-    if "log4j" not in given:
-        environ["SPARK_SUBMIT_OPTS"] = f"{given} -Dlog4j2.configurationFile={QUIET_LOGS}".strip()
+    ``SPARK_SUBMIT_OPTS``, unless the user set a logging configuration there already. The
+    variable is as it was after the block (a program calling `pomo`'s `main` keeps its
+    own)."""
+    given = environ.get("SPARK_SUBMIT_OPTS")
+    if given is not None and "log4j" in given:
+        yield
+        return
+    environ["SPARK_SUBMIT_OPTS"] = f"{given or ''} -Dlog4j2.configurationFile={QUIET_LOGS}".strip()
+    try:
+        yield
+    finally:
+        if given is None:
+            environ.pop("SPARK_SUBMIT_OPTS", None)
+        else:
+            environ["SPARK_SUBMIT_OPTS"] = given

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal as TypingLiteral
 
 from dagster_pomo.lang.source import Source, Span
@@ -310,10 +311,11 @@ class Corpus:
     source: Source = field(compare=False, repr=False, default=Source("<corpus>", ""))
     attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    @property
+    @cached_property
     def decls(self) -> tuple[Decl, ...]:
         return tuple(s for s in self.statements if isinstance(s, Decl))
 
-    @property
+    @cached_property
     def rules(self) -> tuple[Rule, ...]:
+        """Worked out once: every pass asks for them, and a corpus may hold 100,000."""
         return tuple(s for s in self.statements if isinstance(s, Rule))

@@ -19,16 +19,26 @@ from dagster_pomo.lang.errors import Diagnostic, Severity
 def state_relations(corpus: ast.Corpus) -> frozenset[str]:
     """The relations whose events come from ``@next`` and ``@async`` rules alone (through any
     chain of ordinary rules over them)."""
-    rules = [r for r in corpus.rules if r.body]
-    state = {r.head.relation for r in rules if r.is_inductive}
-    changed = True
-    while changed:
-        changed = False
-        for head in {r.head.relation for r in rules} - state:
-            deriving = [r for r in corpus.rules if r.head.relation == head]
-            if all(r.body and all(a.relation in state for a in r.positive) for r in deriving):
-                state.add(head)
-                changed = True
+    deriving: dict[str, list[ast.Rule]] = {}
+    for rule in corpus.rules:
+        deriving.setdefault(rule.head.relation, []).append(rule)
+    state = {r.head.relation for r in corpus.rules if r.body and r.is_inductive}
+    readers: dict[str, set[str]] = {}  # relation -> the heads of rules that match it
+    for rule in corpus.rules:
+        for atom in rule.positive:
+            readers.setdefault(atom.relation, set()).add(rule.head.relation)
+    # A head joins the state once every rule deriving it matches state only; look again
+    # only at the heads of rules that read a relation just found to be state.
+    waiting = [h for h in deriving if h not in state]
+    while waiting:
+        head = waiting.pop()
+        rules = deriving[head]
+        if head in state or not all(
+            r.body and all(a.relation in state for a in r.positive) for r in rules
+        ):
+            continue
+        state.add(head)
+        waiting.extend(h for h in readers.get(head, ()) if h not in state)
     return frozenset(state)
 
 
@@ -38,9 +48,7 @@ def _drawn_from_body(rule: ast.Rule) -> bool:
     finite state it makes no new value (the seed's queue: ``p(A, B, C) @next :=
     m(A, B, C) ^ omin(A, C)``). A computed value (``n + 1``), a ``where`` definition or an
     event's time (``@time(t)``) may be new in every epoch."""
-    bound = {
-        arg.name for atom in rule.positive for arg in atom.args if isinstance(arg, ast.Var)
-    }
+    bound = {arg.name for atom in rule.positive for arg in atom.args if isinstance(arg, ast.Var)}
     return all(
         isinstance(arg, ast.Const) or (isinstance(arg, ast.Var) and arg.name in bound)
         for arg in rule.head.args

@@ -216,15 +216,18 @@ def _too_large(source: Source, base: int, tree: Tree[Token]) -> Diagnostic | Non
     """A statement nested deeper than :data:`MAX_DEPTH` or with a body of more than
     :data:`MAX_BODY` atoms, located; every pass after the parser walks the tree recursively,
     and a join of that many atoms is no rule anyone means. Walked without recursion."""
+
+    def where(node: Tree[Token]) -> Span | None:  # only for a statement that is refused
+        meta = node.meta
+        return None if meta.empty else source.span(base + meta.start_pos, base + meta.end_pos)
+
     stack = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
-        meta = node.meta
-        where = source.span(base + meta.start_pos, base + meta.end_pos) if not meta.empty else None
-        if depth > MAX_DEPTH and where is not None:
+        if depth > MAX_DEPTH and (at := where(node)) is not None:
             return Diagnostic(
                 f"expression nested more than {MAX_DEPTH} levels deep",
-                where,
+                at,
                 "split it into steps with `where` definitions (`where a = ..., b = a + ...`)",
             )
         if node.data in ("formula", "body"):
@@ -233,10 +236,10 @@ def _too_large(source: Source, base: int, tree: Tree[Token]) -> Diagnostic | Non
                 for c in node.children
                 if isinstance(c, Tree) and c.data in ("literal", "negated", "positive")
             )
-            if atoms > MAX_BODY and where is not None:
+            if atoms > MAX_BODY and (at := where(node)) is not None:
                 return Diagnostic(
                     f"a body of {atoms} atoms; at most {MAX_BODY} are joined in one rule",
-                    where,
+                    at,
                     "derive intermediate relations from parts of the body and join those",
                 )
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))

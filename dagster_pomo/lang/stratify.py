@@ -139,7 +139,7 @@ def stratify(corpus: ast.Corpus) -> tuple[list[Stratum], list[Diagnostic]]:
                 (r for m in members for r in derived_rules.get(m, [])),
                 key=lambda r: r.span.start,
             )
-            recursive = len(members) > 1 or any(e.head == e.body == members[0] for e in edges)
+            recursive = len(members) > 1 or members[0] in succ.get(members[0], ())
             strata.append(Stratum(len(strata), tuple(members), tuple(rules), recursive))
             if recursive:
                 problems += _recursive_body_aggregates(rules, set(members))

@@ -458,11 +458,20 @@ class InScratch(Staged):
                 for f in versions
             ]
             rows = rows.unionByName(frames.local(self.spark, records, with_epoch))
-        # Each event once (`versions.first_of_each_event`): a repeated line, or a line
-        # repeating a fact, is the same row whole.
+        # Each event once, where it first came (`versions.first_of_each_event`): a repeated
+        # line, or a line repeating a fact, is the same row whole (its hash too). The rows
+        # of an epoch meet in one task, grouped, then back in the order they came, so an
+        # epoch's file holds them as this process would write them (sums downstream add
+        # them in the same order, to the same last bit).
         given = Observation(f"given-{i}")
         rows = rows.observe(given, F.count(F.lit(1)).alias("n"))
-        rows = rows.dropDuplicates([*schema.columns, "t"])
+        order = rows.columns
+        keys = [*schema.columns, "t", "epoch"]  # the epoch follows from the time
+        others = ["_at", *(c for c in order if c not in keys)]  # the earliest copy's
+        rows = rows.withColumn("_at", F.monotonically_increasing_id()).repartition("epoch")
+        rows = rows.groupBy(*keys).agg(F.min(F.struct(*others)).alias("_first"))
+        rows = rows.select(*keys, *(F.col(f"_first.{c}").alias(c) for c in others))
+        rows = rows.sortWithinPartitions("_at").select(*order)
         counted = Observation(f"stored-{i}")
         summed = F.sum(F.col("h").cast(DecimalType(38, 0)))
         rows = rows.observe(counted, F.count(F.lit(1)).alias("n"), summed.alias("h"))
