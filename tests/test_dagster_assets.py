@@ -890,3 +890,49 @@ def test_an_inputs_step_read_by_spark_stores_what_one_read_here_stores(tmp_path:
     assert "noon" in here["quarantine"]
     for part in here:
         assert spark[part] == here[part], part
+
+
+@pytest.mark.parametrize("reader", ["process", "spark"])
+def test_a_landing_that_repeats_its_events_stores_what_one_copy_stores(
+    tmp_path: Path, reader: str
+) -> None:
+    """Every reading landed again in another file, written another way (ISO time with an
+    offset, arguments as a list, ``-0.0`` for ``0.0``): a Dagster run over the range, its
+    landing read in the run's process or by Spark's tasks, stores what the landing with one
+    copy stores: every aggregate counts each reading once."""
+    from dagster_pomo.orchestration.resources import SparkResource
+
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    once.mkdir()
+    twice.mkdir()
+    water_tank_events(once / "tanks.jsonl", 600, tanks=3, hours=3)
+    lines = (once / "tanks.jsonl").read_text().splitlines()
+    (twice / "tanks.jsonl").write_text("\n".join(lines) + "\n")
+    again = []
+    for line in lines:
+        event = json.loads(line)
+        t = datetime.fromtimestamp(event["t"] / 1000, UTC) + timedelta(hours=1)
+        event["t"] = t.isoformat(timespec="milliseconds").replace("+00:00", "+01:00")
+        event["args"] = [(-0.0 if v == 0 else v) for v in event["args"].values()]
+        again.append(json.dumps(event))
+    (twice / "again.jsonl").write_text("\n".join(again) + "\n")
+    spark = SparkResource(spark_landing_bytes=0 if reader == "spark" else -1)
+    program = load_program(RULES / "water_tanks.pomo")
+    got = {}
+    for name, landing in (("once", once), ("twice", twice)):
+        warehouse = tmp_path / f"warehouse-{name}"
+        defs = _defs(RULES / "water_tanks.pomo", PARTITIONS, warehouse, landing, spark)
+        home = tmp_path / f"home-{name}"
+        home.mkdir()
+        result = materialize(
+            list(defs.assets),
+            instance=DagsterInstance.local_temp(str(home)),
+            resources=dict(defs.resources),
+            tags={
+                "dagster/asset_partition_range_start": KEYS[0],
+                "dagster/asset_partition_range_end": KEYS[-1],
+            },
+        )
+        assert result.success
+        got[name] = stored(program, warehouse, {"level_per_minute", "level_10m"})
+    assert got["twice"] == got["once"] and len(got["once"]["level_10m"]) == 600
