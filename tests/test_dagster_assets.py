@@ -507,12 +507,13 @@ def test_landing_sensor_requests_touched_epochs_and_replays_late_ones(tmp_path: 
     # the others are known unchanged from earlier runs, bad lines included.
     check, metadata = store(KEYS[2], KEYS[2])
     assert _files(metadata) == (2, 3), "the two new files"
+    # The lines of the two files read (one each), not the third's, known unchanged.
     assert (
-        metadata["pomo/run_landing_lines_read"].value == 5 and metadata["pomo/new_rows"].value == 0
+        metadata["pomo/run_landing_lines_read"].value == 2 and metadata["pomo/new_rows"].value == 0
     )
     assert check.metadata["pomo/quarantined"].value == 1, "the old file's bad line is kept"
     check, metadata = store(KEYS[2], KEYS[2])
-    assert _files(metadata) == (0, 3)
+    assert _files(metadata) == (0, 3) and metadata["pomo/run_landing_lines_read"].value == 0
     assert check.metadata["pomo/quarantined"].value == 1
     check, metadata = store(KEYS[0], KEYS[0])
     assert _files(metadata) == (2, 3), "the first epoch's two files"

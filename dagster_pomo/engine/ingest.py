@@ -125,6 +125,7 @@ class Ingested:
     # Accepted lines that repeat an event already accepted (the same relation, arguments
     # and time once normalised): each event is kept once (see `add`).
     repeats: int = 0
+    lines_kept: int = 0  # of `lines_read`, those of files known unchanged and not read again
     _seen: dict[str, set[tuple[int, tuple[Value, ...]]]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -504,6 +505,7 @@ def with_kept(out: Ingested, paths: Sequence[Path], kept: Mapping[str, Landed]) 
     for file, entry in kept.items():
         out.landed[file] = entry
         out.lines_read += entry.lines
+        out.lines_kept += entry.lines
         out.quarantined.extend(entry.quarantined)
     out.files = [str(p) for p in paths]
     out.quarantined.sort(key=lambda q: (q.file, q.line))

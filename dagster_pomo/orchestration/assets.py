@@ -106,7 +106,8 @@ def _inputs_asset(shared: CorpusAssets):  # noqa: ANN202 - an AssetsDefinition
                     # What this run read of the landing folder, for every partition it ran.
                     "pomo/run_landing_files": len(ingested.files),
                     "pomo/run_landing_files_read": ingested.files_read,
-                    "pomo/run_landing_lines_read": ingested.lines_read,
+                    # Lines of the files read this time (the others known unchanged).
+                    "pomo/run_landing_lines_read": ingested.lines_read - ingested.lines_kept,
                     "pomo/quarantined": ingested.quarantined_count,
                     "pomo/quarantine_sample": MetadataValue.md(
                         "\n".join(f"- {r}" for r in reasons) or "none"

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # not exported by dagster: for the type checker only
         UnresolvedAssetJobDefinition,
     )
 
+from dagster_pomo.engine.lines import safe
 from dagster_pomo.engine.pipeline import event_times, fresh_files
 from dagster_pomo.lang import Program
 from dagster_pomo.orchestration.resources import PomoStorage
@@ -77,6 +78,7 @@ def landing_sensor(
         done = context.instance.get_materialized_partitions(input_key)
         touched: set[str] = set()
         late_files: set[str] = set()
+        moving: set[str] = set()  # the files that ask for an epoch to run
         window = storage.window()
         for path, signature in fresh.items():
             try:
@@ -89,6 +91,8 @@ def landing_sensor(
             else:
                 late_files |= keys & done
             touched |= keys
+            if keys:
+                moving.add(path.name)
             seen[path.name] = signature
         late = sorted(late_files)
         if late:  # a late file: its epochs and every later materialized epoch go stale
@@ -110,7 +114,11 @@ def landing_sensor(
             },
         )
         note = f", late for {late[0]}" if late else ""
-        context.log.info(f"{len(fresh)} new file(s): epochs {first} to {last}{note}")
+        n = len(moving)
+        files = f"{n} new or changed file{'s' if n != 1 else ''}"
+        context.log.info(
+            f"{files} ({safe(', '.join(sorted(moving)), 200)}): epochs {first} to {last}{note}"
+        )
         return SensorResult(run_requests=[request], cursor=json.dumps(seen, sort_keys=True))
 
     return watch
