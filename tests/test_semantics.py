@@ -422,17 +422,20 @@ def test_async_delivers_each_match_at_the_next_epoch(tmp_path, engine) -> None:
                            ev(["c"], 20, 30)]  # fmt: skip
 
 
+# Balance updates sent to the seed's queue: two users, bob's three in sequence order.
+QUEUED_REQUESTS = [
+    ("request", 1, ["bob", 100.0, 2355]),
+    ("request", 2, ["bob", 75.0, 2358]),
+    ("request", 3, ["alice", 0.0, 2377]),
+    ("request", 4, ["bob", 10.0, 2455]),
+]
+
+
 def test_a_queue_fed_by_async_applies_one_update_per_user_and_epoch(tmp_path, engine) -> None:
     """The seed's balance updates: requests delivered by `@async`, queued by `@next` until
     applied, one per user and epoch in sequence order (golden plan `async`)."""
     corpus = (GOLDEN / "plans" / "async.pomo").read_text()
-    events = [
-        ("request", 1, ["bob", 100.0, 2355]),
-        ("request", 2, ["bob", 75.0, 2358]),
-        ("request", 3, ["alice", 0.0, 2377]),
-        ("request", 4, ["bob", 10.0, 2455]),
-    ]
-    out = evaluate(tmp_path, corpus, events, 10, engine, until=60)
+    out = evaluate(tmp_path, corpus, QUEUED_REQUESTS, 10, engine, until=60)
     assert [(e["args"], e["t"]) for e in out["balance_update"]] == [
         (["alice", 0.0], 10),
         (["bob", 100.0], 10),
@@ -456,13 +459,7 @@ def test_the_seed_s_queue_rule_runs_as_written(tmp_path, engine) -> None:
     )
     assert "@next := queued" in corpus
     assert not compile_corpus(corpus, "queue.pomo").warnings
-    events = [
-        ("request", 1, ["bob", 100.0, 2355]),
-        ("request", 2, ["bob", 75.0, 2358]),
-        ("request", 3, ["alice", 0.0, 2377]),
-        ("request", 4, ["bob", 10.0, 2455]),
-    ]
-    out = evaluate(tmp_path, corpus, events, 10, engine, until=60)
+    out = evaluate(tmp_path, corpus, QUEUED_REQUESTS, 10, engine, until=60)
     assert [(e["args"], e["t"]) for e in out["balance_update"]] == [
         (["alice", 0.0, 2377], 20),
         (["bob", 100.0, 2355], 20),
