@@ -24,6 +24,7 @@ from dagster_pomo.lang.errors import (
     sort_diagnostics,
 )
 from dagster_pomo.lang.expiry import check_expiry
+from dagster_pomo.lang.growth import check_cross_products, check_growth
 from dagster_pomo.lang.inductive import check_inductive
 from dagster_pomo.lang.kinds import check_kinds
 from dagster_pomo.lang.parser import parse
@@ -110,6 +111,7 @@ def compile_corpus(
     found += [d for rule in corpus.rules for d in check_kinds(rule, catalog)]
     found += [d for rule in corpus.rules for d in check_expiry(rule, catalog)]
     strata, cycle_problems = stratify(corpus)
+    found += [*check_cross_products(corpus), *check_growth(strata)]
     errors = [d for d in found if d.severity is Severity.ERROR]
     if errors or cycle_problems:
         kind = StratificationError if cycle_problems and not errors else CorpusError
