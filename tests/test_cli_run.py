@@ -177,6 +177,47 @@ def test_what_a_landing_holds_cannot_write_to_the_terminal_or_through_links(
     assert json.loads((out / "s.jsonl").read_text())["args"] == ["a"]
 
 
+def _on_a_terminal(*args: str) -> tuple[int, str]:
+    """``pomo ARGS`` with its stdout and stderr a pseudo-terminal, as a user's shell has them:
+    the exit code and everything it wrote there."""
+    import pty
+
+    ours, theirs = pty.openpty()
+    process = subprocess.Popen(
+        [str(POMO), *args], stdout=theirs, stderr=theirs, stdin=subprocess.DEVNULL, cwd=ROOT
+    )
+    os.close(theirs)
+    said = b""
+    while True:
+        try:
+            chunk = os.read(ours, 65536)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        said += chunk
+    os.close(ours)
+    return process.wait(timeout=300), said.decode("utf-8", errors="replace")
+
+
+def test_a_run_on_a_terminal_shows_its_progress_and_only_there(tmp_path: Path) -> None:
+    """On a terminal, `pomo run` draws its progress (epochs done of all, their rate, the time
+    gone) while it works; its output redirected, or with ``--quiet``, nothing of it; the
+    results are the same either way."""
+    corpus, events = setup(tmp_path)
+    run = ("run", str(corpus), "--events", str(events), "--epoch", "10ms", "--times", "any")
+    code, shown = _on_a_terminal(*run)
+    assert code == 0, shown
+    assert "evaluating" in shown and "5 of 5 epochs" in shown and "epochs/s" in shown, shown
+    assert "avg (2 events)" in shown
+    code, quiet = _on_a_terminal(*run, "--quiet")
+    assert code == 0 and "avg (2 events)" in quiet
+    assert "evaluating" not in quiet and "epochs/s" not in quiet
+    piped = pomo(*run)
+    assert piped.returncode == 0 and "evaluating" not in piped.stderr + piped.stdout
+    assert "avg (2 events)" in piped.stdout
+
+
 def test_until_cuts_exactly_at_known_time(tmp_path: Path) -> None:
     corpus, events = setup(tmp_path)
     result = pomo(

@@ -151,6 +151,7 @@ def _evaluate(
     written to ``out``, when given, as it goes), with what was read and quarantined said on
     stderr; or the exit code of a failure, said. An explanation needs the input events in
     this process: it reads them here."""
+    from dagster_pomo.cli.progress import run_progress, wanted
     from dagster_pomo.engine.lines import parse_window
     from dagster_pomo.engine.policy import Policy
     from dagster_pomo.engine.reference import EvaluationError
@@ -185,18 +186,20 @@ def _evaluate(
             spark_landing_bytes=LANDING_READERS[reader],
             in_process_inputs=args.in_process_inputs,
         )
-        result = run(
-            program,
-            args.events,
-            size,
-            start,
-            until,
-            engine=args.engine,
-            window=window,
-            policy=policy,
-            out=out,
-            settings=settings,
-        )
+        with run_progress(wanted(sys.stderr, args.quiet)) as progress:
+            result = run(
+                program,
+                args.events,
+                size,
+                start,
+                until,
+                engine=args.engine,
+                window=window,
+                policy=policy,
+                out=out,
+                settings=settings,
+                progress=progress,
+            )
     except (EvaluationError, PomoError) as exc:
         print(f"{path}: {exc}", file=sys.stderr)
         return EXIT_CORPUS
@@ -571,6 +574,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--verbose",
             action="store_true",
             help="show Spark's and the JVM's own log lines (only their errors without it)",
+        )
+    for name in ("run", "explain"):
+        sub.choices[name].add_argument(
+            "--quiet",
+            action="store_true",
+            help="no progress bar (there is none where stderr is not a terminal)",
         )
     return parser
 

@@ -38,6 +38,11 @@ if TYPE_CHECKING:
     from dagster_pomo.engine.spark.results import Results
 
 
+# Told how much of a range's work is done: ``(done, total)`` in epochs (``done`` may be a
+# fraction where strata run one at a time over the whole range).
+Progress = Callable[[float, int], None]
+
+
 class Backend(Protocol):
     """Evaluates one stratum of one epoch (or of a range standing for several) over the
     stored versions, and stores what it derives."""
@@ -235,28 +240,37 @@ class Driver:
         stats.partitions_read = scope.partitions_read
         return stats
 
-    def evaluate_range(self, epochs: Sequence[Epoch]) -> PassStats:
+    def evaluate_range(
+        self, epochs: Sequence[Epoch], progress: Progress | None = None
+    ) -> PassStats:
         """Every stratum over ``epochs`` (consecutive, in order), storing what epoch by epoch
         stores, in as few passes as `Backend.span` allows: the epochs of the first one's
         length at once, then any shorter last epoch on its own. All strata in one pass when
         the backend allows it for all; else stratum by stratum, those it does not allow
         (recursion that defers events) epoch by epoch; with ``@next`` epoch by epoch. What
-        the passes made, and how many ran (added to `ran`)."""
+        the passes made, and how many ran (added to `ran`). ``progress`` is told, after each
+        pass, how many of the epochs' worth of work is done (a stratum of ``n`` over all the
+        epochs: ``1 / n`` of each)."""
         same, rest = _by_length(epochs)
         whole = self.backend.span(same, self.plan.strata)
+        told = progress or (lambda done, total: None)
         if whole is not None or self.backend.span(same, []) is None:
             # all strata at once: over the span and the rest, or (none can span: `@next`,
             # under two epochs) epoch by epoch
             out = PassStats({n: 0 for s in self.plan.strata for n in s.relations})
+            done = 0
             for epoch in [whole, *rest] if whole is not None else epochs:
                 stats = self.evaluate_epoch(epoch)
                 for stratum in stats.strata:
                     out.count(stratum)
                 out.passed(all(s.in_process for s in stats.strata), stats.interpreted)
+                done += len(same) if epoch is whole else 1
+                told(done, len(epochs))
         else:
             out = PassStats({})
-            for stratum in self.plan.strata:
+            for i, stratum in enumerate(self.plan.strata, 1):
                 out = out + self.evaluate_strata([stratum], epochs)
+                told(len(epochs) * i / len(self.plan.strata), len(epochs))
         self.ran = self.ran + out
         return out
 
@@ -368,6 +382,7 @@ def evaluated(
     warehouse: str | None = None,
     policy: Policy = DEFAULT,
     settings: SparkSettings | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[Driver]:
     """A driver over ``warehouse`` (a temporary one, removed at the end of the block, unless
     one is given) with every epoch of ``inputs`` evaluated: over the range at once where
@@ -378,7 +393,9 @@ def evaluated(
 
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
         driver = Driver.for_run(program, inputs, warehouse or tmp, policy, settings)
-        driver.evaluate_range(inputs.epoch_range.epochs)
+        if progress is not None:
+            progress(0, len(inputs.epoch_range.epochs))
+        driver.evaluate_range(inputs.epoch_range.epochs, progress)
         yield driver
 
 
@@ -393,6 +410,7 @@ def evaluated_landing(
     warehouse: str | None = None,
     policy: Policy = DEFAULT,
     settings: SparkSettings | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[tuple[Driver, RunInputs]]:
     """As `evaluated`, the landing files ``landing`` read by Spark's tasks into the
     warehouse (`engine.spark.landing`) rather than by this process: no event in this
@@ -419,7 +437,9 @@ def evaluated_landing(
                 session=spark,
             )
             if epochs.epochs:
-                driver.evaluate_range(epochs.epochs)
+                if progress is not None:
+                    progress(0, len(epochs.epochs))
+                driver.evaluate_range(epochs.epochs, progress)
             yield driver, inputs
 
 

@@ -89,6 +89,7 @@ def run(
     policy: Policy = DEFAULT,
     out: Path | None = None,
     settings: SparkSettings | None = None,
+    progress: Callable[[float, int], None] | None = None,
 ) -> RunResult:
     """Evaluate every epoch; versions of every derived relation in the result. On Spark a
     range of epochs runs in one pass where that stores the same (see
@@ -96,7 +97,9 @@ def run(
     does. Events whose time lies outside ``window`` are quarantined. With ``out``, the
     outputs are written there (see `write_outputs`); on Spark straight from the
     warehouse, merged and sorted by Spark, never all in this process. ``settings``: where
-    Spark runs and its configuration (default: the environment's, `SparkSettings.from_env`)."""
+    Spark runs and its configuration (default: the environment's, `SparkSettings.from_env`).
+    ``progress`` is told how many of the epochs are done, ``(done, total)``: first with none
+    done once the events are read, then after each pass."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
     if engine == "spark" and events is not None:
@@ -105,7 +108,7 @@ def run(
         landing = landing_files(events)
         if reads_landing_on_spark(landing, policy):
             with evaluated_landing(
-                program, landing, size, start, until, window, warehouse, policy, settings
+                program, landing, size, start, until, window, warehouse, policy, settings, progress
             ) as (driver, read):
                 result = RunResult(program, read.epoch_range, read.ingested)
                 _derived(result, driver, out)
@@ -120,11 +123,15 @@ def run(
     if engine == "spark":
         from dagster_pomo.engine.driver import evaluated
 
-        with evaluated(program, prepared, warehouse, policy, settings) as driver:
+        with evaluated(program, prepared, warehouse, policy, settings, progress) as driver:
             _derived(result, driver, out)
         return result
     evaluator = ReferenceEvaluator(program, prepared.schemas)
+    if progress is not None:
+        progress(0, len(epochs.epochs))
     result.versions = evaluator.run(prepared.ingested.events, epochs.epochs, epochs.start)
+    if progress is not None:
+        progress(len(epochs.epochs), len(epochs.epochs))
     if out is not None:
         write_outputs(result, out)
     return result
