@@ -59,12 +59,15 @@ def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
         _range(partitions, start, start + hours * HOUR - 1)
     )
     assets = list(defs.assets)
+    # What the UI lists: a relation or a handler an asset (a multi-asset is one step).
+    n_keys = len({key for a in assets for key in a.keys})  # type: ignore[union-attr]
     spark = SparkResource().settings()
     where = f"Spark at {spark.remote}" if spark.remote else f"Spark ({spark.master})"
     if spark.master == "local[*]" and not spark.remote:  # a JVM only once a plan needs one
         where = "local Spark, started when a plan needs it"
     print(
-        f"2. {CORPUS.name}: {len(assets)} Dagster asset definitions, {len(keys)} hourly partitions "
+        f"2. {CORPUS.name}: {n_keys} Dagster assets in {len(assets)} steps, {len(keys)} hourly "
+        "partitions "
         f"({keys[0]} to {keys[-1]}); materializing them in one run on {where}..."
     )
     result = materialize(
