@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dagster_pomo.engine.cid import cid, normal
 from dagster_pomo.engine.lines import (
     DEFAULT_TIMES,
@@ -130,14 +132,20 @@ class Ingested:
         default_factory=dict, repr=False, compare=False
     )
 
+    def seen(self, name: str) -> set[tuple[int, tuple[Value, ...]]]:
+        """The identities of relation ``name``'s events held (its list made if new)."""
+        seen = self._seen.get(name)
+        if seen is None:
+            seen = self._seen[name] = {r.identity for r in self.events.get(name, ())}
+            self.events.setdefault(name, [])
+        return seen
+
     def add(self, name: str, rows: Iterable[Version]) -> None:
         """Events of relation ``name`` kept, each identity (``t`` and arguments) once: an
         event that lands twice, or as a fact and a line, is one event (docs/semantics.md,
         "Input events"). The first copy is kept; the others are counted in `repeats`."""
-        seen = self._seen.get(name)
-        if seen is None:
-            seen = self._seen[name] = {r.identity for r in self.events.get(name, ())}
-        kept = self.events.setdefault(name, [])
+        seen = self.seen(name)
+        kept = self.events[name]
         for row in rows:
             if row.identity in seen:
                 self.repeats += 1
@@ -418,7 +426,8 @@ def ingest_files(
     spans: dict[str, tuple[int, int]] = {}
 
     def accept(file: str, rel: Relation, values: tuple[Value, ...], t: int) -> None:
-        out.add(rel.name, (Version(t, values, t, expiry(t, rel.lifetime)),))
+        # Repeats are dropped once every line is read (`_each_once`).
+        out.events.setdefault(rel.name, []).append(Version(t, values, t, expiry(t, rel.lifetime)))
         spans[file] = (min(t, spans[file][0]), max(t, spans[file][1])) if file in spans else (t, t)
 
     for path in paths:
@@ -454,6 +463,7 @@ def ingest_files(
             out.quarantined.append(_quarantined(file, number, str(exc), text))
             continue
         accept(file, rel, values, t)
+    _each_once(out)
     out.quarantined.sort(key=lambda q: (q.file, q.line))
     bad: dict[str, list[Quarantined]] = {}
     for q in out.quarantined:
@@ -462,6 +472,35 @@ def ingest_files(
         first, last = spans.get(file, (None, None))
         out.landed[file] = Landed(signature, lines[file], first, last, tuple(bad.get(file, ())))
     return out
+
+
+def _each_once(out: Ingested) -> None:
+    """Each relation's events read from lines kept once each, the first copy (as
+    `Ingested.add` keeps them), the others counted in ``repeats``. Two copies of an event
+    share its time: only events whose time another shares are compared whole, so a
+    landing whose events each have a time of their own pays a sort of their times."""
+    for name, rows in out.events.items():
+        if len(rows) < 2:
+            continue
+        times = np.fromiter((r.t for r in rows), np.int64, len(rows))
+        order = np.argsort(times, kind="stable")
+        same = times[order][1:] == times[order][:-1]
+        if not same.any():
+            continue
+        shared = np.zeros(len(rows), dtype=bool)
+        shared[1:] |= same
+        shared[:-1] |= same
+        seen: set[tuple[int, tuple[Value, ...]]] = set()
+        dropped = set()
+        for i in np.sort(order[shared]).tolist():
+            identity = rows[i].identity
+            if identity in seen:
+                dropped.add(i)
+            else:
+                seen.add(identity)
+        if dropped:
+            out.repeats += len(dropped)
+            out.events[name] = [r for i, r in enumerate(rows) if i not in dropped]
 
 
 def _quarantined(file: str, line: int, reason: str, text: str) -> Quarantined:
