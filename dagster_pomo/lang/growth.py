@@ -40,31 +40,17 @@ def check_cross_products(corpus: ast.Corpus) -> Iterator[Diagnostic]:
         links = [
             set().union(*({v} | defined.get(v, set()) for v in _names([g]))) for g in rule.guards
         ]
-        groups: list[tuple[list[ast.Atom], set[str]]] = []
+        # Variables one atom or one guard mentions are related; atoms whose variables are
+        # related, transitively, are joined.
+        root: dict[str, str] = {}
+        for names in [*(names for _, names in atoms), *links]:
+            _relate(root, names)
+        groups: dict[str, list[ast.Atom]] = {}
         for atom, names in atoms:
-            joined = [g for g in groups if g[1] & names]
-            merged = ([atom], set(names))
-            for g in joined:
-                groups.remove(g)
-                merged = (g[0] + merged[0], g[1] | merged[1])
-            groups.append(merged)
-        changed = True
-        while changed and len(groups) > 1:  # a guard or definition relating two groups
-            changed = False
-            for link in links:
-                touched = [g for g in groups if g[1] & link]
-                if len(touched) > 1:
-                    for g in touched:
-                        groups.remove(g)
-                    groups.append(
-                        ([a for g in touched for a in g[0]], set().union(*(g[1] for g in touched)))
-                    )
-                    changed = True
+            groups.setdefault(_root(root, next(iter(names))), []).append(atom)
         if len(groups) < 2:
             continue
-        firsts = sorted(
-            (min(g[0], key=lambda a: a.span.start) for g in groups), key=lambda a: a.span.start
-        )
+        firsts = sorted((g[0] for g in groups.values()), key=lambda a: a.span.start)
         a, b = firsts[0], firsts[1]
         yield Diagnostic(
             f"`{a.relation}` and `{b.relation}` share no variable, and no guard relates "
@@ -75,6 +61,23 @@ def check_cross_products(corpus: ast.Corpus) -> Iterator[Diagnostic]:
             "every pairing is meant, leave it",
             Severity.WARNING,
         )
+
+
+def _root(root: dict[str, str], name: str) -> str:
+    """The name standing for ``name``'s related names (``root`` maps each to another)."""
+    while root.setdefault(name, name) != name:
+        name = root[name]
+    return name
+
+
+def _relate(root: dict[str, str], names: Iterable[str]) -> None:
+    """``names`` related to each other in ``root``."""
+    first = None
+    for name in names:
+        if first is None:
+            first = _root(root, name)
+        else:
+            root[_root(root, name)] = first
 
 
 def _defined(rule: ast.Rule) -> dict[str, set[str]]:
