@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-Told = Callable[[float, int], None]  # `engine.driver.Progress`: (epochs done, of total)
+if TYPE_CHECKING:
+    from dagster_pomo.engine import driver
 
 
 def wanted(stream: TextIO, quiet: bool) -> bool:
@@ -22,7 +23,7 @@ def wanted(stream: TextIO, quiet: bool) -> bool:
 
 
 @contextmanager
-def run_progress(show: bool, stream: TextIO = sys.stderr) -> Iterator[Told | None]:
+def run_progress(show: bool, stream: TextIO = sys.stderr) -> Iterator[driver.Progress | None]:
     """A function for `engine.run.run`'s ``progress`` that draws a bar on ``stream``: the
     events read first, then the epochs done of all, their rate and the time gone; None
     when not ``show``."""

@@ -248,12 +248,13 @@ class Driver:
         length at once, then any shorter last epoch on its own. All strata in one pass when
         the backend allows it for all; else stratum by stratum, those it does not allow
         (recursion that defers events) epoch by epoch; with ``@next`` epoch by epoch. What
-        the passes made, and how many ran (added to `ran`). ``progress`` is told, after each
-        pass, how many of the epochs' worth of work is done (a stratum of ``n`` over all the
-        epochs: ``1 / n`` of each)."""
+        the passes made, and how many ran (added to `ran`). ``progress`` is told, first and
+        after each pass, how many of the epochs' worth of work is done (a stratum of ``n``
+        over all the epochs: ``1 / n`` of each)."""
+        told = progress or (lambda done, total: None)
+        told(0, len(epochs))
         same, rest = _by_length(epochs)
         whole = self.backend.span(same, self.plan.strata)
-        told = progress or (lambda done, total: None)
         if whole is not None or self.backend.span(same, []) is None:
             # all strata at once: over the span and the rest, or (none can span: `@next`,
             # under two epochs) epoch by epoch
@@ -393,8 +394,6 @@ def evaluated(
 
     with tempfile.TemporaryDirectory(prefix="pomo-warehouse-") as tmp:
         driver = Driver.for_run(program, inputs, warehouse or tmp, policy, settings)
-        if progress is not None:
-            progress(0, len(inputs.epoch_range.epochs))
         driver.evaluate_range(inputs.epoch_range.epochs, progress)
         yield driver
 
@@ -437,8 +436,6 @@ def evaluated_landing(
                 session=spark,
             )
             if epochs.epochs:
-                if progress is not None:
-                    progress(0, len(epochs.epochs))
                 driver.evaluate_range(epochs.epochs, progress)
             yield driver, inputs
 

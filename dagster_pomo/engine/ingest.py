@@ -132,20 +132,14 @@ class Ingested:
         default_factory=dict, repr=False, compare=False
     )
 
-    def seen(self, name: str) -> set[tuple[int, tuple[Value, ...]]]:
-        """The identities of relation ``name``'s events held (its list made if new)."""
-        seen = self._seen.get(name)
-        if seen is None:
-            seen = self._seen[name] = {r.identity for r in self.events.get(name, ())}
-            self.events.setdefault(name, [])
-        return seen
-
     def add(self, name: str, rows: Iterable[Version]) -> None:
         """Events of relation ``name`` kept, each identity (``t`` and arguments) once: an
         event that lands twice, or as a fact and a line, is one event (docs/semantics.md,
         "Input events"). The first copy is kept; the others are counted in `repeats`."""
-        seen = self.seen(name)
-        kept = self.events[name]
+        kept = self.events.setdefault(name, [])
+        seen = self._seen.get(name)
+        if seen is None:
+            seen = self._seen[name] = {r.identity for r in kept}
         for row in rows:
             if row.identity in seen:
                 self.repeats += 1
@@ -654,8 +648,10 @@ def origins(
 
 
 def corpus_facts(program: Program) -> dict[str, list[Version]]:
-    """The corpus's facts as events: at time 0 or ``@time(c)``, typed like their columns."""
+    """The corpus's facts as events: at time 0 or ``@time(c)``, typed like their columns;
+    each event once, however often the corpus states it."""
     out: dict[str, list[Version]] = {}
+    seen: set[tuple[str, int, tuple[Value, ...]]] = set()
     for rule in program.corpus.rules:
         if not rule.is_fact:
             continue
@@ -676,6 +672,9 @@ def corpus_facts(program: Program) -> dict[str, list[Version]]:
             raise UsageError(f"{where}: the fact has no value: {exc}") from None
         except ValueError as exc:
             raise UsageError(f"{where}: the fact cannot be stored: {exc}") from None
+        if (rel.name, t, args) in seen:  # a fact stated twice is one event
+            continue
+        seen.add((rel.name, t, args))
         # A fact of a provenance carrier is its own source.
         prov = (cid(rel.name, args, t),) if rel.provenance else ()
         out.setdefault(rel.name, []).append(Version(t, args, t, expiry(t, rel.lifetime), prov=prov))

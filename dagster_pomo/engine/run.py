@@ -25,7 +25,7 @@ from dagster_pomo.lang.render import aggregate_key
 from dagster_pomo.timeline import NEVER
 
 if TYPE_CHECKING:
-    from dagster_pomo.engine.driver import Driver
+    from dagster_pomo.engine.driver import Driver, Progress
 
 ENGINES = ("spark", "reference")  # the first is the default
 
@@ -89,7 +89,7 @@ def run(
     policy: Policy = DEFAULT,
     out: Path | None = None,
     settings: SparkSettings | None = None,
-    progress: Callable[[float, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> RunResult:
     """Evaluate every epoch; versions of every derived relation in the result. On Spark a
     range of epochs runs in one pass where that stores the same (see

@@ -577,8 +577,9 @@ def _writer(
             first and last time written, so that the driver can tell which epochs other
             tasks wrote the same times to."""
             for (r, key), tables in sorted(parts.items()):
+                arity = len(layouts[r]) - 4  # the arguments, then t, kt, exp, _tau
                 whole = pa.concat_tables(tables)
-                table = first_of_each_event(whole, len(layouts[r]) - 4)
+                table = first_of_each_event(whole, arity)
                 folder = os.path.join(roots[r], str(key))
                 os.makedirs(folder, exist_ok=True)
                 name = os.path.join(folder, f"part-{number:05d}.parquet")
@@ -590,7 +591,7 @@ def _writer(
                     "r": r,
                     "epoch": key,
                     "n": table.num_rows,
-                    "h": _hashes(table, len(layouts[r]) - 4) if digests else None,
+                    "h": _hashes(table, arity) if digests else None,
                     "first": pc.min(times).as_py(),
                     "last": pc.max(times).as_py(),
                     "repeats": whole.num_rows - table.num_rows,
@@ -675,12 +676,6 @@ def _overlap(files: Sequence[Written]) -> bool:
     return False
 
 
-def _distinct(events: Sequence[Version]) -> list[Version]:
-    """``events`` with each identity once, the first kept."""
-    seen: set[tuple[int, tuple[Any, ...]]] = set()
-    return [e for e in events if not (e.identity in seen or seen.add(e.identity))]
-
-
 @dataclass
 class InPlace(Staged):
     """The landing's events written by Spark's tasks in each input relation's epochs'
@@ -755,7 +750,7 @@ class InPlace(Staged):
             return out
         starts = {e.start for e in epochs}
         for i, schema in enumerate(self.inputs):
-            mine = _distinct(facts.get(schema.name, []))
+            mine = facts.get(schema.name, [])  # each once (`ingest.corpus_facts`)
             if not (self.got[f"n{i}"] or mine):
                 continue
             placed = _facts_by_epoch(mine, epochs, first_of_all)
