@@ -17,6 +17,7 @@ same epochs stores, and hands the ledger the same keys, so a re-run repeats no a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,10 @@ class PomoCorpus:
         spark_conn_id: str | None = None,
         policy: Policy = DEFAULT,
         lattices: Mapping[str, Merge] | None = None,
+        budgets: Mapping[str, int] | None = None,
     ) -> None:
         program = load_program(corpus)
+        policy = replace(policy, budgets=policy.budgets.with_settings(budgets or {}))
         register_lattices(lattices or {})
         require_lattices(program)
         self.handlers = dict(handlers or {})
@@ -257,12 +260,14 @@ def pomo_task_group(
     policy: Policy = DEFAULT,
     lattices: Mapping[str, Merge] | None = None,
     group_id: str | None = None,
+    budgets: Mapping[str, int] | None = None,
 ) -> TaskGroup:
     """The corpus's tasks as a task group, to put inside a DAG (``with DAG(...):``) whose
     data intervals are whole epochs (`pomo_timetable`), one run at a time. ``start`` is the
     pipeline's first epoch (ISO-8601 or ms), ``epoch`` its length (``"1h"``, ``"1d"``);
     ``handlers`` maps every handler the corpus names to a callable; ``spark`` or
-    ``spark_conn_id`` (an Airflow connection) say where Spark runs."""
+    ``spark_conn_id`` (an Airflow connection) say where Spark runs; ``budgets`` raise or
+    lower how much one epoch may ask for (``{"rounds": 50_000}``, docs/operations.md)."""
     shared = PomoCorpus(
         corpus,
         Storage(warehouse, landing, ledger, times),
@@ -273,6 +278,7 @@ def pomo_task_group(
         spark_conn_id,
         policy,
         lattices,
+        budgets,
     )
     with TaskGroup(group_id or shared.name, prefix_group_id=False) as group:
         _tasks(shared)
@@ -358,6 +364,7 @@ def pomo_dag(
     poll_seconds: float = 30.0,
     retries: int = 3,
     retry_delay: timedelta = timedelta(minutes=1),
+    budgets: Mapping[str, int] | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """The corpus as a DAG (``dag_id``, default the corpus's name): a run per epoch from
@@ -369,7 +376,7 @@ def pomo_dag(
     start_ms, size = _start(start), _duration(epoch)
     storage = Storage(warehouse, landing, ledger, times)
     shared = PomoCorpus(
-        corpus, storage, start_ms, size, handlers, spark, spark_conn_id, policy, lattices
+        corpus, storage, start_ms, size, handlers, spark, spark_conn_id, policy, lattices, budgets
     )
     dag_id = dag_id or shared.name
     default_args = {"retries": retries, "retry_delay": retry_delay}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster_pomo import __version__
+from dagster_pomo.engine.budgets import BudgetExceeded, Budgets
 from dagster_pomo.engine.lines import printable
 from dagster_pomo.engine.policy import DEFAULT
 from dagster_pomo.errors import PomoError, SettingsError, UsageError
@@ -161,6 +162,7 @@ def _evaluate(
     (path,) = _corpus_files([args.file])
     try:
         _register_lattices(args)
+        budgets = DEFAULT.budgets.with_settings(args.budget or [])
         size = parse_duration(args.epoch)
         start = _time_option("--start", args.start, parse_time)
         until = _time_option("--until", args.until, parse_time)
@@ -185,6 +187,7 @@ def _evaluate(
             one_pass=not args.epoch_by_epoch,
             spark_landing_bytes=LANDING_READERS[reader],
             in_process_inputs=args.in_process_inputs,
+            budgets=budgets,
         )
         with run_progress(wanted(sys.stderr, args.quiet)) as progress:
             result = run(
@@ -200,6 +203,9 @@ def _evaluate(
                 settings=settings,
                 progress=progress,
             )
+    except BudgetExceeded as exc:  # said at its rule, in the corpus
+        print(exc, file=sys.stderr)
+        return EXIT_CORPUS
     except (EvaluationError, PomoError) as exc:
         print(f"{path}: {exc}", file=sys.stderr)
         return EXIT_CORPUS
@@ -639,6 +645,14 @@ def _run_options(command: argparse.ArgumentParser) -> None:
         help="who reads the events: `spark`'s tasks (with the same checks and quarantine), "
         "this `process`, or `auto`: Spark's tasks when the landing holds more than "
         f"{DEFAULT.spark_landing_bytes >> 20} MiB (--engine spark only)",
+    )
+    command.add_argument(
+        "--budget",
+        action="append",
+        metavar="NAME=N",
+        help="raise or lower a budget for one epoch (repeatable): "
+        + ", ".join(f"{n} (default {getattr(DEFAULT.budgets, n):,})" for n in Budgets.names())
+        + "; a run past one stops, names the rule and stores nothing of that epoch",
     )
     command.add_argument(
         "--in-process-inputs",

@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dagster_pomo.engine.budgets import BudgetExceeded
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.stats import EpochScope, EpochStats, PassStats, StratumStats
@@ -81,6 +82,11 @@ class Backend(Protocol):
 
     def concurrent(self, task: Callable[..., StratumStats]) -> Callable[..., StratumStats]:
         """``task``, to run in another thread with this thread's context."""
+        ...
+
+    def discard(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> None:
+        """Remove what ``strata`` stored of ``epoch`` (its deferred events too): an epoch
+        that stops half-way leaves nothing of itself."""
         ...
 
     def write_inputs(self, events: Mapping[str, list[Version]]) -> None: ...
@@ -228,17 +234,30 @@ class Driver:
 
     def evaluate_epoch(self, epoch: Epoch) -> EpochStats:
         """Every stratum of ``epoch``, in order (``@next`` results of the previous epoch
-        first)."""
+        first). `BudgetExceeded` (said at the rule, in the epoch) when the epoch asks for
+        more than the policy's budgets; nothing of the epoch is stored then."""
         stats = EpochStats(epoch)
         started = time.perf_counter()
-        with self.backend.epoch_scope(epoch) as scope:
-            with self.backend.plans_for(epoch, self.plan.strata) as stats.interpreted:
-                carried = self.backend.evaluate_next(epoch)
-                stats.strata = self._deductive(epoch, carried)
-            stats.seconds = time.perf_counter() - started
+        with self._within_budgets(epoch, self.plan.strata):
+            with self.backend.epoch_scope(epoch) as scope:
+                with self.backend.plans_for(epoch, self.plan.strata) as stats.interpreted:
+                    carried = self.backend.evaluate_next(epoch)
+                    stats.strata = self._deductive(epoch, carried)
+                stats.seconds = time.perf_counter() - started
         stats.spark_jobs = scope.spark_jobs
         stats.partitions_read = scope.partitions_read
         return stats
+
+    @contextmanager
+    def _within_budgets(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> Iterator[None]:
+        """A pass over ``epoch``: where it exceeds a budget, what ``strata`` stored of it is
+        removed and the error says where (a span's error is the caller's to narrow down,
+        epoch by epoch)."""
+        try:
+            yield
+        except BudgetExceeded as exc:
+            self.backend.discard(epoch, strata)
+            raise exc.located(self.plan.program.source, show_epoch(epoch)) from None
 
     def evaluate_range(
         self, epochs: Sequence[Epoch], progress: Progress | None = None
@@ -260,8 +279,16 @@ class Driver:
             # under two epochs) epoch by epoch
             out = PassStats({n: 0 for s in self.plan.strata for n in s.relations})
             done = 0
-            for epoch in [whole, *rest] if whole is not None else epochs:
-                stats = self.evaluate_epoch(epoch)
+            passes = [whole, *rest] if whole is not None else list(epochs)
+            while passes:
+                epoch = passes.pop(0)
+                try:
+                    stats = self.evaluate_epoch(epoch)
+                except BudgetExceeded:
+                    if epoch is not whole:
+                        raise
+                    passes[:0] = same  # which epoch: one by one
+                    continue
                 for stratum in stats.strata:
                     out.count(stratum)
                 out.passed(all(s.in_process for s in stats.strata), stats.interpreted)
@@ -291,23 +318,44 @@ class Driver:
         same, rest = _by_length(epochs)
         span = None if carries else self.backend.span(same, strata)
         passes = [span, *rest] if span is not None else list(epochs)
-        for epoch in passes:
-            with self.backend.plans_for(epoch, strata) as without_codegen:
-                here = True  # whether every stratum of the pass was worked out in process
-                carried = None
-                if carries:
-                    carried = self.backend.evaluate_next(epoch)
-                    for name, n in self.backend.carried_rows.items():
-                        out.rows[name] = out.rows.get(name, 0) + n
-                for stratum in strata:
-                    stats = self.backend.evaluate_stratum(stratum, epoch, carried)
-                    out.count(stats)
-                    here = here and stats.in_process
-                    if log is not None:
-                        where = " (in process)" if stats.in_process else ""
-                        made = ", ".join(f"{n} {c:,}" for n, c in stats.rows.items())
-                        log(f"{show_epoch(epoch)} stratum {stratum.index}{where}: {made}")
-                out.passed(here, without_codegen)
+        while passes:
+            epoch = passes.pop(0)
+            try:
+                with self._within_budgets(epoch, strata):
+                    made = self._pass(strata, epoch, carries, log)
+            except BudgetExceeded:
+                if epoch is not span:
+                    raise
+                passes[:0] = same  # which epoch: one by one
+                continue
+            out = out + made
+        return out
+
+    def _pass(
+        self,
+        strata: Sequence[StratumPlan],
+        epoch: Epoch,
+        carries: bool,
+        log: Callable[[str], None] | None,
+    ) -> PassStats:
+        """``strata`` over ``epoch`` (see `evaluate_strata`), in one pass."""
+        out = PassStats({n: 0 for s in strata for n in s.relations})
+        with self.backend.plans_for(epoch, strata) as without_codegen:
+            here = True  # whether every stratum of the pass was worked out in process
+            carried = None
+            if carries:
+                carried = self.backend.evaluate_next(epoch)
+                for name, n in self.backend.carried_rows.items():
+                    out.rows[name] = out.rows.get(name, 0) + n
+            for stratum in strata:
+                stats = self.backend.evaluate_stratum(stratum, epoch, carried)
+                out.count(stats)
+                here = here and stats.in_process
+                if log is not None:
+                    where = " (in process)" if stats.in_process else ""
+                    made = ", ".join(f"{n} {c:,}" for n, c in stats.rows.items())
+                    log(f"{show_epoch(epoch)} stratum {stratum.index}{where}: {made}")
+            out.passed(here, without_codegen)
         return out
 
     def _deductive(self, epoch: Epoch, carried: Any) -> list[StratumStats]:
@@ -450,6 +498,7 @@ def reads_landing_on_spark(landing: Sequence[Path], policy: Policy = DEFAULT) ->
 
 __all__ = [
     "Backend",
+    "BudgetExceeded",
     "Driver",
     "EpochStats",
     "PassStats",

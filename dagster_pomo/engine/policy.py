@@ -1,4 +1,5 @@
-"""How the engine may run a corpus: choices that change its speed, never what it stores.
+"""How the engine may run a corpus: choices that change its speed, never what it stores,
+and the budgets that stop a run asking for too much (`budgets.Budgets`).
 
 One explicit object, given to the evaluator by whoever starts a run (``pomo run``'s flags,
 the Dagster `SparkResource`'s config, the benchmarks), instead of settings flipped on
@@ -8,6 +9,8 @@ classes. Every combination stores the same versions; the tests run several to ch
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from dagster_pomo.engine.budgets import Budgets
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Policy:
     # A landing of more bytes than this is read by Spark's tasks, not by this process (see
     # `engine.spark.landing`); below 0: never.
     spark_landing_bytes: int = 256 << 20
+    # How much one epoch may ask for before the run stops with a located error.
+    budgets: Budgets = Budgets()
 
 
 DEFAULT = Policy()

@@ -14,6 +14,8 @@ import bisect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
+from dagster_pomo.engine.budgets import DEFAULT as BUDGETS
+from dagster_pomo.engine.budgets import BudgetExceeded, Budgets
 from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.ingest import expiry
 from dagster_pomo.engine.lattices import fold, merge_of
@@ -23,7 +25,7 @@ from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.check import CLOCK, binding_of
 from dagster_pomo.lang.interpret import Undefined, Value, evaluate, holds
 from dagster_pomo.plan.schema import Schema
-from dagster_pomo.timeline import NEVER, Epoch, iter_ticks
+from dagster_pomo.timeline import NEVER, Epoch, iter_ticks, show_epoch
 
 Env = dict[str, Value]
 Db = dict[str, dict[tuple[int, tuple[Value, ...], int], Version]]
@@ -90,10 +92,13 @@ class _Match:
 
 
 class ReferenceEvaluator:
-    def __init__(self, program: Program, schemas: Mapping[str, Schema]) -> None:
+    def __init__(
+        self, program: Program, schemas: Mapping[str, Schema], budgets: Budgets = BUDGETS
+    ) -> None:
         self.program = program
         self.catalog = program.catalog
         self.schemas = schemas
+        self.budgets = budgets
 
     # ------------------------------------------------------------------ driver
 
@@ -116,7 +121,10 @@ class ReferenceEvaluator:
             db = self._base(inputs, carried, clock_start, epoch.end)
             for stratum in self.program.strata:
                 if not stratum.inductive:
-                    self._fixpoint(stratum.rules, db, epoch.end)
+                    try:
+                        self._fixpoint(stratum.rules, db, epoch.end)
+                    except BudgetExceeded as exc:
+                        raise exc.located(self.program.source, show_epoch(epoch)) from None
             for name in derived:
                 out[name].extend(
                     r for r in db.get(name, {}).values() if epoch.lower <= r.kt < epoch.end
@@ -156,17 +164,31 @@ class ReferenceEvaluator:
         return db
 
     def _fixpoint(self, rules: tuple[ast.Rule, ...], db: Db, end: int) -> None:
-        changed = True
+        """The rules to their fixpoint: each round applies every rule to all it matches.
+        `BudgetExceeded` past `Budgets.rounds` rounds, or `Budgets.versions` new versions."""
+        heads = {r.head.relation for r in rules}
+        before = sum(len(db.get(n, {})) for n in heads)
+        rounds, changed = 0, True
         while changed:
             changed = False
-            for rule in rules:
-                if not rule.body:
-                    continue  # facts are already among the inputs
+            rounds += 1
+            derived = [r for r in rules if r.body]  # facts are already among the inputs
+            if rounds > self.budgets.rounds and derived:
+                own = [r for r in derived if any(a.relation in heads for a in r.positive)]
+                raise self._exceeded("rounds", None, (own or derived)[0])
+            for rule in derived:
                 name = rule.head.relation
                 aggregating = bool(rule.aggregates)
                 for row in self._derive(rule, db):
                     if row.kt < end:
                         changed |= _add(db, name, row, aggregating)
+                made = sum(len(db.get(n, {})) for n in heads) - before
+                if made > self.budgets.versions:
+                    raise self._exceeded("versions", made, rule)
+
+    def _exceeded(self, budget: str, found: int | None, rule: ast.Rule) -> BudgetExceeded:
+        limit = getattr(self.budgets, budget)
+        return BudgetExceeded(budget, limit, found, rule.head.relation, rule.span)
 
     # ------------------------------------------------------------------ matching
 
@@ -180,6 +202,9 @@ class ReferenceEvaluator:
         """
         atoms = rule.positive
         order = binding_of(rule).def_order
+        product = self._product(rule, db)
+        if product > self.budgets.combinations:
+            raise self._exceeded("combinations", product, rule)
 
         def walk(i: int, env: Env, rows: tuple[Version, ...]) -> Iterator[_Match]:
             if i == len(atoms):
@@ -213,6 +238,38 @@ class ReferenceEvaluator:
                 yield _Match(full, rows + pieces, keys)
 
         yield from walk(0, constant_values(rule), ())
+
+    def _product(self, rule: ast.Rule, db: Db) -> int:
+        """The combinations the rule's positive atoms make as a product of groups that share
+        no variable (`Budgets.combinations`): each group's matches, multiplied; 0 for a
+        rule whose atoms all hang together."""
+        groups: list[tuple[set[str], list[ast.Atom]]] = []
+        for atom in rule.positive:
+            args = (*atom.args, *(x for ann in atom.annotations for x in ann.args))
+            names = {v.name for a in args for v in ast.expr_vars(a)}
+            joined = [g for g in groups if g[0] & names]
+            for g in joined:
+                groups.remove(g)
+            groups.append(
+                (names.union(*(g[0] for g in joined)), [*(a for g in joined for a in g[1]), atom])
+            )
+        if len(groups) < 2:
+            return 0
+        total = 1
+        for _, atoms in groups:
+            total *= self._count(atoms, {}, db)
+        return total
+
+    def _count(self, atoms: list[ast.Atom], env: Env, db: Db) -> int:
+        """How many combinations of versions agree on ``atoms``' shared variables."""
+        if not atoms:
+            return 1
+        total = 0
+        for row in db.get(atoms[0].relation, {}).values():
+            bound = dict(env)
+            if self._unify(atoms[0], row, bound, final=False):
+                total += self._count(atoms[1:], bound, db)
+        return total
 
     def _summarise(
         self, literals: tuple[ast.BodyLiteral, ...], env: Env, rows: tuple[Version, ...], db: Db
@@ -358,6 +415,9 @@ class ReferenceEvaluator:
         schema = self.schemas[rule.head.relation]
         args = tuple(evaluate(a, env) for a in rule.head.args)
         args = tuple(_fit(v, typ, rule) for v, typ in zip(args, schema.types, strict=True))
+        for arg, value in zip(rule.head.args, args, strict=True):
+            if isinstance(value, str) and len(value) > self.budgets.text and _computed(arg, rule):
+                raise self._exceeded("text", len(value), rule)
         time = rule.head.time
         if time is None:
             return args, tau
@@ -470,6 +530,13 @@ class ReferenceEvaluator:
                     row = Version(b, args, b, exp, (), b, self._sources(rule, match.rows))
                     out.setdefault(rule.head.relation, []).append(row)
         return out
+
+
+def _computed(arg: ast.Expr, rule: ast.Rule) -> bool:
+    """Whether a head argument is a value the rule computes (not an event's, nor a constant)."""
+    if isinstance(arg, ast.Var):
+        return any(d.var.name == arg.name for d in rule.defs)
+    return not isinstance(arg, ast.Const)
 
 
 def _fit(value: Value, typ: str, rule: ast.Rule) -> Value:

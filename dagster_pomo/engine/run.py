@@ -126,7 +126,7 @@ def run(
         with evaluated(program, prepared, warehouse, policy, settings, progress) as driver:
             _derived(result, driver, out)
         return result
-    evaluator = ReferenceEvaluator(program, prepared.schemas)
+    evaluator = ReferenceEvaluator(program, prepared.schemas, policy.budgets)
     if progress is not None:
         progress(0, len(epochs.epochs))
     result.versions = evaluator.run(prepared.ingested.events, epochs.epochs, epochs.start)

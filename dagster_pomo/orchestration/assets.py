@@ -23,6 +23,7 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     DataVersion,
+    Failure,
     FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
@@ -31,7 +32,7 @@ from dagster import (
 )
 
 from dagster_pomo.engine.actions import Handler, check_handlers
-from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.driver import BudgetExceeded, Driver
 from dagster_pomo.engine.lattices import Merge, register_lattices
 from dagster_pomo.engine.lattices import require as require_lattices
 from dagster_pomo.engine.lines import DEFAULT_TIMES
@@ -180,7 +181,14 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
             for warning in shared.program.warnings_about(name):
                 context.log.warning(warning.render(shared.program.source))
         pipeline, driver, epochs = shared.driver(context, spark, storage)
-        made = pipeline.evaluate(driver, unit, epochs, context.log.info)
+        try:
+            made = pipeline.evaluate(driver, unit, epochs, context.log.info)
+        except BudgetExceeded as exc:  # the corpus asks for too much: its rule, said plainly
+            raise Failure(
+                description=str(exc),
+                metadata={"pomo/budget": exc.budget, "pomo/budget_limit": exc.limit},
+                allow_retries=False,
+            ) from None
         found = _report_partitions(context, shared, driver, unit.relations, epochs)
         for name in unit.relations:
             yield MaterializeResult(

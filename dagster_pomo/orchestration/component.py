@@ -18,6 +18,7 @@
         master: local[*]
         conf: {spark.sql.shuffle.partitions: "4"}
         spark_landing_bytes: 1073741824   # Spark's tasks read a landing above 1 GiB
+        budgets: {rounds: 50000}      # how much one epoch may ask for (docs/operations.md)
 """
 
 from __future__ import annotations

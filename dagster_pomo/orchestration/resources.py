@@ -62,9 +62,18 @@ class SparkResource(ConfigurableResource):
         "process holding none of their events (below 0: never)",
     )
 
+    budgets: dict[str, int] = Field(
+        default_factory=dict,
+        description="how much one epoch may ask for, by name (rounds, versions, text, "
+        "combinations; see docs/operations.md): a partition past one fails with the rule "
+        "and the budget named, and nothing of its epoch stored",
+    )
+
     def policy(self) -> Policy:
-        """How the engine may run the corpus (none of these changes what it stores)."""
+        """How the engine may run the corpus (none of these changes what it stores), and its
+        budgets (a `UsageError` names one that does not exist)."""
         return Policy(
+            budgets=DEFAULT.budgets.with_settings(self.budgets),
             one_pass=self.one_pass,
             in_process_inputs=self.in_process_inputs,
             in_process_epochs=self.in_process_epochs,

@@ -52,6 +52,16 @@ class StratumPlan:
         """Whether one of its relations carries provenance."""
         return any(schemas[n].provenance for n in self.relations)
 
+    def cause(self, relation: str | None = None) -> RulePlan | None:
+        """The rule a message about the stratum's growth points at: the first that derives
+        ``relation`` (any of its relations when None) from one of the stratum's own, else
+        the first that derives it."""
+        own = [r for r in self.rules if relation is None or r.relation == relation]
+        mine = set(self.relations)
+        return next((r for r in own if any(x.relation in mine for x in r.scans)), None) or next(
+            iter(own), None
+        )
+
     @property
     def reads(self) -> set[str]:
         """Every relation its rules read, its own included."""

@@ -177,6 +177,19 @@ class RulePlan:
         """How many atoms a match has: the scans, then one for the body aggregates."""
         return len(self.scans) + (1 if self.body_aggregates else 0)
 
+    @property
+    def computed_text(self) -> tuple[str, ...]:
+        """The head's text columns whose values the rule computes, not copies from an event
+        or constants: the values that can grow round after round (`Budgets.text`)."""
+        defined = {d.var for d in self.defs}
+        return tuple(
+            column
+            for expr, column, typ in self.head.args
+            if ast.stored_type(typ) == "str"
+            and not isinstance(expr, ast.Const)
+            and not (isinstance(expr, ast.Var) and expr.name not in defined)
+        )
+
 
 def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | None) -> RulePlan:
     """The plan of a rule with a body, for relations of ``schemas``."""

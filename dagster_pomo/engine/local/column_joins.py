@@ -78,12 +78,17 @@ def to_arrow(cols: Mapping[str, np.ndarray], schema: pa.Schema) -> pa.Table:
 
 class TooLarge(Exception):
     """A join would make more rows than the process takes on (`Policy.local_matches`): a
-    task for Spark."""
+    task for Spark. ``product``: the combinations a product of rows sharing no key would
+    make (`Budgets.combinations` bounds those; 0: not such a product)."""
+
+    def __init__(self, message: str, product: int = 0) -> None:
+        super().__init__(message)
+        self.product = product
 
 
-def check_size(size: int, limit: int | None) -> None:
+def check_size(size: int, limit: int | None, product: bool = False) -> None:
     if limit is not None and size > limit:
-        raise TooLarge(f"a join of {size:,} matches")
+        raise TooLarge(f"a join of {size:,} matches", size if product else 0)
 
 
 def spread(first: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +156,7 @@ def equal_pairs(
 
 def cross_pairs(n: int, m: int, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Every ``(i, j)`` of ``n`` rows and ``m`` rows, by ``i`` then ``j``."""
-    check_size(n * m, limit)
+    check_size(n * m, limit, product=True)
     return np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
 
 

@@ -354,16 +354,18 @@ def fixpoint(
     start: int,
     end: int,
     budget: int,
+    rounds: int = 1 << 62,
 ) -> tuple[pa.Table, int]:
     """Run ``plan``'s rules on ``rows`` (stored columns and ``__new``: the versions the next
     round joins) until no round makes a version that no known one covers (same key, living
-    at least as long), or until more than ``budget`` versions are known.
+    at least as long), until more than ``budget`` versions are known, or for at most
+    ``rounds`` rounds.
 
     Returns one row per version key (the longest-living; ``__new`` on those no round has
     joined yet, which is none at the fixpoint) and the number of rounds run."""
     for known in _ways(plan, rows, lower):
         try:
-            return _fixpoint(plan, rows, lower, (start, end), budget, known)
+            return _fixpoint(plan, rows, lower, (start, end), (budget, rounds), known)
         except _Restart:
             continue
     raise RuntimeError(f"version keys of {plan.relation} hashed alike under every salt")
@@ -401,10 +403,11 @@ def _fixpoint(
     rows: Cols,
     lower: Mapping[str, Cols],
     window: tuple[int, int],
-    budget: int,
+    budgets: tuple[int, int],
     way: Callable[[], _Cells | _Known],
 ) -> tuple[pa.Table, int]:
     start, end = window
+    budget, most = budgets
     frames, negations = [], []
     for rule in plan.rules:
         bound = {_var(v) for _, v in rule.recursive.reads}
@@ -429,7 +432,7 @@ def _fixpoint(
     kept = [first]
     delta = take(first, np.flatnonzero(_new_among(first, given, waiting, plan.key)))
     rounds = 0
-    while height(delta) and known.size <= budget:
+    while height(delta) and known.size <= budget and rounds < most:
         rounds += 1
         fresh = []
         # A slice of the new versions at a time: what one round makes from them can be many
@@ -493,9 +496,11 @@ def task(
     end: int,
     budget: int,
     folder: str | None = None,
+    rounds: int = 1 << 62,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs on each partition of the relation's rows: their
-    fixpoint, in ``schema`` (the stored columns, ``__new`` and ``__rounds``).
+    fixpoint (or its first ``rounds`` rounds), in ``schema`` (the stored columns, ``__new``
+    and ``__rounds``).
 
     With a ``folder`` (local to the task), each task writes its rows there as one Parquet
     file and returns only a `SUMMARY` row: what Spark would spend taking millions of rows
@@ -508,16 +513,16 @@ def task(
             return
         rows = from_arrow(pa.Table.from_batches(got))
         frames = {name: from_arrow(table) for name, table in lower.items()}
-        out, rounds = fixpoint(plan, rows, frames, start, end, budget)
+        out, ran = fixpoint(plan, rows, frames, start, end, budget, rounds)
         if folder is None:
-            out = out.append_column(ROUNDS, pa.array(np.full(out.num_rows, rounds)))
+            out = out.append_column(ROUNDS, pa.array(np.full(out.num_rows, ran)))
             yield from as_stored(out, schema).to_batches(max_chunksize=1 << 16)
             return
         waiting = int(np.count_nonzero(out[NEW].to_numpy()))
         names = [n for n in schema.names if n != ROUNDS and (n != NEW or waiting)]
         _write(as_stored(out, pa.schema([schema.field(n) for n in names])), folder)
         yield pa.RecordBatch.from_pylist(
-            [{"rows": out.num_rows, "waiting": waiting, "rounds": rounds}], schema=SUMMARY
+            [{"rows": out.num_rows, "waiting": waiting, "rounds": ran}], schema=SUMMARY
         )
 
     return run

@@ -19,13 +19,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dagster_pomo.engine.budgets import DEFAULT as BUDGETS
+from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.engine.local import linear_fixpoint
 from dagster_pomo.engine.local import rules as R
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.local.column_joins import (
     Cols,
     TooLarge,
-    check_size,
     concat,
     from_arrow,
     height,
@@ -36,6 +37,7 @@ from dagster_pomo.engine.local.column_joins import (
 from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.linear_rounds import LinearPlan
+from dagster_pomo.plan.rules import RulePlan
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.plan.time import reach_of
 
@@ -90,6 +92,7 @@ def evaluate(
     limit: int,
     history: Callable[[str], Cols] | None = None,
     budget: int = 0,
+    budgets: Budgets = BUDGETS,
 ) -> tuple[dict[str, pa.Table], int]:
     """The versions of each relation of ``stratum`` made for epoch ``[a, b)``: what its
     rules derive from ``state`` (a relation's versions that can take part) merged with
@@ -98,12 +101,15 @@ def evaluate(
     a linear one's rounds after the first run on `linear_fixpoint` while its relation holds at
     most ``budget`` versions (0: as other recursions' rounds run).
     Raises `TooLarge` when a join, or a recursive relation, passes ``limit`` rows
-    (a linear one: ``budget``)."""
+    (a linear one: ``budget``), and `BudgetExceeded` past one of ``budgets``."""
     schemas = plan.schemas
     if stratum.recursive:
         assert history is not None
         linear = stratum.linear if budget > 0 else None
-        return _fixpoint(stratum, schemas, state, history, seeds, (a, b), limit, linear, budget)
+        window = (a, b)
+        return _fixpoint(
+            stratum, schemas, state, history, seeds, window, limit, linear, budget, budgets
+        )
     out: dict[str, pa.Table] = {}
     for name in stratum.relations:
         schema = schemas[name]
@@ -116,9 +122,12 @@ def evaluate(
             negatives = [state(x.relation) for x in rule.negations]
             if rule.aggregate is not None:
                 reach = reach_of(life, rule.aggregate.reach_from)
-                made.append(R.aggregate(rule, positives, negatives, a, b, reach, limit))
+                args = (positives, negatives, a, b, reach, limit)
+                made.append(_within(stratum, rule, budgets, R.aggregate, *args))
             else:
-                made.append(R.derive(rule, positives, negatives, a, b, limit))
+                made.append(
+                    _within(stratum, rule, budgets, R.derive, positives, negatives, a, b, limit)
+                )
         parts = [p for p in (seeds.get(name), *made) if p is not None]
         if seeds.get(name) is None and stratum.one_aggregate(name):
             rows = made[0]  # one version per (group, tau) already
@@ -127,7 +136,37 @@ def evaluate(
         else:
             rows = empty(schema)
         out[name] = to_arrow(rows, arrow_schema(schema))
+    _check_versions(stratum, budgets, sum(t.num_rows for t in out.values()))
     return out, 1
+
+
+def _within(
+    stratum: StratumPlan,
+    rule: RulePlan,
+    budgets: Budgets,
+    make: Callable[..., Cols],
+    *args: object,
+) -> Cols:
+    """What ``make(rule, *args, limit)`` derives, within ``budgets``: a product of rows
+    sharing no variable that would make more combinations than `Budgets.combinations` (the
+    ``limit`` passed never exceeds it: see `LocalStrata`), or a computed text longer than
+    `Budgets.text`, is `BudgetExceeded`."""
+    try:
+        rows = make(rule, *args)
+    except TooLarge as exc:
+        if exc.product > budgets.combinations:
+            raise over("combinations", budgets, exc.product, stratum, rule=rule) from None
+        raise
+    for column in rule.computed_text:
+        longest = max(map(len, rows[column]), default=0) if height(rows) else 0
+        if longest > budgets.text:
+            raise over("text", budgets, longest, stratum, rule=rule)
+    return rows
+
+
+def _check_versions(stratum: StratumPlan, budgets: Budgets, versions: int) -> None:
+    if versions > budgets.versions:
+        raise over("versions", budgets, versions, stratum)
 
 
 def _fixpoint(
@@ -140,6 +179,7 @@ def _fixpoint(
     limit: int,
     linear: LinearPlan | None,
     budget: int,
+    budgets: Budgets,
 ) -> tuple[dict[str, pa.Table], int]:
     """A recursive stratum run semi-naive to its fixpoint: the first round joins every
     version, each later one joins only the previous round's new versions with the rest.
@@ -148,7 +188,7 @@ def _fixpoint(
     single-version rounds take seconds (see BENCHMARKS.md). With a ``linear`` plan, the
     rounds after the first run on `linear_fixpoint`. The stratum goes to Spark
     (`TooLarge`) when a relation grows past ``limit`` versions (``budget`` in the
-    linear rounds)."""
+    linear rounds); `BudgetExceeded` past ``budgets``."""
     a, b = window
     names = list(stratum.relations)
     rules = stratum.rules
@@ -169,6 +209,8 @@ def _fixpoint(
     rounds = 0
     while True:
         rounds += 1
+        if rounds > budgets.rounds:
+            raise over("rounds", budgets, None, stratum)
         made: dict[str, list[Cols]] = {n: [] for n in names}
         for rule in rules:
             negatives = [lower[x.relation] for x in rule.negations]
@@ -181,21 +223,32 @@ def _fixpoint(
                     delta[x.relation] if j == i and delta is not None else full(x.relation)
                     for j, x in enumerate(rule.scans)
                 ]
-                made[rule.relation].append(R.derive(rule, sources, negatives, a, b, limit))
+                made[rule.relation].append(
+                    _within(stratum, rule, budgets, R.derive, sources, negatives, a, b, limit)
+                )
         delta = {}
         for n in names:
             fresh = _uncovered(schemas[n], _versions(schemas[n], made[n]), known[n])
             if height(fresh):
                 if linear is not None:  # the later rounds: on the tasks' executor
                     spread = dict(stratum.stable).get(n)
-                    finished[n], more = _linear_rounds(
-                        linear, schemas[n], (known[n], fresh), state, window, budget, spread
+                    left = budgets.rounds - rounds
+                    given = (known[n], fresh)
+                    finished[n], more, waiting = _linear_rounds(
+                        linear, schemas[n], given, state, window, budget, spread, left
                     )
                     rounds += more
+                    if waiting and more >= left:
+                        raise over("rounds", budgets, None, stratum, n)
+                    if waiting:
+                        raise TooLarge(f"{n} knows more than {budget} versions")
+                    _check_versions(stratum, budgets, finished[n].num_rows)
                     continue
                 delta[n] = fresh
                 known[n] = _versions(schemas[n], [known[n], fresh])
-                check_size(height(known[n]), limit)
+                if height(known[n]) > limit:
+                    raise TooLarge(f"{n} knows more than {limit:,} versions")
+        _check_versions(stratum, budgets, sum(map(height, known.values())))
         if not delta:
             break
     out = {
@@ -213,14 +266,16 @@ def _linear_rounds(
     window: tuple[int, int],
     budget: int,
     spread: int | None,
-) -> tuple[pa.Table, int]:
+    rounds: int,
+) -> tuple[pa.Table, int, bool]:
     """The rounds of a linear recursion after its first, run by `linear_fixpoint` here as
     Spark's tasks run them: from the relation's known versions and the fresh ones the next
     round joins (``given``), with its lower relations' versions (``state``). Spread on its
     stable argument (column ``spread``), each part is taken to its fixpoint on a thread
     of its own, as a task of its own on Spark (numpy lets go of the interpreter's lock).
-    Its versions, one per key, and the rounds run; `TooLarge` when a part knows more
-    than ``budget``."""
+    Its versions, one per key, the rounds run (at most ``rounds``), and whether versions
+    still wait to be joined (a part came to know more than ``budget``, or ran out of
+    rounds)."""
     arrow = arrow_schema(schema)
     rows = concat(  # as Spark's pieces come: the last one new
         [
@@ -232,7 +287,7 @@ def _linear_rounds(
     parts = _spread(rows, schema.columns[spread] if spread is not None else None)
 
     def fixpoint(part: Cols) -> tuple[pa.Table, int]:
-        return linear_fixpoint.fixpoint(plan, part, lower, *window, budget)
+        return linear_fixpoint.fixpoint(plan, part, lower, *window, budget, rounds)
 
     if len(parts) == 1:
         done = [fixpoint(parts[0])]
@@ -240,9 +295,8 @@ def _linear_rounds(
         with ThreadPoolExecutor(len(parts), thread_name_prefix="pomo-rounds") as pool:
             done = list(pool.map(fixpoint, parts))
     out = pa.concat_tables([o for o, _ in done])
-    if out[linear_fixpoint.NEW].to_numpy().any():
-        raise TooLarge(f"{plan.relation} knows more than {budget} versions")
-    return linear_fixpoint.as_stored(out, arrow), max(r for _, r in done)
+    waiting = bool(out[linear_fixpoint.NEW].to_numpy().any())
+    return linear_fixpoint.as_stored(out, arrow), max(r for _, r in done), waiting
 
 
 def _spread(rows: Cols, column: str | None) -> list[Cols]:

@@ -12,10 +12,11 @@ before.
 from __future__ import annotations
 
 import bisect
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +30,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from dagster_pomo.engine.budgets import Budgets, over
+from dagster_pomo.engine.local.column_joins import TooLarge
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark import rules as R
@@ -257,6 +260,15 @@ class SparkEvaluator:
         """``epoch``'s versions of ``name`` were stored anew: rules read them again."""
         self._epoch.current.pop((epoch_slot(epoch), name), None)
 
+    def discard(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> None:
+        """Remove what ``strata`` stored of ``epoch``, its deferred events too (see
+        `Driver.evaluate_epoch`)."""
+        for name in (n for s in strata for n in s.relations):
+            for key in self.keys_of(epoch):
+                self.wh.remove(name, key)
+                self.wh.remove(name, key, deferred=True)
+            self.forget_current(epoch, name)
+
     def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None:
         """Let the rules of ``epoch`` read ``rows`` as its versions of ``name`` so far (a
         recursive relation's, between rounds) instead of the epoch's stored partition."""
@@ -437,9 +449,26 @@ class SparkEvaluator:
         negatives = [self.state(x.relation, epoch, held) for x in rule.negations]
         args = (rule, positives, negatives, epoch.lower, epoch.end)
         if rule.aggregate is None:
-            return R.derive(*args)
+            budgets = self.budgets_for(epoch)
+            try:
+                return R.derive(*args, (budgets.combinations, budgets.text))
+            except TooLarge as exc:
+                raise over("combinations", budgets, exc.product, None, rule=rule) from None
         reach = reach_of(self.life, rule.aggregate.reach_from)
         return R.aggregate(*args, R.Buckets.for_epoch(epoch.start, epoch.end, reach))
+
+    def budgets_for(self, epoch: Epoch) -> Budgets:
+        """The budgets of a pass over ``epoch``: those of `Policy.budgets`, and for a span the
+        versions and combinations of all its epochs (a span past them goes epoch by epoch,
+        where each epoch's are checked: see `Driver.evaluate_range`)."""
+        budgets = self.policy.budgets
+        span = self._spans.get(epoch_slot(epoch))
+        if span is None:
+            return budgets
+        n = len(span.epochs)
+        return replace(
+            budgets, versions=budgets.versions * n, combinations=budgets.combinations * n
+        )
 
     def version_key(self, name: str) -> list[str]:
         """What tells versions apart: arguments, ``t`` and ``kt``."""
@@ -469,6 +498,22 @@ class SparkEvaluator:
         )
 
     def _stratum(
+        self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame]
+    ) -> StratumStats:
+        try:
+            stats = self._stratum_within(stratum, epoch, carried)
+        except Exception as exc:  # a task's text too long comes back as Spark's error
+            rule = _too_long(stratum, str(exc))
+            if rule is None:
+                raise
+            raise over("text", self.policy.budgets, None, stratum, rule=rule) from None
+        versions = sum(stats.rows.values())
+        budgets = self.budgets_for(epoch)
+        if versions > budgets.versions:
+            raise over("versions", budgets, versions, stratum)
+        return stats
+
+    def _stratum_within(
         self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame]
     ) -> StratumStats:
         if self.local.chosen(stratum, epoch):
@@ -552,3 +597,11 @@ class SparkEvaluator:
         if self.store.local:
             return read_versions(self.wh, schema, keys)
         return collect_versions(self.wh.read(name, self.structs[name], keys), schema)
+
+
+def _too_long(stratum: StratumPlan, said: str) -> RulePlan | None:
+    """The rule of ``stratum`` whose tasks failed because a text it computes is longer than
+    `Budgets.text` (``said``: Spark's error, carrying `rules.TEXT_BUDGET`), or None."""
+    found = re.search(re.escape(R.TEXT_BUDGET) + r"(\d+)", said)
+    offset = int(found.group(1)) if found else None
+    return next((r for r in stratum.rules if r.rule.span.start == offset), None)

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
+from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.engine.local import column_joins, linear_fixpoint
 from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.spark import rules as R
@@ -64,6 +65,7 @@ class Host(Protocol):
     ) -> DataFrame: ...
     def version_key(self, name: str) -> list[str]: ...
     def dedupe(self, name: str, df: DataFrame, by: Sequence[str] = ()) -> DataFrame: ...
+    def budgets_for(self, epoch: Epoch) -> Budgets: ...
 
 
 # Executors get the rounds' code and the shapes of their plans with each task (see
@@ -127,6 +129,7 @@ class Recursion:
         self._left[stratum.index] = fix.scratch
         for n in names:
             self.ev.hold(epoch, n, current[n])
+        budgets = self.ev.budgets_for(epoch)
         delta = self._round(fix, rules, epoch, names, current, None)
         ran = 1
         plan = stratum.linear
@@ -136,11 +139,22 @@ class Recursion:
             if done is not None:
                 rows = {plan.relation: done}
         while delta is not None:
+            self._within(stratum, budgets, fix)
             ran += 1
+            if ran > budgets.rounds:
+                raise over("rounds", budgets, None, stratum)
             delta = self._round(fix, rules, epoch, names, current, delta)
+        self._within(stratum, budgets, fix)
         if not rows and not fix.written:
             rows = {n: self.ev.dedupe(n, current[n]) for n in names}
         return rows, fix.written, ran
+
+    @staticmethod
+    def _within(stratum: StratumPlan, budgets: Budgets, fix: _Fixpoint) -> None:
+        """`BudgetExceeded` when the stratum knows more versions than `Budgets.versions`."""
+        known = sum(fix.rows.values()) + sum(fix.written.values())
+        if known > budgets.versions:
+            raise over("versions", budgets, known, stratum)
 
     def _round(
         self,
@@ -270,7 +284,10 @@ class Recursion:
         )
         arrow = to_arrow_schema(struct)
         staging = self._tasks_write(name, epoch)
-        run = linear_fixpoint.task(plan, lower, arrow, epoch.lower, epoch.end, task_rows, staging)
+        rounds = self.ev.policy.budgets.rounds - 1  # the first ran already
+        run = linear_fixpoint.task(
+            plan, lower, arrow, epoch.lower, epoch.end, task_rows, staging, rounds
+        )
         if staging is None:
             out, seen = self._observed(
                 f"rounds-{name}",

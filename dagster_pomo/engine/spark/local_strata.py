@@ -136,6 +136,7 @@ class LocalStrata:
         stats = StratumStats(stratum.index, stratum.relations, rounds=1, in_process=True)
         started = time.perf_counter()
         seeds = {n: self._seeds(n, epoch) for n in stratum.relations}
+        budgets = ev.budgets_for(epoch)
         made, stats.rounds = local.evaluate(
             ev.plan,
             stratum,
@@ -144,9 +145,10 @@ class LocalStrata:
             ev.life,
             epoch.lower,
             epoch.end,
-            ev.policy.local_matches,
+            min(ev.policy.local_matches, budgets.combinations),
             lambda name: self._history(name, epoch),
-            ev.policy.task_rows,
+            min(ev.policy.task_rows, budgets.versions),
+            budgets,
         )
         key = epoch_key(epoch)
         for name, table in made.items():

@@ -114,10 +114,13 @@ def matches(
     sources: Sequence[DataFrame],
     want_keys: bool = False,
     window: tuple[int, int] = (EARLIEST, NEVER),
+    combinations: int = 0,
 ) -> Matches:
     """Join the positive atoms, work out the body aggregates (over the matches alive in
     ``window``), add ``where`` definitions, apply expression checks and guards. ``sources``:
-    one per scan, then one per body aggregate."""
+    one per scan, then one per body aggregate. A product of atoms sharing no variable is
+    counted first (two small jobs) and refused (`TooLarge`) past ``combinations`` (0: not
+    counted): every other join is bounded by the versions it reads."""
     joined: DataFrame | None = None
     env: dict[str, tuple[str, str]] = {}
     checks: list[tuple[ast.Expr, str, str]] = []
@@ -132,6 +135,8 @@ def matches(
         elif join.band is not None:
             joined = _band_join(scan.index, joined, env, frame, frame_env, join.band)
         else:
+            if combinations > 0 and (n := joined.count() * frame.count()) > combinations:
+                raise column_joins.TooLarge(f"a product of {n:,} combinations", n)
             joined = joined.crossJoin(frame)
         for name, value in frame_env.items():
             env.setdefault(name, value)
@@ -368,13 +373,20 @@ def head_rows(
     tau: Column,
     exp: Column,
     aggregates: Sequence[Column] = (),
+    text: tuple[Sequence[str], int, str] = ((), 0, ""),
 ) -> DataFrame:
     """The derived versions: head arguments, ``t``, ``kt`` and ``exp`` (and, for a carrier,
-    the provenance the rows hold as ``__prov``); rows with an undefined value are dropped."""
+    the provenance the rows hold as ``__prov``); rows with an undefined value are dropped.
+    ``text``: columns whose values must be at most so many characters long, and the error
+    a task raises with otherwise (see `TEXT_BUDGET`)."""
+    checked, most, said = text
     cols = []
     for arg, name, typ in head.args:
         value, _ = compile_expr(arg, env)
-        cols.append(value.cast(SPARK_TYPES[typ]).alias(name))
+        value = value.cast(SPARK_TYPES[typ])
+        if name in checked:
+            value = F.when(F.length(value) > most, F.raise_error(F.lit(said))).otherwise(value)
+        cols.append(value.alias(name))
     t = tau if head.time is None else time_column(head.time, env)
     kt, expires = head_times(tau, t, exp, head.lifetime, SPARK_OPS)
     out = df.select(
@@ -390,17 +402,29 @@ def head_rows(
     return out.dropna(subset=names)
 
 
+TEXT_BUDGET = "pomo: text budget exceeded by the rule at offset "  # and the rule's offset
+
+
 def derive(
-    rule: RulePlan, sources: Sequence[DataFrame], negated: Sequence[DataFrame], a: int, b: int
+    rule: RulePlan,
+    sources: Sequence[DataFrame],
+    negated: Sequence[DataFrame],
+    a: int,
+    b: int,
+    budgets: tuple[int, int] = (0, 0),
 ) -> DataFrame:
-    """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``."""
-    m = matches(rule, sources, window=(a, b))
+    """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``. ``budgets``:
+    the most combinations a product of atoms may make (see `matches`) and the longest text
+    the rule may compute (its tasks fail with `TEXT_BUDGET` past it; 0: unchecked)."""
+    combinations, most = budgets
+    m = matches(rule, sources, window=(a, b), combinations=combinations)
     df = valid(m, rule, negated)
     df = df.filter((F.col("__tau") >= a) & (F.col("__tau") < b))
     df = chosen(df, rule, m.env)
     if rule.head.provenance:
         df = df.withColumn("__prov", provenance(rule))
-    return head_rows(rule.head, df, m.env, F.col("__tau"), F.col("__mexp"))
+    text = (rule.computed_text if most else (), most, f"{TEXT_BUDGET}{rule.rule.span.start}")
+    return head_rows(rule.head, df, m.env, F.col("__tau"), F.col("__mexp"), text=text)
 
 
 def chosen(df: DataFrame, rule: RulePlan, env: Mapping[str, tuple[str, str]]) -> DataFrame:
