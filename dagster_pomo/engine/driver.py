@@ -371,18 +371,30 @@ class Driver:
         needs = {
             s.index: {owner[r] for r in s.reads if owner.get(r, s.index) != s.index} for s in strata
         }
+        # How many strata each waits for, and who waits for each: a stratum starts when its
+        # count reaches zero (a chain of thousands of strata is not scanned once per stratum).
+        left = {s.index: len(needs[s.index]) for s in strata}
+        waits_for: dict[int, list[StratumPlan]] = {}
+        for s in strata:
+            for i in needs[s.index]:
+                waits_for.setdefault(i, []).append(s)
         done: dict[int, StratumStats] = {}
         running: dict[Future[StratumStats], int] = {}
-        waiting = list(strata)
+        ready = [s for s in strata if not left[s.index]]
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="pomo-stratum") as pool:
-            while waiting or running:
-                for s in [s for s in waiting if needs[s.index] <= done.keys()]:
-                    waiting.remove(s)
+            while ready or running:
+                for s in ready:
                     task = self.backend.concurrent(evaluate)
                     running[pool.submit(task, s, epoch, carried)] = s.index
+                ready = []
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for task in finished:
-                    done[running.pop(task)] = task.result()
+                    index = running.pop(task)
+                    done[index] = task.result()
+                    for s in waits_for.get(index, ()):
+                        left[s.index] -= 1
+                        if not left[s.index]:
+                            ready.append(s)
         return [done[s.index] for s in strata]
 
 

@@ -10,6 +10,7 @@ for recursive relations. Integers and floats meeting in one column give float.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -93,13 +94,9 @@ def infer_schemas(
             cat[name].provenance,
         )
 
-    def snapshot() -> dict[str, Schema]:
-        """The relations whose types are all known so far (inputs always are)."""
-        return {
-            name: schema(name)
-            for name, ts in types.items()
-            if cat[name].is_input or all(t is not None for t in ts)
-        }
+    def complete(name: str) -> bool:
+        """Whether rules reading ``name`` may take its types: all known (inputs always)."""
+        return cat[name].is_input or all(t is not None for t in types[name])
 
     # Facts of derived relations first: rules reading them (`b(x + 1) := a(x)` beside
     # `a(0);`) take their types from them.
@@ -110,29 +107,43 @@ def infer_schemas(
                 if cat[name].types[i] is None:
                     types[name][i] = _merge(types[name][i], expr_type(arg, {}), rule, i)
 
-    changed = True
-    while changed:
+    # A worklist to the fixpoint: a rule is looked at again only when a relation it reads
+    # changed (a chain of thousands of rules is one pass, not one pass per link).
+    rules = [r for r in program.corpus.rules if r.body]
+    readers: dict[str, list[int]] = {}
+    for k, rule in enumerate(rules):
+        for atom in (*rule.positive, *rule.negative, *(x.atom for x in rule.body_aggregates)):
+            readers.setdefault(atom.relation, []).append(k)
+    known = {name: schema(name) for name in types if complete(name)}
+    waiting = deque(range(len(rules)))
+    queued = set(waiting)
+    while waiting:
+        k = waiting.popleft()
+        queued.discard(k)
+        rule = rules[k]
+        env = rule_env(rule, known)
+        name = rule.head.relation
+        declared = cat[name].types
         changed = False
-        known = snapshot()
-        for rule in program.corpus.rules:
-            if not rule.body:
+        for i, arg in enumerate(rule.head.args):
+            if declared[i] is not None:
                 continue
-            env = rule_env(rule, known)
-            name = rule.head.relation
-            declared = cat[name].types
-            for i, arg in enumerate(rule.head.args):
-                if declared[i] is not None:
-                    continue
-                new = _merge(types[name][i], expr_type(arg, env), rule, i)
-                if new != types[name][i]:
-                    types[name][i], changed = new, True
-            for i, ann in enumerate(rule.aggregates):
-                arg = expr_type(ann.value, env) if ann.value is not None else None
-                new = aggregate_type(ann.name, arg)
-                if ann.name == "sum" and new not in (None, "int", "float"):
-                    raise SchemaError(f"line {rule.span.line}: `@sum` needs numbers")
-                if new is not None and new != aggs[name][i]:
-                    aggs[name][i], changed = _merge(aggs[name][i], new, rule, i), True
+            new = _merge(types[name][i], expr_type(arg, env), rule, i)
+            if new != types[name][i]:
+                types[name][i], changed = new, True
+        for i, ann in enumerate(rule.aggregates):
+            arg = expr_type(ann.value, env) if ann.value is not None else None
+            new = aggregate_type(ann.name, arg)
+            if ann.name == "sum" and new not in (None, "int", "float"):
+                raise SchemaError(f"line {rule.span.line}: `@sum` needs numbers")
+            if new is not None and new != aggs[name][i]:
+                aggs[name][i], changed = _merge(aggs[name][i], new, rule, i), True
+        if changed and complete(name):
+            known[name] = schema(name)
+            for j in readers.get(name, ()):
+                if j not in queued:
+                    waiting.append(j)
+                    queued.add(j)
     # Anything left unknown (no data, no constants): str.
     return {name: schema(name) for name in types}
 
