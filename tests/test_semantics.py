@@ -145,11 +145,13 @@ def test_a_match_needs_every_event_alive_and_expires_with_the_first(
 def test_lifetimes_turn_aggregates_into_sliding_windows(tmp_path, engine, epoch) -> None:
     corpus = ".decl r(v: float) lifetime 10;\nwindow() @average(v) @count := r(v);"
     events = [("r", 0, [1.0]), ("r", 5, [3.0]), ("r", 12, [5.0])]
-    out = evaluate(tmp_path, corpus, events, epoch, engine)
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=30)
     assert out["window"] == [
         ev([], 0, 10, **{"average(v)": 1.0, "count": 1}),
         ev([], 5, 10, **{"average(v)": 2.0, "count": 2}),
-        ev([], 12, 15, **{"average(v)": 4.0, "count": 2}),  # r@0 has expired
+        ev([], 10, 15, **{"average(v)": 3.0, "count": 1}),  # r@0 has expired
+        ev([], 12, 15, **{"average(v)": 4.0, "count": 2}),
+        ev([], 15, 22, **{"average(v)": 5.0, "count": 1}),  # r@5 has expired; at 22, none
     ]
 
 
@@ -170,23 +172,28 @@ def test_sliding_least_and_greatest_of_words_and_of_matches_cut_short(
         ("s", 2, ["a"]),
         ("s", 11, ["a"]),
     ]
-    out = evaluate(tmp_path, corpus, events, epoch, engine)
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=30)
     assert out["words"] == [
         ev(["a"], 0, 10, **{"min(w)": "pear", "max(w)": "pear"}),
         ev(["a"], 3, 10, **{"min(w)": "apple", "max(w)": "pear"}),
-        ev(["a"], 12, 13, **{"min(w)": "apple", "max(w)": "fig"}),  # r@0 has expired
+        ev(["a"], 10, 13, **{"min(w)": "apple", "max(w)": "apple"}),  # r@0 has expired
+        ev(["a"], 12, 13, **{"min(w)": "apple", "max(w)": "fig"}),
+        ev(["a"], 13, 22, **{"min(w)": "fig", "max(w)": "fig"}),  # r@3 has expired
     ]
+    # At 6 both matches of s@2 have expired: no version until the next match, at 11.
     assert out["low"] == [
         ev(["a"], 2, 6, **{"min(v)": 2.0, "max(v)": 2.0, "sum(v)": 2.0}),
         ev(["a"], 3, 6, **{"min(v)": 2.0, "max(v)": 5.0, "sum(v)": 7.0}),
         ev(["a"], 11, 13, **{"min(v)": 5.0, "max(v)": 5.0, "sum(v)": 5.0}),  # s@2 has expired
         ev(["a"], 12, 13, **{"min(v)": 1.0, "max(v)": 5.0, "sum(v)": 6.0}),
+        ev(["a"], 13, 15, **{"min(v)": 1.0, "max(v)": 1.0, "sum(v)": 1.0}),
     ]
     assert out["last"] == [
         ev(["a"], 2, 6, **{"max(w)": "pear"}),
         ev(["a"], 3, 6, **{"max(w)": "pear"}),
         ev(["a"], 11, 13, **{"max(w)": "apple"}),
         ev(["a"], 12, 13, **{"max(w)": "fig"}),
+        ev(["a"], 13, 15, **{"max(w)": "fig"}),
     ]
 
 
@@ -270,12 +277,47 @@ def test_an_aggregate_counts_an_event_once_whatever_its_versions(tmp_path, engin
     n() @count @sum(x) := seen(x);"""
     # seen(1)@0 has a version alive on [2, 5) (from b) and one on [4, 14) (from a).
     events = [("b", 2, [1]), ("a", 4, [1]), ("a", 5, [2])]
-    out = evaluate(tmp_path, corpus, events, epoch, engine)
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=30)
     assert out["n"] == [
         ev([], 2, 5, **{"count": 1, "sum(x)": 1}),  # the version from a is not made yet
         ev([], 4, 14, **{"count": 1, "sum(x)": 1}),  # both versions alive: one event
         ev([], 5, 14, **{"count": 2, "sum(x)": 3}),
+        ev([], 14, 15, **{"count": 1, "sum(x)": 2}),  # seen(1) has expired
     ]
+
+
+def test_a_sliding_aggregate_changes_when_a_match_expires(tmp_path, engine, epoch) -> None:
+    """Sales at 0 and 5 living 10: between 10 and 15 one is still alive, and the window
+    says so (a version at each expiry, not only at each arrival); after 15 none is, and
+    the group has no version. Numbers (a sweep), text and sets (Spark's range window) alike;
+    an explicit `@time` keeps one version per match time."""
+    corpus = """.decl sale(a: str, n: int, who: str) lifetime 10;
+    stats(a) @count @sum(n) := sale(a, n, _);
+    names(a) @min(who) @collect(who) := sale(a, _, who);
+    at(a) @time(0) @count := sale(a, _, _);
+    seen(a, c) := stats(a) @count(c);"""
+    events = [("sale", 0, ["x", 1, "bo"]), ("sale", 5, ["x", 2, "al"]), ("sale", 30, ["y", 1, "z"])]
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=45)
+    assert out["stats"] == [
+        ev(["x"], 0, 10, **{"count": 1, "sum(n)": 1}),
+        ev(["x"], 5, 10, **{"count": 2, "sum(n)": 3}),
+        ev(["x"], 10, 15, **{"count": 1, "sum(n)": 2}),  # the sale at 0 has expired
+        ev(["y"], 30, 40, **{"count": 1, "sum(n)": 1}),
+    ]
+    assert out["names"] == [
+        ev(["x"], 0, 10, **{"min(who)": "bo", "collect(who)": ["bo"]}),
+        ev(["x"], 5, 10, **{"min(who)": "al", "collect(who)": ["al", "bo"]}),
+        ev(["x"], 10, 15, **{"min(who)": "al", "collect(who)": ["al"]}),
+        ev(["y"], 30, 40, **{"min(who)": "z", "collect(who)": ["z"]}),
+    ]
+    assert out["seen"] == [
+        ev(["x", 1], 0, 10),
+        ev(["x", 2], 5, 10),
+        ev(["x", 1], 10, 15),
+        ev(["y", 1], 30, 40),
+    ]
+    # With `@time(0)`, the versions of the one event at time 0 (its latest shown): no more.
+    assert out["at"] == [ev(["x"], 0, 10, count=2), ev(["y"], 0, 40, count=1)]
 
 
 def test_text_that_differs_after_a_nul_character_is_other_text(tmp_path, engine, epoch) -> None:
@@ -291,7 +333,8 @@ def test_text_that_differs_after_a_nul_character_is_other_text(tmp_path, engine,
     seen(k) := s(k);"""
     nul = "a\x00"
     events = [("s", 5, [nul]), ("r", 10, ["a", 1]), ("r", 10, [nul, 2]), ("r", 20, [nul, 3])]
-    out = evaluate(tmp_path, corpus, [*events, ("r", 30, ["a", 3])], epoch, engine)
+    # Until 60: before any of them expires (a window's expiries are tested elsewhere).
+    out = evaluate(tmp_path, corpus, [*events, ("r", 30, ["a", 3])], epoch, engine, until=60)
     assert out["pair"] == [ev([nul, 2], 20, 110), ev(["a", 1], 30, 110)]
     assert out["free"] == [ev(["a", 1], 10, 110), ev(["a", 3], 30, 130)]
     assert out["both"] == [ev([nul], 10, 105, **{"sum(x)": 2}), ev([nul], 20, 105, **{"sum(x)": 5})]
@@ -531,6 +574,7 @@ def test_provenance_is_every_input_event_a_derived_event_rests_on(tmp_path, engi
     assert out["peak"] == [
         {**ev(["t1"], 2, 12, **{"max(level)": 7.0}), "provenance": [r1]},
         {**ev(["t1"], 4, 12, **{"max(level)": 8.0}), "provenance": sorted([r1, r2])},
+        {**ev(["t1"], 12, 14, **{"max(level)": 8.0}), "provenance": [r2]},  # r1 has expired
     ]
     assert all("provenance" not in x for x in out["plain"])  # asked by no carrier
 
@@ -556,14 +600,19 @@ def test_collect_and_a_registered_lattice_merge_the_matches_alive(tmp_path, engi
     flags = [
         (e["args"][0], e["t"], e["exp"], e["aggregates"]["flags(bits)"]) for e in out["rights"]
     ]
+    # Each expiry is a change too: at 11, 13 and 15 ann's first three lapse one by one.
     assert flags == [("ann", 1, 11, 1), ("ann", 3, 11, 5), ("ann", 5, 11, 7), ("bob", 6, 16, 8),
-                     ("ann", 14, 15, 3)]  # fmt: skip
+                     ("ann", 11, 13, 6), ("ann", 13, 15, 2), ("ann", 14, 15, 3),
+                     ("ann", 15, 24, 1)]  # fmt: skip
     notes = [
         (e["t"], e["aggregates"]["longest(note)"], e["aggregates"]["collect(bits)"])
         for e in out["notes"]
     ]
     assert notes == [(1, "a", [1]), (3, "bb", [1, 4]), (5, "bb", [1, 2, 4]), (6, "zzz", [8]),
-                     (14, "ab", [1, 2])]  # fmt: skip
-    last = cid("perm", ["ann", 2, "ab"], 5), cid("perm", ["ann", 1, "c"], 14)
-    assert out["notes"][-1]["provenance"] == sorted(last)
-    assert [(e["args"], e["t"]) for e in out["strong"]] == [(["ann"], 5), (["bob"], 6)]
+                     (11, "bb", [2, 4]), (13, "ab", [2]), (14, "ab", [1, 2]),
+                     (15, "c", [1])]  # fmt: skip
+    both = cid("perm", ["ann", 2, "ab"], 5), cid("perm", ["ann", 1, "c"], 14)
+    assert out["notes"][-2]["provenance"] == sorted(both)
+    assert out["notes"][-1]["provenance"] == [both[1]]  # the match alive at 15, alone
+    strong = [(e["args"], e["t"]) for e in out["strong"]]
+    assert strong == [(["ann"], 5), (["bob"], 6), (["ann"], 11)]  # 4 | 2 after 11

@@ -141,8 +141,8 @@ class ReferenceEvaluator:
         rules = self.program.corpus.rules
         if any(r.is_inductive or (r.body and r.head.time is not None) for r in rules):
             return False
-        if any(r.body_aggregates for r in rules):
-            return False  # an event a body aggregate summarises expires: a new value
+        if any(r.body_aggregates or r.aggregates for r in rules):
+            return False  # an event an aggregate summarises expires: a new value
         return not clocks(self.program)
 
     def _base(
@@ -453,8 +453,9 @@ class ReferenceEvaluator:
         return Version(t, args, max(tau, t), exp, (), tau, self._sources(rule, match.rows))
 
     def _aggregate(self, rule: ast.Rule, db: Db) -> list[Version]:
-        """Per group and per distinct match time ``tau``: the matches made by ``tau`` that are
-        still alive at ``tau``, each distinct combination of events counted once."""
+        """Per group and per distinct match time ``tau`` (and, without an explicit ``@time``,
+        each time a match expires): the matches made by then that are still alive then,
+        each distinct combination of events counted once."""
         groups: dict[tuple[tuple[Value, ...], int | None], list[tuple[int, tuple, tuple, int]]] = {}
         for match, tau, exp in self._valid(rule, db):
             try:
@@ -471,12 +472,17 @@ class ReferenceEvaluator:
         lifetime = self.catalog[rule.head.relation].lifetime
         out = []
         for (args, explicit), items in groups.items():
-            for tau in sorted({item[0] for item in items}):
+            times = {item[0] for item in items}
+            if explicit is None:  # a sliding window changes when a match expires too
+                times |= {item[3] for item in items if item[3] < NEVER}
+            for tau in sorted(times):
                 covered: dict[tuple, tuple[tuple, int]] = {}
                 for tau2, keys, values, exp, _ in items:
                     if tau2 <= tau < exp:
                         old = covered.get(keys)
                         covered[keys] = (values, max(exp, old[1]) if old else exp)
+                if not covered:
+                    continue  # every match has expired: the group has no event until the next
                 # A combination of events rests on every one of its versions made by then.
                 sources = union(
                     *(p for tau2, keys, _, _, p in items if tau2 <= tau and keys in covered)

@@ -559,15 +559,17 @@ def aggregate(
     reach: int,
     limit: int,
 ) -> Cols:
-    """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau``
-    and alive at ``tau``, each distinct combination of events once (as
+    """Per group and per distinct ``tau`` in ``[a, b)`` (and, without an explicit ``@time``,
+    each time in ``[a, b)`` a match expires): the group's matches made by then and alive
+    then, each distinct combination of events once (as
     :func:`dagster_pomo.engine.spark.rules.aggregate`)."""
     assert rule.aggregate is not None
     # A combination's versions cut each other short (below); one version each (which
     # `at_one_time` implies) needs no keys.
     single = rule.aggregate.one_version_each
     m = matches(rule, sources, limit, want_keys=not single)
-    df = valid(m, rule, negated, lambda tau, mexp: (tau < b) & (mexp > a))
+    # A match that expired at ``a`` changes a sliding window then: it is read too.
+    df = valid(m, rule, negated, lambda tau, mexp: (tau < b) & (mexp >= a))
     head = rule.head
     functions = rule.aggregate.functions
     made: Cols = {}
@@ -611,13 +613,15 @@ def aggregate(
         until = np.minimum(after.astype(np.int64), mexp)
     made["__until"] = until
     at = made["__at"]
-    made = take(made, (until > at) & (until > a))
+    made = take(made, (until > at) & (until >= a))
     at, until = made["__at"], made["__until"]
     made["__full"] = until >= NEVER if reach >= NEVER else until == at + reach
     columns = ["__grp", "__at", "__until", "__mexp", "__full", *(c for _, c in aggregates if c)]
     table = pa.table({c: pa.array(made[c], from_pandas=True) for c in columns})
+    # Without an explicit `@time`, a window: its value changes when a match expires too.
+    sliding = b if head.time is None else None
     swept = sliding_aggregates.sweep(
-        table, ["__grp"], aggregates, None if reach >= NEVER else reach, NEVER, a
+        table, ["__grp"], aggregates, None if reach >= NEVER else reach, NEVER, a, sliding
     )
     n = swept.column("__n").to_numpy()
     aggs: dict[str, np.ndarray] = {}

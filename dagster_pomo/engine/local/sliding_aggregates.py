@@ -90,12 +90,15 @@ def sweep(
     reach: int | None,
     never: int,
     start: int,
+    end: int | None = None,
 ) -> pa.Table:
     """One row per group and distinct ``__at`` at or after ``start`` of ``table``'s segments
     (``__at`` to ``__until``, expiry ``__mexp``): the count ``__n`` of those alive then, the
     least expiry among them ``__least_exp``, and one ``__part<i>`` per aggregate
     ``(name, value column)``: the count, the sum (an average's sum), the least or greatest
-    value.
+    value. With an ``end``, also each ``__until`` in ``[start, end)``, where a segment stops
+    counting (a sliding window's value changes when a match expires), and only the times
+    where some segment is alive.
 
     Full-length segments (``__full``) are found as slices of the sorted times; the others
     are paired with each time they cover. All groups are swept at once: each one's times
@@ -111,18 +114,23 @@ def sweep(
         parts = {i: none for i, (_, column) in enumerate(aggregates) if column is not None}
         return _swept(table, group, aggregates, columns, parts, none)
     at = table.column("__at").to_numpy()
+    untils = table.column("__until").to_numpy()
+    ending = (untils >= start) & (untils < end) if end is not None else np.zeros(len(at), bool)
     low = int(at.min())
-    span = int(at.max()) - low + (reach or 0) + 1
+    top = max(int(at.max()), int(untils[ending].max()) if ending.any() else low)
+    span = top - low + (reach or 0) + 1
     if len(firsts) > 1 and len(firsts) * span >= 2**62:  # too far apart: one at a time
         ends = [*firsts[1:], table.num_rows]
         return pa.concat_tables(
-            sweep(table.slice(a, b - a), group, aggregates, reach, never, start)
+            sweep(table.slice(a, b - a), group, aggregates, reach, never, start, end)
             for a, b in zip(firsts, ends, strict=True)
         )
     sizes = np.diff(np.append(firsts, table.num_rows))
     shift = np.repeat(np.arange(len(firsts), dtype=np.int64) * span - low, sizes)
     moved = at + shift  # group g's times now fall in [g * span, (g + 1) * span - reach)
     queries = _distinct(moved[at >= start])
+    if ending.any():  # and where a segment stops counting
+        queries = np.unique(np.concatenate([queries, untils[ending] + shift[ending]]))
     size = len(queries)
     of_query = queries // span
     is_full = table.column("__full").to_numpy(zero_copy_only=False)
@@ -136,7 +144,7 @@ def sweep(
     has_full = hi > lo
     short = np.flatnonzero(~is_full)
     # A short segment's end, moved with its group, is cut to just after the group's times.
-    ends = np.minimum(table.column("__until").to_numpy()[short], int(at.max()) + 1)
+    ends = np.minimum(untils[short], top + 1)
     slot, row = pairs(moved[short], ends + shift[short], queries)
     row = short[row]
     paired_n = np.bincount(slot, minlength=size)
@@ -163,7 +171,13 @@ def sweep(
         else:
             parts[i] = _either(fn, reduced, has_full, paired, has_short)
     columns = {"__at": queries - of_query * span + low, "__n": n, "__least_exp": least}
-    return _swept(table, group, aggregates, columns, parts, firsts[of_query])
+    rows = firsts[of_query]
+    if end is not None and not n.all():  # a time where every segment has ended: no row
+        alive = n > 0
+        columns = {k: v[alive] for k, v in columns.items()}
+        parts = {i: v[alive] for i, v in parts.items()}
+        rows = rows[alive]
+    return _swept(table, group, aggregates, columns, parts, rows)
 
 
 def _by_group_and_time(table: pa.Table, group: Sequence[str]) -> tuple[pa.Table, Ids]:
@@ -264,13 +278,14 @@ def streamed(
     reach: int | None,
     never: int,
     start: int,
+    end: int | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """:func:`sweep` as the function Spark maps over a partition's batches, whose rows come
     sorted by ``group``: the groups a batch ends are swept together, and the last one,
     which the next batch may go on with, waits for it. One call a batch, not one a group."""
 
     def swept(table: pa.Table) -> Iterator[pa.RecordBatch]:
-        return iter(sweep(table, group, aggregates, reach, never, start).to_batches())
+        return iter(sweep(table, group, aggregates, reach, never, start, end).to_batches())
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         held: pa.Table | None = None  # the rows of one group, which may go on

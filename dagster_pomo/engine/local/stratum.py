@@ -116,7 +116,9 @@ def evaluate(
         own = stratum.own(name)
         made = []
         for rule in own:
-            positives = [state(x.relation) for x in rule.scans]
+            # A window also reads what expires at the start: a change (see `rules.aggregate`).
+            earlier = 1 if rule.aggregate is not None and rule.head.time is None else 0
+            positives = [state(x.relation, earlier) for x in rule.scans]
             # A body aggregate also reads what expires at the start: a change.
             positives += [state(x.relation, 1) for x in rule.body_aggregates]
             negatives = [state(x.relation) for x in rule.negations]

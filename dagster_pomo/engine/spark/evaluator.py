@@ -440,8 +440,10 @@ class SparkEvaluator:
         held: Mapping[str, DataFrame] | None = None,
     ) -> DataFrame:
         source = source or {}
+        # A window also reads what expires at the start: a change (see `rules.aggregate`).
+        earlier = 1 if rule.aggregate is not None and rule.head.time is None else 0
         positives = [
-            source[i] if i in source else self.state(x.relation, epoch, held)
+            source[i] if i in source else self.state(x.relation, epoch, held, earlier)
             for i, x in enumerate(rule.scans)
         ]
         # A body aggregate also reads the versions expiring at the epoch's start: a change.

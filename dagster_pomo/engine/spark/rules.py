@@ -607,6 +607,10 @@ def _by_window(
         "__at",
         *[F.when(F.col("__full"), F.col(c)).alias(c) for c in carried],
     )
+    if rule.head.time is None:  # a window: the times a segment ends are asked about too
+        ends = made.filter((F.col("__until") >= a) & (F.col("__until") < b))
+        nothing = [F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in carried]
+        rows = rows.unionByName(ends.select(*group, F.col("__until").alias("__at"), *nothing))
     frame = buckets.window(group, "__at")
     order = Window.partitionBy(*group).orderBy("__at")
     swept = rows.select(
@@ -635,9 +639,10 @@ def _by_window(
     )
     short_of = {"__n": "__s__mexp", "__least_exp": "__s__mexp", "__prov": "__s__prov"}
     short_of.update({f"__part{i}": f"__s{v}" for i, v in enumerate(values)})
-    return joined.groupBy(*group, "__at").agg(
+    grouped = joined.groupBy(*group, "__at").agg(
         *[take(F.max(name), F.col(short_of[name])).alias(name) for name, _, take in parts]
     )
+    return grouped.filter(F.col("__n") > 0)  # a time where every segment has ended: none
 
 
 def _by_sweep(
@@ -665,7 +670,8 @@ def _by_sweep(
             kind = DoubleType()
         fields.append(StructField(f"__part{i}", kind))
     reach = None if buckets.reach >= NEVER else buckets.reach
-    run = sliding_aggregates.streamed(group, aggregates, reach, NEVER, a)
+    sliding = b if rule.head.time is None else None  # a window: expiries are changes too
+    run = sliding_aggregates.streamed(group, aggregates, reach, NEVER, a, sliding)
     # Already so when the rows come from the window over the group's versions: no sort.
     rows = rows.sortWithinPartitions(*group) if group else rows.repartition(1)
     return rows.mapInArrow(run, StructType(fields))
@@ -679,8 +685,9 @@ def aggregate(
     b: int,
     buckets: Buckets,
 ) -> DataFrame:
-    """Per group and per distinct ``tau`` in ``[a, b)``: the group's matches made by ``tau`` and
-    still alive at ``tau``, each distinct combination of events once.
+    """Per group and per distinct ``tau`` in ``[a, b)`` (and, without an explicit ``@time``,
+    each time in ``[a, b)`` a match expires): the group's matches made by then and still
+    alive then, each distinct combination of events once.
 
     Matches that live as long as ``buckets.reach`` allows (every reading of a relation
     with a lifetime, say) are alive at ``x`` exactly when made in ``(x - reach, x]``, a slice
@@ -689,7 +696,8 @@ def aggregate(
     values through a range window and a join on time buckets."""
     m = matches(rule, sources, want_keys=True)
     df = valid(m, rule, negated)
-    df = df.filter((F.col("__tau") < b) & (F.col("__mexp") > a))
+    # A match that expired at ``a`` changes a sliding window then: it is read too.
+    df = df.filter((F.col("__tau") < b) & (F.col("__mexp") >= a))
     head = rule.head
     assert rule.aggregate is not None
     functions = rule.aggregate.functions
@@ -722,7 +730,7 @@ def aggregate(
         made = made.withColumn("__until", F.col("__mexp"))
     else:
         made = _segments(made, group, head.provenance)
-    made = made.filter((F.col("__until") > F.col("__tau")) & (F.col("__until") > a))
+    made = made.filter((F.col("__until") > F.col("__tau")) & (F.col("__until") >= a))
     full = buckets.lives_fully(F.col("__tau"), F.col("__until"))
     made = made.withColumn("__full", full)
     numeric = all(
