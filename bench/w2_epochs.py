@@ -129,7 +129,8 @@ def run(
                 name: evaluator.backend.wh.read_all(name, evaluator.backend.structs[name])
                 for name in ("water_level", "maintenance")
             }
-            derived = hand_written(spark, stored, f"{tmp}/batch")
+            until = prepared.epoch_range.epochs[-1].end
+            derived = hand_written(spark, stored, f"{tmp}/batch", until)
             seconds = time.perf_counter() - began
             wrong = alerts.exceptAll(derived).count() + derived.exceptAll(alerts).count()
             if wrong:
@@ -236,11 +237,12 @@ def _alerts(spark, folder: str):  # noqa: ANN001, ANN202
     return spark.read.parquet(folder).select("tank", "t").distinct()
 
 
-def hand_written(spark, stored: dict, out: str):  # noqa: ANN001, ANN201
+def hand_written(spark, stored: dict, out: str, until: int | None = None):  # noqa: ANN001, ANN201
     """The water-tank logic as a batch DataFrame job over the stored readings and maintenance
-    windows, as a data engineer would write it: minute buckets, a ten-minute range window, a
-    join with the capacities and an anti-join with the maintenance windows. Returns the
-    alerts."""
+    windows, as a data engineer would write it: minute buckets, a ten-minute range window
+    asked at each reading and at each reading's expiry (before ``until``) while a reading
+    is alive, a join with the capacities and an anti-join with the maintenance windows.
+    Returns the alerts."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -258,12 +260,24 @@ def hand_written(spark, stored: dict, out: str):  # noqa: ANN001, ANN201
         .select("tank", "average", "count", (F.col("tick") - MINUTE // 2).alias("t"))
     )
     window = Window.partitionBy("tank").orderBy("t").rangeBetween(-(10 * MINUTE - 1), 0)
-    level_10m = readings.select(
-        "tank",
-        "t",
-        F.avg("level").over(window).alias("average"),
-        F.max("level").over(window).alias("max_level"),
-    ).cache()
+    # The window changes when a reading arrives and when one expires, ten minutes later.
+    expiries = readings.select(
+        "tank", F.lit(None).cast("double").alias("level"), (F.col("t") + 10 * MINUTE).alias("t")
+    )
+    if until is not None:
+        expiries = expiries.where(F.col("t") < until)
+    level_10m = (
+        readings.unionByName(expiries)
+        .select(
+            "tank",
+            "t",
+            F.avg("level").over(window).alias("average"),
+            F.max("level").over(window).alias("max_level"),
+        )
+        .where(F.col("average").isNotNull())  # a reading alive then
+        .dropDuplicates(["tank", "t"])
+        .cache()
+    )
     near = (
         level_10m.join(F.broadcast(capacity.withColumnRenamed("max_level", "cap")), "tank")
         .where(F.col("average") > 0.9 * F.col("cap"))

@@ -51,7 +51,10 @@ readings = events.where(
 maintenance = events.where(
     (F.col("relation") == "maintenance") & F.col("args.tank").isNotNull()
 ).select(F.col("args.tank").alias("tank"), "t")
-hand_written(spark, {"water_level": readings, "maintenance": maintenance}, out)
+# As `pomo run`: the events known before the end of the hour holding the last one.
+hour = 3_600_000
+until = (events.agg(F.max("t")).first()[0] // hour + 1) * hour
+hand_written(spark, {"water_level": readings, "maintenance": maintenance}, out, until)
 spark.stop()
 """
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
+import json
+from collections.abc import Iterable
+
 from dagster_pomo.engine.policy import Policy
 
 
@@ -16,3 +20,24 @@ def policy(in_process: bool, one_pass: bool = True) -> Policy:
     when ``in_process``, else always by Spark's plans (`LocalStrata.chosen`); a range
     of epochs in one pass where it can when ``one_pass``, else epoch by epoch."""
     return Policy(one_pass=one_pass, in_process_inputs=10**9 if in_process else 0)
+
+
+def window_versions(lines: Iterable[str], life: int, until: int) -> int:
+    """How many versions the water tanks' `level_10m` (a sliding window of ``life`` over each
+    tank's readings) makes from the landing ``lines`` before ``until``, worked out apart from
+    every engine (docs/semantics.md, "Aggregates over versions"): per tank, one at each
+    distinct reading time and one at each distinct expiry while a reading is still alive."""
+    times: dict[str, list[int]] = {}
+    for line in lines:
+        event = json.loads(line)
+        if event["relation"] == "water_level":
+            times.setdefault(event["args"]["tank"], []).append(int(event["t"]))
+    total = 0
+    for ts in times.values():
+        ts.sort()
+        changes = {t for t in ts if t < until} | {t + life for t in ts if t + life < until}
+        # alive at x: a reading made in (x - life, x]
+        total += sum(
+            bisect.bisect_right(ts, x) > bisect.bisect_right(ts, x - life) for x in changes
+        )
+    return total
