@@ -72,6 +72,16 @@ def build(work: Path) -> DAG:
     )
 
 
+def _asset_events() -> list[dict[str, object]]:
+    """Every asset event the runs recorded in Airflow's metadata DB: asset name and extra."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = session.query(AssetEvent).order_by(AssetEvent.id).all()
+        return [{"asset": e.asset.name, "extra": dict(e.extra or {})} for e in events]
+
+
 def main(work: Path) -> None:
     folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,6 +110,7 @@ def main(work: Path) -> None:
     run("rerun", logical_date=start + timedelta(hours=2))
     shutil.copytree(warehouse, work / "snap-rerun")
     report["calls"]["rerun"] = _calls(calls)  # type: ignore[index]
+    report["asset_events"] = _asset_events()
 
     (work / "report.json").write_text(json.dumps(report, indent=1))
 

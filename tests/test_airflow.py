@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance, HourlyPartitionsDefinition, materialize
 
@@ -168,6 +169,25 @@ def test_each_interval_stores_what_pomo_run_and_a_dagster_run_store(
     calls = report["calls"]["three"]
     assert len(calls) == len(set(calls))
     assert set(calls) == listened_keys(work / "snap-three")
+
+
+def test_each_asset_event_carries_the_rows_its_task_stored(scenario: tuple[Path, dict]) -> None:
+    """An interval's asset events say what its task stored of the relation, per epoch, as
+    Dagster's materializations do: the warehouse's rows of that relation in that epoch."""
+    work, report = scenario
+    events = [e for e in report["asset_events"] if e["asset"] == "water_tanks.level_10m"]
+    assert len(events) == HOURS + 1, "one per run: three intervals, then one again"
+    stored_rows = {}
+    for folder in (work / "warehouse" / "water_tanks" / "level_10m").glob("epoch=*"):
+        rows = sum(pq.read_metadata(f).num_rows for f in folder.glob("*.parquet"))
+        stored_rows[folder.name.removeprefix("epoch=")] = rows
+    for event in events:
+        extra = event["extra"]
+        assert extra["corpus"] == "water_tanks" and extra["relation"] == "level_10m"
+        (key,) = extra["epochs"]
+        assert extra["rows_by_epoch"] == {key: stored_rows[key]} and extra["rows"] > 0
+    readings = [e for e in report["asset_events"] if e["asset"] == "water_tanks.water_level"]
+    assert readings and all(e["extra"]["events"] > 0 for e in readings)
 
 
 def test_running_an_interval_again_stores_the_same_and_repeats_no_action(

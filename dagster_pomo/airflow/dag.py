@@ -189,6 +189,9 @@ class PomoOperator(BaseOperator):
             quarantined = landed.ingested.quarantined
             for q in quarantined[:20]:
                 self.log.warning(f"quarantined {q.shown()}")
+            keys = [epoch_key(e) for e in run]
+            for name in landed.counts:
+                self._tell(context, name, keys, {"events": landed.counts[name]})
             return {
                 "epochs": [epoch_key(e) for e in run],
                 "events": dict(landed.counts),
@@ -200,8 +203,20 @@ class PomoOperator(BaseOperator):
         made = pipeline.evaluate(driver, self.unit, run, self.log.info)
         keys = [epoch_key(e) for e in run]
         rows = {n: driver.results.partition_rows(n, keys) for n in self.unit.relations}
+        for name, by_epoch in rows.items():
+            self._tell(
+                context, name, keys, {"rows": sum(by_epoch.values()), "rows_by_epoch": by_epoch}
+            )
         self._check(rows)
         return {"epochs": keys, "rows": rows, "passes": made.passes, "rounds": made.rounds}
+
+    def _tell(
+        self, context: Any, relation: str, keys: Sequence[str], counts: Mapping[str, Any]
+    ) -> None:
+        """What the task stored of ``relation``, on its asset event (Airflow shows it in the
+        asset's events; the same figures Dagster's materializations carry)."""
+        extra = {"corpus": self.corpus.name, "relation": relation, "epochs": list(keys)}
+        context["outlet_events"][self.corpus.asset(relation)].extra = {**extra, **counts}
 
     def _check(self, rows: Mapping[str, Mapping[str, int]]) -> None:
         """A `.check` relation's events are violations: an error-level one with any in the
