@@ -11,7 +11,7 @@ epoch and are stamped at its end. Nothing here is incremental.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from dagster_pomo.engine.budgets import DEFAULT as BUDGETS
@@ -99,6 +99,9 @@ class ReferenceEvaluator:
         self.catalog = program.catalog
         self.schemas = schemas
         self.budgets = budgets
+        # Per (relation, argument): the table it indexes, its size then, and the keys of its
+        # versions by that argument's value (see `_candidates`).
+        self._indexes: dict[tuple[str, int], tuple[dict, int, dict]] = {}
 
     # ------------------------------------------------------------------ driver
 
@@ -212,7 +215,7 @@ class ReferenceEvaluator:
                     yield from complete(summarised, rows, pieces)
                 return
             atom = atoms[i]
-            for row in db.get(atom.relation, {}).values():
+            for row in self._candidates(atom, env, db):
                 if alive is not None and not (row.kt < alive[1] and row.exp > alive[0]):
                     continue
                 env2 = dict(env)
@@ -238,6 +241,27 @@ class ReferenceEvaluator:
                 yield _Match(full, rows + pieces, keys)
 
         yield from walk(0, constant_values(rule), ())
+
+    def _candidates(self, atom: ast.Atom, env: Env, db: Db) -> Iterable[Version]:
+        """The versions of ``atom``'s relation that may unify with it under ``env``: those
+        holding the value of its first argument already bound (a variable of ``env``), by an
+        index of the relation on that argument, else all. Every version that unifies is
+        among them (values equal as `same` says are equal keys); `_unify` decides."""
+        table = db.get(atom.relation, {})
+        at = next(
+            (j for j, a in enumerate(atom.args) if isinstance(a, ast.Var) and a.name in env), None
+        )
+        if at is None or len(table) < 8:
+            return table.values()
+        cached = self._indexes.get((atom.relation, at))
+        if cached is None or cached[0] is not table or cached[1] != len(table):
+            index: dict[Value, list[tuple[int, tuple[Value, ...], int]]] = {}
+            for key, row in table.items():
+                index.setdefault(row.args[at], []).append(key)
+            cached = (table, len(table), index)
+            self._indexes[(atom.relation, at)] = cached
+        value = env[atom.args[at].name]  # type: ignore[union-attr]
+        return [table[key] for key in cached[2].get(value, ())]
 
     def _product(self, rule: ast.Rule, db: Db) -> int:
         """The combinations the rule's positive atoms make as a product of groups that share
