@@ -178,6 +178,13 @@ class RulePlan:
         return len(self.scans) + (1 if self.body_aggregates else 0)
 
     @property
+    def window(self) -> bool:
+        """Whether the rule is a sliding window: a head aggregate without an explicit
+        ``@time``, whose value changes when a match expires as when one arrives (so an epoch
+        reads the matches that expired at its start too)."""
+        return self.aggregate is not None and self.head.time is None
+
+    @property
     def computed_text(self) -> tuple[str, ...]:
         """The head's text columns whose values the rule computes, not copies from an event
         or constants: the values that can grow round after round (`Budgets.text`)."""

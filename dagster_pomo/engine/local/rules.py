@@ -618,8 +618,7 @@ def aggregate(
     made["__full"] = until >= NEVER if reach >= NEVER else until == at + reach
     columns = ["__grp", "__at", "__until", "__mexp", "__full", *(c for _, c in aggregates if c)]
     table = pa.table({c: pa.array(made[c], from_pandas=True) for c in columns})
-    # Without an explicit `@time`, a window: its value changes when a match expires too.
-    sliding = b if head.time is None else None
+    sliding = b if rule.window else None  # a window's value changes at expiries too
     swept = sliding_aggregates.sweep(
         table, ["__grp"], aggregates, None if reach >= NEVER else reach, NEVER, a, sliding
     )

@@ -117,8 +117,7 @@ def evaluate(
         made = []
         for rule in own:
             # A window also reads what expires at the start: a change (see `rules.aggregate`).
-            earlier = 1 if rule.aggregate is not None and rule.head.time is None else 0
-            positives = [state(x.relation, earlier) for x in rule.scans]
+            positives = [state(x.relation, int(rule.window)) for x in rule.scans]
             # A body aggregate also reads what expires at the start: a change.
             positives += [state(x.relation, 1) for x in rule.body_aggregates]
             negatives = [state(x.relation) for x in rule.negations]
@@ -160,7 +159,7 @@ def _within(
             raise over("combinations", budgets, exc.product, stratum, rule=rule) from None
         raise
     for column in rule.computed_text:
-        longest = max(map(len, rows[column]), default=0) if height(rows) else 0
+        longest = max(map(len, rows[column]), default=0)
         if longest > budgets.text:
             raise over("text", budgets, longest, stratum, rule=rule)
     return rows

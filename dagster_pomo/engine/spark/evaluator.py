@@ -441,7 +441,7 @@ class SparkEvaluator:
     ) -> DataFrame:
         source = source or {}
         # A window also reads what expires at the start: a change (see `rules.aggregate`).
-        earlier = 1 if rule.aggregate is not None and rule.head.time is None else 0
+        earlier = int(rule.window)
         positives = [
             source[i] if i in source else self.state(x.relation, epoch, held, earlier)
             for i, x in enumerate(rule.scans)

@@ -139,18 +139,18 @@ class Recursion:
             if done is not None:
                 rows = {plan.relation: done}
         while delta is not None:
-            self._within(stratum, budgets, fix)
+            self._check_versions(stratum, budgets, fix)
             ran += 1
             if ran > budgets.rounds:
                 raise over("rounds", budgets, None, stratum)
             delta = self._round(fix, rules, epoch, names, current, delta)
-        self._within(stratum, budgets, fix)
+        self._check_versions(stratum, budgets, fix)
         if not rows and not fix.written:
             rows = {n: self.ev.dedupe(n, current[n]) for n in names}
         return rows, fix.written, ran
 
     @staticmethod
-    def _within(stratum: StratumPlan, budgets: Budgets, fix: _Fixpoint) -> None:
+    def _check_versions(stratum: StratumPlan, budgets: Budgets, fix: _Fixpoint) -> None:
         """`BudgetExceeded` when the stratum knows more versions than `Budgets.versions`."""
         known = sum(fix.rows.values()) + sum(fix.written.values())
         if known > budgets.versions:

@@ -607,7 +607,7 @@ def _by_window(
         "__at",
         *[F.when(F.col("__full"), F.col(c)).alias(c) for c in carried],
     )
-    if rule.head.time is None:  # a window: the times a segment ends are asked about too
+    if rule.window:  # the times a segment ends are asked about too
         ends = made.filter((F.col("__until") >= a) & (F.col("__until") < b))
         nothing = [F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in carried]
         rows = rows.unionByName(ends.select(*group, F.col("__until").alias("__at"), *nothing))
@@ -670,7 +670,7 @@ def _by_sweep(
             kind = DoubleType()
         fields.append(StructField(f"__part{i}", kind))
     reach = None if buckets.reach >= NEVER else buckets.reach
-    sliding = b if rule.head.time is None else None  # a window: expiries are changes too
+    sliding = b if rule.window else None  # a window's value changes at expiries too
     run = sliding_aggregates.streamed(group, aggregates, reach, NEVER, a, sliding)
     # Already so when the rows come from the window over the group's versions: no sort.
     rows = rows.sortWithinPartitions(*group) if group else rows.repartition(1)
