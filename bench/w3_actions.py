@@ -5,13 +5,17 @@ Both write to a file on disk in WAL mode with ``synchronous=NORMAL`` and commit 
 events. The ledger records each event twice (``started`` before the handler, ``done``
 after), which is what makes a crash between the two recoverable; the peer records it
 once, so it cannot tell an event that crashed from one that finished. Each run then
-delivers every event a second time (a retry, a backfill) and must run nothing.
+delivers every event a second time (a retry, a backfill) and must run nothing. The
+ledger on PostgreSQL runs the same deliveries against a throw-away local server, over
+TCP (``synchronous_commit=off``, as durable as SQLite's ``NORMAL``: a crash of the
+machine may lose the last commits, never corrupt them).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.harness import Measurement, measure
@@ -35,16 +39,23 @@ def events(n: int) -> list:
 
 
 def run(repeat: int, count: int) -> list[Measurement]:
-    from dagster_pomo.engine.actions import Ledger, run_actions
+    from tests.postgres import new_database, postgres_server
+
+    with postgres_server(durable=True) as server:
+        return _run(repeat, count, lambda: new_database(server))
+
+
+def _run(repeat: int, count: int, database: Callable[[], str]) -> list[Measurement]:
+    from dagster_pomo.engine.actions import open_ledger, run_actions
 
     batch = events(count)
     case = f"{count:,} actions, no-op handler"
     with tempfile.TemporaryDirectory(prefix="pomo-bench-w3-") as tmp:
         runs = iter(range(10**6))
 
-        def ledger() -> dict:
+        def ledger(where: Callable[[], str]) -> dict:
             calls: list[str] = []
-            book = Ledger(Path(tmp) / f"ledger{next(runs)}.sqlite")
+            book = open_ledger(where(), "bench")
             try:
                 first = run_actions(lambda e: calls.append(e.key), batch, book, batch=BATCH)
                 again = run_actions(lambda e: calls.append(e.key), batch, book, batch=BATCH)
@@ -95,5 +106,8 @@ def run(repeat: int, count: int) -> list[Measurement]:
 
         return [
             measure(case, "SQLite ON CONFLICT loop", repeat, plain),
-            measure(case, "dagster-pomo", repeat, ledger),
+            measure(
+                case, "dagster-pomo", repeat, lambda: ledger(lambda: f"{tmp}/l{next(runs)}.sqlite")
+            ),
+            measure(case, "dagster-pomo, PostgreSQL ledger", repeat, lambda: ledger(database)),
         ]

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from dagster_pomo.engine.actions import ActionEvent, Ledger, idempotency_key, run_actions
+from dagster_pomo.engine.actions import ActionEvent, idempotency_key, open_ledger, run_actions
 from tests.test_actions import Recorder
 
 
@@ -20,7 +20,7 @@ def events(n: int) -> list[ActionEvent]:
 
 
 def main() -> None:
-    ledger, effects, count = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    ledger, effects, count = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     pause = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     record = Recorder(effects, ledger)
 
@@ -28,7 +28,7 @@ def main() -> None:
         record(event)
         time.sleep(pause)
 
-    book = Ledger(ledger)
+    book = open_ledger(ledger, "tests")
     report = run_actions(handler, events(count), book, batch=32)
     book.close()
     print(f"ran={report.ran} skipped={report.skipped} held={report.held}")

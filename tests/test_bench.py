@@ -31,6 +31,11 @@ def test_the_harness_runs_every_workload_on_tiny_sizes(tmp_path: Path, capsys) -
     assert [e["epoch"] for e in ours["per_epoch"]] == [1, 2]
     assert ours["per_epoch"][-1]["state_rows_read"] > 0, "later epochs read earlier state"
     assert all(m["duplicates"] == 0 for m in results["w3"])
+    assert {m["system"] for m in results["w3"]} == {
+        "SQLite ON CONFLICT loop",
+        "dagster-pomo",
+        "dagster-pomo, PostgreSQL ledger",
+    }
 
 
 def test_the_cold_start_report_names_each_step_and_the_jvm_threads(capsys, monkeypatch) -> None:  # noqa: ANN001

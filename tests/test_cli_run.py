@@ -339,6 +339,36 @@ def test_pomo_demo_runs_the_pipeline_through_dagster_and_reports_actions(
     assert (tmp_path / "demo" / "warehouse" / "water_tanks" / "_actions.sqlite").is_file()
 
 
+def test_pomo_demo_keeps_its_ledger_in_postgres_and_a_second_demo_runs_nothing_again(
+    tmp_path: Path, postgres: str
+) -> None:
+    """`pomo demo --ledger postgresql://...` as documented: the actions of the first demo
+    recorded in the database, none handed over by a second one on the same database."""
+    from tests.postgres import new_database
+
+    url = new_database(postgres)
+    demo = ("demo", "--ledger", url)
+    first = pomo(*demo, "--dir", str(tmp_path / "one"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"the ledger: {url}" in first.stdout
+    ran = {
+        line.split()[0]: int(line.split()[1].replace(",", ""))
+        for line in first.stdout.splitlines()
+        if line.endswith(" ran")
+    }
+    assert ran["notify_operator"] > 0
+    assert not (tmp_path / "one" / "warehouse" / "water_tanks" / "_actions.sqlite").exists()
+    from dagster_pomo.engine.actions import open_ledger
+
+    with open_ledger(url, "water_tanks") as led:
+        assert led.counts("notify_operator") == {"done": ran["notify_operator"]}
+    second = pomo(*demo, "--dir", str(tmp_path / "two"))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [line for line in second.stdout.splitlines() if line.endswith(" ran")] == [
+        f"   {name:<20} {0:>9,} ran" for name in sorted(ran)
+    ]
+
+
 CONNECT_RUNS = """
 import json, sys
 from pathlib import Path

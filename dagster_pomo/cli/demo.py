@@ -21,22 +21,24 @@ from dagster_pomo.examples import CORPORA
 CORPUS = CORPORA / "water_tanks.pomo"
 
 
-def run_demo(folder: Path | None, hours: int, readings: int) -> int:
-    """Run the demo in ``folder`` (a temporary one, removed afterwards, when ``None``)."""
+def run_demo(folder: Path | None, hours: int, readings: int, ledger: str | None = None) -> int:
+    """Run the demo in ``folder`` (a temporary one, removed afterwards, when ``None``), its
+    action ledger at ``ledger`` (a folder or a PostgreSQL URL; default: the warehouse)."""
     if not CORPUS.is_file():
         raise UsageError(f"{CORPUS} is missing: reinstall dagster-pomo")
     keep = folder is not None
     work = folder or Path(tempfile.mkdtemp(prefix="pomo-demo-"))
     try:
-        return _demo(work, hours, readings, keep)
+        return _demo(work, hours, readings, keep, ledger)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
+def _demo(work: Path, hours: int, readings: int, keep: bool, ledger: str | None) -> int:
     from dagster import AssetKey, DagsterInstance, HourlyPartitionsDefinition, materialize
 
+    from dagster_pomo.engine.ledger import is_postgres, shown
     from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
     from dagster_pomo.orchestration import pomo_definitions
     from dagster_pomo.orchestration.resources import SparkResource
@@ -54,7 +56,9 @@ def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
     outbox = work / "outbox.sqlite"
     handlers = outbox_handlers(CORPUS, outbox)
     partitions = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
-    defs = pomo_definitions(CORPUS, partitions, str(warehouse), str(landing), handlers=handlers)
+    defs = pomo_definitions(
+        CORPUS, partitions, str(warehouse), str(landing), handlers=handlers, ledger=ledger
+    )
     keys = partitions.get_partition_keys_in_range(
         _range(partitions, start, start + hours * HOUR - 1)
     )
@@ -104,7 +108,12 @@ def _demo(work: Path, hours: int, readings: int, keep: bool) -> int:
         when = datetime.fromtimestamp(t / 1000, UTC).strftime("%H:%M:%S")
         print(f"   e.g. {handler}: {relation} {args} at {when}")
     where = f"kept in {work}" if keep else "in a temporary folder, now removed"
-    print(f"done in {time.perf_counter() - began:.0f} s; warehouse, ledger and outbox {where}")
+    location = defs.resources["storage"].ledger_location(CORPUS.stem)  # type: ignore[union-attr]
+    if is_postgres(location):
+        print(f"   the ledger: {shown(location)}")
+        print(f"done in {time.perf_counter() - began:.0f} s; warehouse and outbox {where}")
+    else:
+        print(f"done in {time.perf_counter() - began:.0f} s; warehouse, ledger and outbox {where}")
     return 0
 
 

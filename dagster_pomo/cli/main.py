@@ -392,7 +392,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.hours < 1 or args.readings < 1:
         raise _Usage("--hours and --readings must be at least 1")
     try:
-        return run_demo(Path(args.dir) if args.dir else None, args.hours, args.readings)
+        return run_demo(
+            Path(args.dir) if args.dir else None, args.hours, args.readings, args.ledger
+        )
     except UsageError as exc:
         raise _Usage(str(exc)) from None
 
@@ -562,6 +564,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--readings", type=int, default=9_000, help="readings (default 9000)")
     demo.add_argument(
         "--dir", metavar="DIR", help="keep the landing files, warehouse and ledger in DIR"
+    )
+    demo.add_argument(
+        "--ledger",
+        metavar="WHERE",
+        help="the action ledger: a folder, or a postgresql:// URL (default $POMO_LEDGER, "
+        "else a SQLite file in the warehouse)",
     )
     demo.set_defaults(func=cmd_demo)
 

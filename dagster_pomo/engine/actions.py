@@ -5,7 +5,8 @@ Python code registers callables under those names. Each distinct event
 ``(relation, args, t)`` that a handler listens to gets an idempotency key from
 the handler's name and the event. Handlers are called until they succeed, each
 call with the event's stable key; a handler that records the key has
-exactly-once effects. The ledger (SQLite, beside the warehouse) makes it so:
+exactly-once effects. The ledger (`engine.ledger`: a SQLite file beside the warehouse,
+or PostgreSQL for runs on several machines) makes it so:
 
 - before a handler sees an event, its key is *claimed*: marked ``started`` with
   an owner (host, process, call) and a lease. Two runs that overlap (a sensor run
@@ -23,17 +24,12 @@ exactly-once effects. The ledger (SQLite, beside the warehouse) makes it so:
 from __future__ import annotations
 
 import json
-import os
-import socket
-import sqlite3
 import time
 import traceback
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from dagster_pomo.engine.cid import cid
+from dagster_pomo.engine.ledger import LEASE, Ledger, idempotency_key, new_owner, open_ledger
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.constant_defs import constant_values
@@ -93,214 +89,6 @@ def subscriptions(program: Program) -> dict[str, list[Subscription]]:
             sub = Subscription(handler.name, head.relation, tuple(equals), same, rule)
             out.setdefault(handler.name, []).append(sub)
     return out
-
-
-def idempotency_key(handler: str, relation: str, args: Sequence[Value], t: int) -> str:
-    """``handler:content ID``: stable across runs, engines and machines, the event named
-    as rules name it (`engine/cid.py`), once for each handler it is handed to."""
-    return f"{handler}:{cid(relation, args, t)}"
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS actions (
-    key TEXT PRIMARY KEY,
-    handler TEXT NOT NULL,
-    relation TEXT NOT NULL,
-    args TEXT NOT NULL,
-    t INTEGER NOT NULL,
-    epoch TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('started', 'done', 'failed')),
-    attempts INTEGER NOT NULL,
-    started_at REAL NOT NULL,
-    finished_at REAL,
-    error TEXT,
-    owner TEXT,
-    lease_until REAL
-);
-CREATE INDEX IF NOT EXISTS actions_by_state ON actions (handler, state);
-"""
-KEYS_ARE_CIDS = 1  # the ledger's user_version once its keys are `handler:content ID`
-LEASE = 600.0  # seconds a claim holds without renewal (renewed while its batch runs)
-HOST = socket.gethostname()
-
-
-def new_owner() -> str:
-    """Who claims: this host, this process and this call (``host:pid:token``)."""
-    return f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-
-
-def _owner_alive(owner: str | None) -> bool:
-    """Whether ``owner``'s process may still be running: a process of this host that no
-    longer exists is dead; of another host, only its lease can tell."""
-    if not owner:
-        return False
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != HOST or not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class Ledger:
-    """The action ledger of one corpus: a SQLite file (WAL, so readers never block)."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
-        columns = {row[1] for row in self.db.execute("PRAGMA table_info(actions)")}
-        for column, typ in (("owner", "TEXT"), ("lease_until", "REAL")):
-            if column not in columns:  # a ledger written before claims had owners
-                self.db.execute(f"ALTER TABLE actions ADD COLUMN {column} {typ}")
-        self._rekey()
-
-    def _rekey(self) -> None:
-        """Keys written before they were ``handler:content ID`` (a SHA-256 of the handler
-        and the event) are rewritten from the event each row records, states kept: no
-        event is handed over again for the change. Once per ledger (SQLite's
-        ``user_version`` says it is done), not a scan of every key at every open."""
-        if self.db.execute("PRAGMA user_version").fetchone()[0] >= KEYS_ARE_CIDS:
-            return
-        with self._transaction():
-            old = self.db.execute(
-                "SELECT key, handler, relation, args, t FROM actions WHERE instr(key, ':') = 0"
-            ).fetchall()
-            self.db.executemany(
-                "UPDATE actions SET key = ? WHERE key = ?",
-                [
-                    (idempotency_key(h, rel, list(json.loads(args).values()), t), key)
-                    for key, h, rel, args, t in old
-                ],
-            )
-            self.db.execute(f"PRAGMA user_version = {KEYS_ARE_CIDS}")
-
-    def close(self) -> None:
-        self.db.close()
-
-    def done(self, keys: Sequence[str]) -> set[str]:
-        """Which of ``keys`` finished already."""
-        found: set[str] = set()
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self.db.execute(
-                f"SELECT key FROM actions WHERE state = 'done' AND key IN ({marks})", chunk
-            )
-            found.update(k for (k,) in rows)
-        return found
-
-    def claim(
-        self, events: Sequence[ActionEvent], owner: str, lease: float = LEASE
-    ) -> tuple[list[ActionEvent], int]:
-        """Claim the events whose keys are free (new, ``failed``, or ``started`` by an
-        owner that is dead or whose lease ended), in one transaction; the claimed events,
-        and how many were left to a live owner."""
-        now = time.time()
-        claimed: list[ActionEvent] = []
-        held = 0
-        with self._transaction():
-            keys = [e.key for e in events]
-            known: dict[str, tuple[str, str | None, float | None]] = {}
-            for i in range(0, len(keys), 500):
-                chunk = keys[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                rows = self.db.execute(
-                    f"SELECT key, state, owner, lease_until FROM actions WHERE key IN ({marks})",
-                    chunk,
-                )
-                known.update((k, (st, o, lu)) for k, st, o, lu in rows)
-            for event in events:
-                state, holder, until = known.get(event.key, (None, None, None))
-                if state == "done":
-                    continue
-                if state == "started" and holder != owner and (until or 0) > now:
-                    if _owner_alive(holder):
-                        held += 1
-                        continue
-                claimed.append(event)
-            self.db.executemany(
-                "INSERT INTO actions (key, handler, relation, args, t, epoch, state, attempts,"
-                " started_at, owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, 'started', 1, ?, ?, ?)"
-                " ON CONFLICT (key) DO UPDATE SET state = 'started',"
-                " attempts = attempts + 1, started_at = excluded.started_at, error = NULL,"
-                " owner = excluded.owner, lease_until = excluded.lease_until",
-                [
-                    (
-                        e.key, e.handler, e.relation, json.dumps(dict(e.args)), e.t, e.epoch,
-                        now, owner, now + lease,
-                    )
-                    for e in claimed
-                ],
-            )  # fmt: skip
-        return claimed, held
-
-    def renew(self, keys: Sequence[str], owner: str, lease: float = LEASE) -> None:
-        """Extend ``owner``'s claims on ``keys`` (those not finished yet)."""
-        until = time.time() + lease
-        with self._transaction():
-            self.db.executemany(
-                "UPDATE actions SET lease_until = ? WHERE key = ? AND owner = ?"
-                " AND state = 'started'",
-                [(until, k, owner) for k in keys],
-            )
-
-    def release(self, keys: Sequence[str], owner: str) -> None:
-        """Give up ``owner``'s unfinished claims on ``keys`` (an interrupted call): the next
-        run hands them over at once, rather than when the lease ends."""
-        with self._transaction():
-            self.db.executemany(
-                "UPDATE actions SET lease_until = 0 WHERE key = ? AND owner = ?"
-                " AND state = 'started'",
-                [(k, owner) for k in keys],
-            )
-
-    def finish(self, keys: Sequence[str]) -> None:
-        now = time.time()
-        with self._transaction():
-            self.db.executemany(
-                "UPDATE actions SET state = 'done', finished_at = ?, lease_until = NULL"
-                " WHERE key = ?",
-                [(now, k) for k in keys],
-            )
-
-    def fail(self, key: str, error: str) -> None:
-        with self._transaction():
-            self.db.execute(
-                "UPDATE actions SET state = 'failed', error = ?, lease_until = NULL WHERE key = ?",
-                (error, key),
-            )
-
-    def counts(self, handler: str | None = None) -> dict[str, int]:
-        """Keys per state (``started``, ``done``, ``failed``), for one handler or all."""
-        sql = "SELECT state, COUNT(*) FROM actions"
-        rows = self.db.execute(
-            sql + (" WHERE handler = ? GROUP BY state" if handler else " GROUP BY state"),
-            (handler,) if handler else (),
-        )
-        return dict(rows.fetchall())
-
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self.db)
-
-
-class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
 
 
 @dataclass
@@ -413,3 +201,18 @@ def check_handlers(program: Program, handlers: Mapping[str, Handler]) -> list[st
                 f"(`{name}` after `~`); remove it or subscribe it"
             )
     return problems
+
+
+__all__ = [
+    "ActionEvent",
+    "ActionReport",
+    "Handler",
+    "Hook",
+    "Ledger",
+    "Subscription",
+    "check_handlers",
+    "idempotency_key",
+    "open_ledger",
+    "run_actions",
+    "subscriptions",
+]

@@ -11,13 +11,14 @@ evaluating or acting again.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from dagster_pomo.engine.actions import ActionReport, Handler, Ledger, run_actions
+from dagster_pomo.engine.actions import ActionReport, Handler, run_actions
 from dagster_pomo.engine.actions import subscriptions as handler_subscriptions
 from dagster_pomo.engine.driver import Driver, PassStats, open_results
 from dagster_pomo.engine.emit import Emitter, generation_of_epochs
@@ -31,6 +32,7 @@ from dagster_pomo.engine.ingest import (
     to_read,
     with_kept,
 )
+from dagster_pomo.engine.ledger import Ledger, is_postgres, open_ledger
 from dagster_pomo.engine.lines import DEFAULT_TIMES, BadLine, TimeWindow, event_time, read_events
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import SparkSettings
@@ -44,6 +46,7 @@ from dagster_pomo.plan.schema import Schema, infer_schemas
 from dagster_pomo.plan.units import Unit
 from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
 
+LEDGER_ENV = "POMO_LEDGER"  # the action ledger's folder or PostgreSQL URL, when unset
 LANDING_INDEX = "_landing.json"  # what each landing file held, beside the warehouse
 Log = Callable[[str], None]
 
@@ -83,8 +86,9 @@ def undeclared_inputs(program: Program) -> None:
 @dataclass(frozen=True)
 class Storage:
     """The warehouse root (any Spark-readable URI), the landing folder of input events, the
-    folder of the action ledgers (default: the warehouse, when it is a local path) and the
-    times input events may have (``FROM..UNTIL`` or ``any``)."""
+    action ledger (a folder of SQLite files or a PostgreSQL URL; default: ``POMO_LEDGER``,
+    else beside the warehouse when it is a local path) and the times input events may have
+    (``FROM..UNTIL`` or ``any``)."""
 
     warehouse: str
     landing: str
@@ -106,23 +110,46 @@ class Storage:
             return None
         return Path(self.warehouse.removeprefix("file://").removeprefix("file:")) / corpus
 
-    def ledger_path(self, corpus: str) -> Path:
-        """Where ``corpus``'s action ledger lives."""
-        if self.ledger is not None:
-            return Path(self.ledger) / f"{corpus}_actions.sqlite"
+    def ledger_setting(self) -> str | None:
+        """The ledger as set: ``ledger``, else ``POMO_LEDGER``, else ``None`` (a file beside
+        the warehouse)."""
+        return self.ledger or os.environ.get(LEDGER_ENV) or None
+
+    def ledger_location(self, corpus: str) -> str:
+        """Where ``corpus``'s action ledger lives: a PostgreSQL URL (``ledger``, or
+        ``POMO_LEDGER`` when ``ledger`` is unset), or a SQLite file in the ``ledger``
+        folder or beside the warehouse."""
+        ledger = self.ledger_setting()
+        if ledger is not None and is_postgres(ledger):
+            return ledger
+        if ledger is not None:
+            return str(Path(ledger) / f"{corpus}_actions.sqlite")
         folder = self.local_folder(corpus)
         if folder is None:
             raise UsageError(
                 f"the warehouse {self.warehouse} is not a local path, so the action ledger "
-                "cannot live beside it: set `ledger` to a local folder"
+                "cannot live beside it: set `ledger` to a local folder or a PostgreSQL URL"
             )
-        return folder / "_actions.sqlite"
+        return str(folder / "_actions.sqlite")
+
+    def open_ledger(self, corpus: str) -> Ledger:
+        """``corpus``'s action ledger, opened (a schema made on first use)."""
+        return open_ledger(self.ledger_location(corpus), corpus)
 
     def beside_ledger(self, corpus: str, name: str) -> Path:
-        """A file of ``corpus``'s own state kept on this machine, beside its ledger."""
-        ledger = self.ledger_path(corpus)
-        prefix = "" if self.ledger is None else corpus
-        return ledger.parent / f"{prefix}{name}"
+        """A file of ``corpus``'s own state kept on this machine: beside its ledger when
+        that is a file, else in the warehouse's folder of the corpus."""
+        ledger = self.ledger_location(corpus)
+        if is_postgres(ledger):
+            folder = self.local_folder(corpus)
+            if folder is None:
+                raise UsageError(
+                    f"the warehouse {self.warehouse} is not a local path and the ledger is "
+                    f"a database: keep the warehouse on a local or mounted path to store {name}"
+                )
+            return folder / name
+        prefix = "" if self.ledger_setting() is None else corpus
+        return Path(ledger).parent / f"{prefix}{name}"
 
     def relation_uri(self, corpus: str, relation: str) -> str:
         """Where the warehouse keeps ``relation``: its URI (``file://`` for a local path)."""
@@ -338,7 +365,7 @@ class Pipeline:
         one generation after the landing files of the epochs."""
         subs = handler_subscriptions(self.program)[name]
         results = open_results(self.program, self.schemas, self.storage.warehouse, settings)
-        ledger = Ledger(self.storage.ledger_path(self.program.name))
+        ledger = self.storage.open_ledger(self.program.name)
         try:
             by_key = {epoch_key(e): e for e in epochs}
             events = results.handler_events(subs, list(by_key))  # the range in one read

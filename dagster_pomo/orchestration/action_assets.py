@@ -28,6 +28,7 @@ from dagster_pomo.engine.actions import (
     Subscription,
     subscriptions,
 )
+from dagster_pomo.engine.ledger import is_postgres, shown
 from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import code_version
@@ -131,9 +132,17 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
                 "pomo/run_actions_per_second": round(total.ran / total.seconds, 1)
                 if total.seconds and total.ran
                 else 0.0,
-                "pomo/ledger": MetadataValue.path(str(storage.ledger_path(program.name))),
+                "pomo/ledger": ledger_metadata(storage.ledger_location(program.name)),
                 "pomo/ledger_done": acted.ledger_done,
             },
         )
 
     return act
+
+
+def ledger_metadata(location: str) -> MetadataValue:
+    """The ledger as the UI shows it: a file's path, or the database's URL without its
+    password."""
+    if is_postgres(location):
+        return MetadataValue.text(shown(location))
+    return MetadataValue.path(location)

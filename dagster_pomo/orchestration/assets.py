@@ -286,12 +286,12 @@ def pomo_definitions(
     the landing sensor, the epoch schedule (each epoch ``skew`` after it ends; a duration
     such as ``"5m"``, or ms) and the resources. Every asset's freshness policy expects a
     materialization within ``freshness`` after the schedule's tick for each epoch (None:
-    no policy). ``ledger`` is the folder of the action ledger (default: the warehouse,
-    when local); ``times`` the times input events may have (``FROM..UNTIL`` or ``any``;
-    events outside are quarantined); ``lattices`` maps each lattice name the corpus's
-    ``@lattice("name", v)`` heads use to its merge function. The landing sensor looks
-    every ``sensor_interval_seconds`` once turned on (``sensor_running``: on from the
-    start)."""
+    no policy). ``ledger`` is the action ledger, a folder or a PostgreSQL URL (default:
+    ``POMO_LEDGER``, else the warehouse when local); ``times`` the times input events may
+    have (``FROM..UNTIL`` or ``any``; events outside are quarantined); ``lattices`` maps
+    each lattice name the corpus's ``@lattice("name", v)`` heads use to its merge function.
+    The landing sensor looks every ``sensor_interval_seconds`` once turned on
+    (``sensor_running``: on from the start)."""
     from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
     from dagster_pomo.lang import load_program

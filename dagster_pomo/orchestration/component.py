@@ -99,7 +99,12 @@ class PomoComponent(dg.Component, dg.Model, dg.Resolvable):
         default_factory=dict,
         description='lattice name (`@lattice("name", v)`) -> `module:attribute` of its merge',
     )
-    ledger: str | None = Field(default=None, description="folder of the action ledger")
+    ledger: str | None = Field(
+        default=None,
+        description="the action ledger: a folder (SQLite) or a `postgresql://` URL (write "
+        "`{{ env.POMO_LEDGER }}` to keep a password out of the file); default: POMO_LEDGER, "
+        "else beside the warehouse",
+    )
     times: str = Field(
         default=str(DEFAULT_TIMES),
         description="the times input events may have, FROM..UNTIL or `any`; others are quarantined",

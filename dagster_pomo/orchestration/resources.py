@@ -105,8 +105,9 @@ class PomoStorage(ConfigurableResource):
     landing: str = Field(description="folder of JSON Lines landing files")
     ledger: str | None = Field(
         default=None,
-        description="folder of the action ledgers (SQLite, one per corpus); default: the "
-        "warehouse root when it is a local path",
+        description="the action ledger: a folder (a SQLite file per corpus) or a "
+        "`postgresql://` URL (one database for runs on several machines); default: the "
+        "POMO_LEDGER environment variable, else the warehouse root when it is a local path",
     )
     times: str = Field(
         default=str(DEFAULT_TIMES),
@@ -126,6 +127,6 @@ class PomoStorage(ConfigurableResource):
         """``corpus``'s folder in the warehouse when the warehouse is a local path."""
         return self.storage().local_folder(corpus)
 
-    def ledger_path(self, corpus: str) -> Path:
-        """Where ``corpus``'s action ledger lives."""
-        return self.storage().ledger_path(corpus)
+    def ledger_location(self, corpus: str) -> str:
+        """Where ``corpus``'s action ledger lives: a SQLite file or a PostgreSQL URL."""
+        return self.storage().ledger_location(corpus)
