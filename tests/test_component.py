@@ -178,3 +178,59 @@ def test_a_defs_yaml_registers_the_lattices_its_corpus_merges_with(tmp_path: Pat
             sys.path.remove(str(root))
         keys = {k for a in defs.assets for k in a.keys}
         assert AssetKey(["perms", "rights"]) in keys
+
+
+def test_a_defs_yaml_keeps_its_ledger_in_postgres_named_by_the_environment(
+    tmp_path: Path, postgres: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ledger: "{{ env.NAME }}"`: the URL (and its password) stays out of the file; the
+    actions of a run are recorded in that database, and the UI shows where."""
+    from dagster import load_from_defs_folder
+
+    from dagster_pomo.engine.actions import open_ledger
+    from tests.postgres import new_database
+
+    url = new_database(postgres)
+    monkeypatch.setenv("TANKS_LEDGER", url)
+    root = _project(
+        tmp_path,
+        """
+        corpus: water_tanks.pomo
+        epoch: 1h
+        start: "2023-11-14T22:00"
+        warehouse: warehouse
+        landing: landing
+        ledger: "{{ env.TANKS_LEDGER }}"
+        handlers:
+          notify_operator: tanks_project.handlers:outbox
+          log_maintenance: tanks_project.handlers:outbox
+        """,
+    )
+    folder = root / "tanks_project" / "defs" / "tanks"
+    (folder / "landing").mkdir()
+    (folder / "landing" / "a.jsonl").write_text(
+        '{"relation": "maintenance", "t": "2023-11-14T22:10:00Z", "args": ["north", "valve"]}\n'
+    )
+    sys.path.insert(0, str(root))
+    try:
+        defs = load_from_defs_folder(path_within_project=root)
+    finally:
+        sys.path.remove(str(root))
+    home = tmp_path / "home"
+    home.mkdir()
+    result = materialize(
+        list(defs.assets),
+        instance=DagsterInstance.local_temp(str(home)),
+        resources=dict(defs.resources),
+        partition_key="2023-11-14-22:00",
+    )
+    assert result.success
+    with open_ledger(url, "water_tanks") as led:
+        assert led.counts("log_maintenance") == {"done": 1}
+    assert not (folder / "warehouse" / "water_tanks" / "_actions.sqlite").exists()
+    (shown,) = [
+        e.event_specific_data.materialization.metadata["pomo/ledger"].value  # type: ignore[union-attr]
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == AssetKey(["water_tanks", "action", "log_maintenance"])
+    ]
+    assert shown == url
