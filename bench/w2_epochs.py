@@ -4,9 +4,10 @@ with negation, an action) over hourly epochs of synthetic readings, three ways:
 - **dagster-pomo, incremental**: epoch after epoch, each reading only the state its
   lifetimes keep alive (what a schedule does, one partition at a time);
 - **dagster-pomo, re-evaluating history**: at an epoch, all events so far as one epoch
-  (DESIGN §3.5 says the results are the same). Re-running this at every one of 100 epochs
-  would take hours, so it is measured at ``samples`` evenly spaced epochs and its total is
-  the sum over all epochs of the linear interpolation between them (from 0 at epoch 0);
+  (docs/semantics.md, Epochs: the results are the same). Re-running this at every one of 100
+  epochs would take hours, so it is measured at ``samples`` evenly spaced epochs and its
+  total is the sum over all epochs of the linear interpolation between them (from 0 at epoch
+  0);
 - **PySpark, hand-written**: the same logic as one DataFrame job over the whole history,
   reading the same Parquet inputs and writing its four relations as Parquet.
 

@@ -76,7 +76,8 @@ class Case:
     @property
     def sequential(self) -> bool:
         """Whether the corpus has ``@next`` or ``@async`` rules, whose results depend on the
-        epoch size (DESIGN §3.5), so that only evaluations with the same epochs agree."""
+        epoch size (docs/semantics.md, Epochs), so that only evaluations with the same
+        epochs agree."""
         return "@next" in self.corpus or "@async" in self.corpus
 
     def __repr__(self) -> str:

@@ -1,6 +1,6 @@
 """Differential tests on generated corpora and event streams.
 
-- The reference evaluator gives the same events whatever the epoch size (DESIGN §3.5),
+- The reference evaluator gives the same events whatever the epoch size (docs/semantics.md, Epochs),
   for corpora without ``@next``, the one construct whose results depend on it.
 - The Spark engine, epoch by epoch and in one batch, gives what the reference gives with
   the same epochs, with its plans interpreted (small epochs) and compiled, and with small

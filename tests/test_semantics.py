@@ -1,5 +1,5 @@
-"""The time semantics of DESIGN §3 and the seeds' examples, with expected outputs worked
-out by hand. Every case runs on every engine and at several epoch sizes, and on Spark
+"""The time semantics of docs/semantics.md (Time) and the seeds' examples, with expected
+outputs worked out by hand. Every case runs on every engine and at several epoch sizes, and on Spark
 also with small epochs worked out in this process."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The Parquet warehouse: the layout of DESIGN §4, epoch-cut independence of what it holds,
-and idempotent re-runs of any epoch."""
+"""The Parquet warehouse: the layout of docs/semantics.md (Storage), epoch-cut independence
+of what it holds, and idempotent re-runs of any epoch."""
 
 from __future__ import annotations
 

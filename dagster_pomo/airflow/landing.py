@@ -1,12 +1,12 @@
 """The landing watcher: new landing files that are late re-run the epochs they change.
 
-A scheduled run of an epoch reads every landing file that holds events of it, so a file
-that lands before its epochs run needs nothing more. A file with events of an epoch
-already stored is *late* (DESIGN §3.7): that epoch and every later stored one are run
-again, in time order, in one run of the corpus's DAG (its configuration names the range).
-The watcher is a DAG of its own, ``<dag_id>__landing``, always running (``@continuous``):
-a sensor deferred to the triggerer while nothing new lands (no worker slot waits), then a
-trigger of the corpus's DAG when something is late.
+A scheduled run of an epoch reads every landing file that holds events of it, so a file that
+lands before its epochs run needs nothing more. A file with events of an epoch already
+stored is *late* (docs/semantics.md, Late events): that epoch and every later stored one are
+run again, in time order, in one run of the corpus's DAG (its configuration names the
+range). The watcher is a DAG of its own, ``<dag_id>__landing``, always running
+(``@continuous``): a sensor deferred to the triggerer while nothing new lands (no worker
+slot waits), then a trigger of the corpus's DAG when something is late.
 
 What the watcher has seen (file name and signature) is kept beside the ledger, so the
 same file never triggers twice; a watcher started after a backfill counts the files the

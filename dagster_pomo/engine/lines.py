@@ -95,19 +95,6 @@ class Piece:
     before: int = 0
 
 
-def read_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, str | None, str]]:
-    """``(number, text, shown)`` for each non-blank line of ``path`` (of ``piece`` only, when
-    given): ``text`` is None when the line is not UTF-8 (``shown`` then escapes the bad
-    bytes, for the quarantine)."""
-    for number, raw in raw_lines(path, piece):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            yield number, None, raw.decode("utf-8", errors="backslashreplace")
-            continue
-        yield number, text, text
-
-
 def raw_lines(path: Path, piece: Piece | None = None) -> Iterator[tuple[int, bytes]]:
     """``(number, bytes)`` for each non-blank line of ``path`` (of ``piece``), without its
     line end and a first line's byte-order mark."""

@@ -1,11 +1,11 @@
 """The reference evaluator: naive, whole-history, obviously correct, slow.
 
-It is the oracle the Spark engine is tested against, so it favours being easy
-to check against DESIGN §3 over speed. For every epoch ``[a, b)`` it starts
-again from scratch: all input versions known before ``b``, every stratum run to
-a fixpoint by re-evaluating every rule on everything, keeping the derived
-versions with ``kt < b``. ``@next`` rules run on the state of the previous
-epoch and are stamped at its end. Nothing here is incremental.
+It is the oracle the Spark engine is tested against, so it favours being easy to check
+against docs/semantics.md, Time over speed. For every epoch ``[a, b)`` it starts again from
+scratch: all input versions known before ``b``, every stratum run to a fixpoint by
+re-evaluating every rule on everything, keeping the derived versions with ``kt < b``.
+``@next`` rules run on the state of the previous epoch and are stamped at its end. Nothing
+here is incremental.
 """
 
 from __future__ import annotations

@@ -75,7 +75,6 @@ POMOLOGIC = Notation(
         r'|[^"#/.0-9]+|[0-9]+|/|\.'
     ),
 )
-NOTATIONS = {POMO.name: POMO, POMOLOGIC.name: POMOLOGIC}
 
 
 def notation_of(name: str) -> Notation:

@@ -1,5 +1,6 @@
 """The epoch schedule: each epoch is materialized once it is complete, at its end plus the
-pipeline's maximum skew (DESIGN §3.7), when events up to its end can be assumed landed.
+pipeline's maximum skew (docs/semantics.md, Late events), when events up to its end can
+be assumed landed.
 
 (No ``from __future__ import annotations`` here: Dagster reads the schedule's annotations
 at runtime.)

@@ -1,12 +1,11 @@
 """The landing sensor: new landing files become runs for the epochs their events fall in.
 
-The cursor remembers every landing file seen (name, size, modification time), so a
-tick only reads new or grown files, and the same file never starts a run twice
-(run keys). A file with events for an epoch that is already materialized is late
-(DESIGN §3.7): that epoch and every later materialized one are requested again, in
-time order, in one run. A sensor turned on after a backfill starts from what the inputs
-step has read: a file it read as the file is now requests only the epochs not yet
-materialized.
+The cursor remembers every landing file seen (name, size, modification time), so a tick only
+reads new or grown files, and the same file never starts a run twice (run keys). A file with
+events for an epoch that is already materialized is late (docs/semantics.md, Late events):
+that epoch and every later materialized one are requested again, in time order, in one run.
+A sensor turned on after a backfill starts from what the inputs step has read: a file it
+read as the file is now requests only the epochs not yet materialized.
 
 (No ``from __future__ import annotations`` here: Dagster reads the sensor's
 annotations at runtime.)

@@ -1,4 +1,5 @@
-"""The time rules every executing backend applies (DESIGN §3.1), written once.
+"""The time rules every executing backend applies (docs/semantics.md, Events and times),
+written once.
 
 A match's time ``tau`` is the latest ``kt`` of its versions and it lives until the
 first of them expires (``mexp``); it is valid when alive at ``tau``. A head without

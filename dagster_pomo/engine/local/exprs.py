@@ -20,7 +20,7 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.kinds import expr_type
 
 NUMPY = {"int": np.int64, "float": np.float64, "str": object, "bool": np.bool_}
-LONG_MIN, LONG_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+LONG_MAX = np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,18 @@
 """The rounds of a linear recursive stratum run to its fixpoint, inside one Spark task or
 in this process (`stratum._linear_rounds`).
 
-A Spark round costs a job, its stages and a plan built again from the rules, whatever
-the size of its data: the closure of a 1,000-node cycle takes 1,001 of them. When every
-recursive rule reads its relation once and otherwise only relations of lower strata,
-and those are small enough to ship with the task, a partition of the relation can be
-taken to its fixpoint on its own: either it holds all of the relation, or the relation is
-spread on an argument every rule keeps in place, so no match ever needs a row of
-another partition (see ``partitioning``). Each round joins the previous round's new
-versions with the lower relations on numpy columns, applies the guards and negations,
-works out the versions' times as the Spark plans do (DESIGN §3.1), and keeps what no
-known version covers. Known versions are found by address when their key columns are
-integers of small ranges (`_Cells`: a graph's node numbers, one epoch's times), else by a
-64-bit hash checked against the key (`_Known`).
+A Spark round costs a job, its stages and a plan built again from the rules, whatever the
+size of its data: the closure of a 1,000-node cycle takes 1,001 of them. When every
+recursive rule reads its relation once and otherwise only relations of lower strata, and
+those are small enough to ship with the task, a partition of the relation can be taken to
+its fixpoint on its own: either it holds all of the relation, or the relation is spread on
+an argument every rule keeps in place, so no match ever needs a row of another partition
+(see ``partitioning``). Each round joins the previous round's new versions with the lower
+relations on numpy columns, applies the guards and negations, works out the versions' times
+as the Spark plans do (docs/semantics.md, Events and times), and keeps what no known version
+covers. Known versions are found by address when their key columns are integers of small
+ranges (`_Cells`: a graph's node numbers, one epoch's times), else by a 64-bit hash checked
+against the key (`_Known`).
 
 This module imports nothing of the project but the plan's shapes (`plan.linear_rounds`), the
 time rules (`plan.time`) and the joins of columns (`column_joins`): all four are shipped to

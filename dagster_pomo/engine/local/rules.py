@@ -1,13 +1,13 @@
 """One rule over versions held as numpy columns, as :mod:`dagster_pomo.engine.spark.rules`
 plans it.
 
-The same steps as the Spark plans, on the epoch's few rows in this process: positive
-atoms become renamed columns and join on shared variables (or on buckets of a band
-their guards keep them in), ``where`` adds columns, guards filter, ``tau`` is the
-largest ``kt``, negations drop the matches some agreeing version is alive for, and the
-head computes ``t``, ``kt`` and ``exp`` (DESIGN §3.1). Aggregates cut each combination
-of events into segments and hand them to `sliding_aggregates`, which the Spark plans
-run in their tasks.
+The same steps as the Spark plans, on the epoch's few rows in this process: positive atoms
+become renamed columns and join on shared variables (or on buckets of a band their guards
+keep them in), ``where`` adds columns, guards filter, ``tau`` is the largest ``kt``,
+negations drop the matches some agreeing version is alive for, and the head computes ``t``,
+``kt`` and ``exp`` (docs/semantics.md, Events and times). Aggregates cut each combination of
+events into segments and hand them to `sliding_aggregates`, which the Spark plans run in
+their tasks.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A range of epochs evaluated as one: a backfill's partitions in one pass per stratum.
 
 For a corpus without ``@next`` the events derived do not depend on how time is cut into
-epochs (DESIGN §3.5), and epoch by epoch each version ends up stored in the epoch its
+epochs (docs/semantics.md, Epochs), and epoch by epoch each version ends up stored in the epoch its
 ``kt`` falls in: the epoch that derived it, or the one it was deferred to. So a range of
 epochs of one length can be evaluated as one epoch and its versions split by ``kt`` into
 the same partitions; versions stamped after the end of the epoch that made them (the

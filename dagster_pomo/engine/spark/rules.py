@@ -5,7 +5,7 @@ Every relation arrives as a DataFrame of versions with its columns plus ``t``,
 positive atom becomes a filtered, renamed projection; atoms join on shared
 variables; ``where`` adds columns; guards and expression arguments filter;
 ``tau`` is the largest ``kt``; negations are anti-joins on versions alive at
-``tau``. The head computes ``t``, ``kt`` and ``exp`` as DESIGN §3.1 says.
+``tau``. The head computes ``t``, ``kt`` and ``exp`` as docs/semantics.md, Events and times says.
 """
 
 from __future__ import annotations
