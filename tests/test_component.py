@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import AssetKey, DagsterInstance, Definitions, materialize
 
 from dagster_pomo.errors import UsageError
 from dagster_pomo.examples import SqliteOutbox
@@ -46,9 +46,24 @@ def _project(root: Path, attributes: str) -> Path:
     return root
 
 
-def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> None:
+def _load_with_a_maintenance_window(root: Path, folder: Path) -> Definitions:
+    """The project's definitions, its landing folder holding one maintenance window."""
     from dagster import load_from_defs_folder
 
+    (folder / "landing").mkdir()
+    (folder / "landing" / "a.jsonl").write_text(
+        '{"relation": "maintenance", "t": "2023-11-14T22:10:00Z", "args": ["north", "valve"]}\n'
+    )
+    for name in [m for m in sys.modules if m.startswith("tanks_project")]:
+        del sys.modules[name]  # another test's project had a package of this name
+    sys.path.insert(0, str(root))
+    try:
+        return load_from_defs_folder(path_within_project=root)
+    finally:
+        sys.path.remove(str(root))
+
+
+def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> None:
     root = _project(
         tmp_path,
         """
@@ -69,15 +84,7 @@ def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> No
         """,
     )
     folder = root / "tanks_project" / "defs" / "tanks"
-    (folder / "landing").mkdir()
-    (folder / "landing" / "a.jsonl").write_text(
-        '{"relation": "maintenance", "t": "2023-11-14T22:10:00Z", "args": ["north", "valve"]}\n'
-    )
-    sys.path.insert(0, str(root))
-    try:
-        defs = load_from_defs_folder(path_within_project=root)
-    finally:
-        sys.path.remove(str(root))
+    defs = _load_with_a_maintenance_window(root, folder)
     keys = {k for a in defs.assets for k in a.keys}
     assert AssetKey(["water_tanks", "overflow_alert"]) in keys
     assert AssetKey(["water_tanks", "action", "notify_operator"]) in keys
@@ -185,8 +192,6 @@ def test_a_defs_yaml_keeps_its_ledger_in_postgres_named_by_the_environment(
 ) -> None:
     """`ledger: "{{ env.NAME }}"`: the URL (and its password) stays out of the file; the
     actions of a run are recorded in that database, and the UI shows where."""
-    from dagster import load_from_defs_folder
-
     from dagster_pomo.engine.actions import open_ledger
     from tests.postgres import new_database
 
@@ -207,15 +212,7 @@ def test_a_defs_yaml_keeps_its_ledger_in_postgres_named_by_the_environment(
         """,
     )
     folder = root / "tanks_project" / "defs" / "tanks"
-    (folder / "landing").mkdir()
-    (folder / "landing" / "a.jsonl").write_text(
-        '{"relation": "maintenance", "t": "2023-11-14T22:10:00Z", "args": ["north", "valve"]}\n'
-    )
-    sys.path.insert(0, str(root))
-    try:
-        defs = load_from_defs_folder(path_within_project=root)
-    finally:
-        sys.path.remove(str(root))
+    defs = _load_with_a_maintenance_window(root, folder)
     home = tmp_path / "home"
     home.mkdir()
     result = materialize(

@@ -8,6 +8,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 from enum import Enum
+from typing import Self
 
 from dagster_pomo.engine.cid import cid
 from dagster_pomo.lang.interpret import Value
@@ -64,3 +65,16 @@ def verdict(
     if state == "started" and holder != owner and (until or 0) > now and owner_alive(holder):
         return Verdict.HELD
     return Verdict.FREE
+
+
+class Closes:
+    """A ledger in a ``with`` block is closed at its end."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from dagster_pomo.engine.ledger.claims import LEASE, Verdict, verdict
+from dagster_pomo.engine.ledger.claims import LEASE, Closes, Verdict, verdict
 from dagster_pomo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def _psycopg() -> Any:
     return psycopg
 
 
-class PostgresLedger:
+class PostgresLedger(Closes):
     """``corpus``'s actions in the ledger at ``url`` (see `engine.actions` for what it
     promises; the same as the SQLite ledger, across machines)."""
 
@@ -116,12 +116,6 @@ class PostgresLedger:
 
     def close(self) -> None:
         self.db.close()
-
-    def __enter__(self) -> PostgresLedger:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     def done(self, keys: Sequence[str]) -> set[str]:
         """Which of ``keys`` finished already."""

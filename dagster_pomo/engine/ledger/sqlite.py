@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dagster_pomo.engine.ledger.claims import LEASE, Verdict, idempotency_key, verdict
+from dagster_pomo.engine.ledger.claims import LEASE, Closes, Verdict, idempotency_key, verdict
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.actions import ActionEvent
@@ -37,7 +37,7 @@ KEYS_ARE_CIDS = 1  # the ledger's user_version once its keys are `handler:conten
 CHUNK = 500  # keys per `IN (...)`: below SQLite's limit on parameters
 
 
-class SqliteLedger:
+class SqliteLedger(Closes):
     """One corpus's ledger in a SQLite file (see `engine.actions` for what it promises)."""
 
     def __init__(self, path: str | Path) -> None:
@@ -76,12 +76,6 @@ class SqliteLedger:
 
     def close(self) -> None:
         self.db.close()
-
-    def __enter__(self) -> SqliteLedger:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     def _rows(self, sql: str, keys: Sequence[str]) -> list[tuple]:
         """``sql`` (with ``{marks}`` for a list of keys) over ``keys``, a chunk at a time."""
