@@ -63,6 +63,19 @@ def _load_with_a_maintenance_window(root: Path, folder: Path) -> Definitions:
         sys.path.remove(str(root))
 
 
+def _first_hour(defs: Definitions, home: Path):  # noqa: ANN202 - Dagster's result
+    """The first hour materialized on a Dagster instance in ``home``; it succeeded."""
+    home.mkdir()
+    result = materialize(
+        list(defs.assets),
+        instance=DagsterInstance.local_temp(str(home)),
+        resources=dict(defs.resources),
+        partition_key="2023-11-14-22:00",
+    )
+    assert result.success
+    return result
+
+
 def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> None:
     root = _project(
         tmp_path,
@@ -94,15 +107,7 @@ def test_a_defs_yaml_builds_the_corpus_assets_and_they_run(tmp_path: Path) -> No
     # `spark:` takes every field of the Spark resource: here, Spark's tasks read any landing.
     spark = defs.resources["spark"]
     assert (spark.spark_landing_bytes, spark.conf) == (0, {"spark.sql.shuffle.partitions": "2"})
-    home = tmp_path / "home"
-    home.mkdir()
-    result = materialize(
-        list(defs.assets),
-        instance=DagsterInstance.local_temp(str(home)),
-        resources=dict(defs.resources),
-        partition_key="2023-11-14-22:00",
-    )
-    assert result.success
+    _first_hour(defs, tmp_path / "home")
     assert (folder / "warehouse" / "water_tanks" / "maintenance").is_dir()
     effects = SqliteOutbox(root / "outbox.sqlite").effects()
     assert [(h, r, t) for h, r, _, t in effects] == [
@@ -213,15 +218,7 @@ def test_a_defs_yaml_keeps_its_ledger_in_postgres_named_by_the_environment(
     )
     folder = root / "tanks_project" / "defs" / "tanks"
     defs = _load_with_a_maintenance_window(root, folder)
-    home = tmp_path / "home"
-    home.mkdir()
-    result = materialize(
-        list(defs.assets),
-        instance=DagsterInstance.local_temp(str(home)),
-        resources=dict(defs.resources),
-        partition_key="2023-11-14-22:00",
-    )
-    assert result.success
+    result = _first_hour(defs, tmp_path / "home")
     with open_ledger(url, "water_tanks") as led:
         assert led.counts("log_maintenance") == {"done": 1}
     assert not (folder / "warehouse" / "water_tanks" / "_actions.sqlite").exists()
