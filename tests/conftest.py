@@ -6,14 +6,12 @@ Set ``POMO_UPDATE_GOLDENS=1`` to rewrite golden files from the current output
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xdist.scheduler import LoadScopeScheduling
 
 from dagster_pomo.examples import CORPORA
 
@@ -66,9 +64,9 @@ def _example_lattices():
     register_lattices(LATTICES)
 
 
-# The modules whose tests take longest (a minute or more each here), started first: the
-# workers take tests in collection order, so the long ones do not end up running alone
-# at the end (see `_ByModuleFixtures`).
+# The modules whose tests take longest (a minute or more each here), started first: a
+# worker takes a whole module at a time, in collection order, so the two then finish
+# together rather than one running the last long module alone.
 LONGEST_FIRST = (
     "test_engine_properties",
     "test_cluster",
@@ -89,30 +87,6 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
-
-
-@functools.cache
-def _shares_module_fixtures(path: str) -> bool:
-    """Whether the test module at ``path`` (from the root) defines a module-scoped fixture."""
-    return 'scope="module"' in (ROOT / path).read_text(encoding="utf-8")
-
-
-class _ByModuleFixtures(LoadScopeScheduling):
-    """Each test goes to whichever worker is free, except that a module's tests stay on one
-    worker when they share a module-scoped fixture (a cluster, an Airflow home: made
-    once). Tests start in collection order (`LONGEST_FIRST`)."""
-
-    def __init__(self, config: pytest.Config, log: object = None) -> None:
-        super().__init__(config, log)  # type: ignore[arg-type]
-        config.option.loadscopereorder = False
-
-    def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
-        return path if _shares_module_fixtures(path) else nodeid
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
-    return _ByModuleFixtures(config, log)
 
 
 @pytest.fixture(scope="session")
