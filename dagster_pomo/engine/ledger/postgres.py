@@ -209,7 +209,7 @@ class PostgresLedger(Closes):
         )  # fmt: skip
 
     def finish(self, keys: Sequence[str]) -> None:
-        if len(keys) == 1:  # as actions finish: one key
+        if len(keys) == 1:  # as actions finish: `key = %s` plans faster than `ANY` (~20%)
             self._update(
                 "UPDATE pomo_actions SET state = 'done', finished_at = %s, lease_until = NULL"
                 " WHERE key = %s AND corpus = %s",
