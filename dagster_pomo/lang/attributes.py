@@ -67,6 +67,8 @@ def _resolve_rule(
 ) -> ast.Rule | None:
     """``rule`` with positional atoms, or None when its head lacks attributes (a head
     that derives events gives every one; a subscription's pattern need not)."""
+    if all(atom.names is None for atom in rule.atoms):
+        return rule  # every atom positional already: most rules, and cheap to tell
     head, missing = _resolve(rule.head, columns, declared, found)
     if missing and not rule.is_subscription:
         found.append(

@@ -92,7 +92,7 @@ def variable_types(
         )
         if typ is not None:
             env.setdefault(lit.aggregation.var.name, typ)
-    for d in binding_of(rule).def_order:
+    for d in binding_of(rule).def_order if rule.defs else ():
         typ = expr_type(d.expr, env)
         if typ is not None:
             env[d.var.name] = typ

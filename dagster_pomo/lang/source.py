@@ -5,13 +5,15 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 EXCERPT = 100  # characters of a source line shown under a diagnostic, at most
 
 
-@dataclass(frozen=True)
-class Span:
-    """A half-open range ``[start, end)`` of character offsets, with 1-based line/column."""
+class Span(NamedTuple):
+    """A half-open range ``[start, end)`` of character offsets, with 1-based line/column.
+    A named tuple, not a dataclass: a parse makes several a rule, and a tuple is made
+    three times faster."""
 
     start: int
     end: int
@@ -37,10 +39,12 @@ class Source:
 
     def span(self, start: int, end: int) -> Span:
         """The span of ``text[start:end]`` with its line and column filled in."""
-        start = max(0, min(start, len(self.text)))
-        end = max(start, min(end, len(self.text)))
-        line = bisect.bisect_right(self._line_starts, start)
-        return Span(start, end, line, start - self._line_starts[line - 1] + 1)
+        if not 0 <= start <= end <= len(self.text):
+            start = max(0, min(start, len(self.text)))
+            end = max(start, min(end, len(self.text)))
+        starts = self._line_starts
+        line = bisect.bisect_right(starts, start)
+        return Span(start, end, line, start - starts[line - 1] + 1)
 
     def line_text(self, line: int) -> str:
         """The text of 1-based ``line`` without its newline."""

@@ -120,10 +120,8 @@ def stratify(corpus: ast.Corpus) -> tuple[list[Stratum], list[Diagnostic]]:
         a, b = component_of[e.head], component_of[e.body]
         if a != b:
             comp_deps[a].add(b)
-    ready = sorted(
-        (i for i, deps in comp_deps.items() if not deps),
-        key=lambda i: min(order[n] for n in components[i]),
-    )
+    first = [min(order[n] for n in component) for component in components]
+    ready = sorted((i for i, deps in comp_deps.items() if not deps), key=first.__getitem__)
     dependants: dict[int, list[int]] = {i: [] for i in comp_deps}
     for a, deps in comp_deps.items():
         for b in deps:
@@ -135,9 +133,14 @@ def stratify(corpus: ast.Corpus) -> tuple[list[Stratum], list[Diagnostic]]:
         i = queue.popleft()
         members = sorted(components[i], key=order.__getitem__)
         if any(m in has_body for m in members):
-            rules = sorted(
-                (r for m in members for r in derived_rules.get(m, [])),
-                key=lambda r: r.span.start,
+            # One relation's rules are in source order already.
+            rules = (
+                derived_rules[members[0]]
+                if len(members) == 1
+                else sorted(
+                    (r for m in members for r in derived_rules.get(m, [])),
+                    key=lambda r: r.span.start,
+                )
             )
             recursive = len(members) > 1 or members[0] in succ.get(members[0], ())
             strata.append(Stratum(len(strata), tuple(members), tuple(rules), recursive))
@@ -148,7 +151,7 @@ def stratify(corpus: ast.Corpus) -> tuple[list[Stratum], list[Diagnostic]]:
             remaining[j] -= 1
             if remaining[j] == 0:
                 freed.append(j)
-        queue.extend(sorted(freed, key=lambda j: min(order[n] for n in components[j])))
+        queue.extend(sorted(freed, key=first.__getitem__))
     inductive = tuple(r for r in corpus.rules if r.is_inductive)
     if inductive:
         heads = tuple(dict.fromkeys(r.head.relation for r in inductive))
