@@ -62,9 +62,10 @@ class Invalid(Declined):
         self.text = text
 
 
-def tokens(text: str, start: int, end: int) -> list[Token]:
+def tokens(text: str, start: int, end: int, lower: list[int] | None = None) -> list[Token]:
     """The tokens of ``text[start:end]``, positions absolute; a character no token starts
-    with is :class:`Invalid` there."""
+    with is :class:`Invalid` there. ``lower`` gets the index of each name that starts with
+    a lowercase letter."""
     out: list[Token] = []
     pos = start
     for tok in _TOKEN.findall(text, start, end):
@@ -81,6 +82,8 @@ def tokens(text: str, start: int, end: int) -> list[Token]:
             kind = "STRING"
         elif first.isalpha() or first == "_":
             kind = "NAME"
+            if lower is not None and first.islower():
+                lower.append(len(out))
         else:
             kind = "IMPLIES" if tok in _IMPLIES else tok
         out.append((kind, tok, pos, pos + n))
@@ -101,8 +104,10 @@ def _unreadable(text: str, start: int, end: int) -> tuple[int, str]:
 def read_statement(source: Source, start: int, end: int, pomologic: bool = False) -> ast.Statement:
     """The statement in ``source.text[start:end]`` (written in PomoLogic when
     ``pomologic``), or :class:`Declined`."""
-    reader = _LogicReader if pomologic else _Reader
-    return reader(source, tokens(source.text, start, end)).statement()
+    if not pomologic:
+        return _Reader(source, tokens(source.text, start, end)).statement()
+    lower: list[int] = []
+    return _LogicReader(source, tokens(source.text, start, end, lower), lower).statement()
 
 
 class _Reader:
@@ -504,6 +509,10 @@ class _LogicReader(_Reader):
 
     END = "."
 
+    def __init__(self, source: Source, toks: list[Token], lower: list[int]) -> None:
+        super().__init__(source, toks)
+        self.lower = lower  # the index of each name that starts with a lowercase letter
+
     def _rule(self) -> ast.Rule:
         check = self.toks[self.at][0] == ".check"
         first = self.toks[self.at][2]
@@ -534,10 +543,20 @@ class _LogicReader(_Reader):
             check,
             tuple(choices),
         )
-        named = {lit.aggregation.var.name for lit in body if lit.aggregation is not None}
-        if any(not _variable_name(v) and v not in named for v in _variables(rule)):
-            raise Declined("lowercase")  # lark's reading says it is no variable
+        if self._lowercase_names():
+            named = {lit.aggregation.var.name for lit in body if lit.aggregation is not None}
+            if any(not _variable_name(v) and v not in named for v in _variables(rule)):
+                raise Declined("lowercase")  # lark's reading says it is no variable
         return rule
+
+    def _lowercase_names(self) -> bool:
+        """Whether a lowercase name may be a variable: one not followed by ``(`` (a relation,
+        a function) nor, inside an atom's parentheses, by ``:`` (an attribute)."""
+        toks = self.toks
+        return any(
+            toks[i + 1][0] != "(" and not (toks[i + 1][0] == ":" and toks[i - 1][0] in ("(", ","))
+            for i in self.lower
+        )
 
     def _predicate(
         self,
@@ -567,6 +586,13 @@ class _LogicReader(_Reader):
         if kind == "NAME" and self.toks[self.at + 1][0] == ":=":
             body.append(self._body_aggregate())
             return 0
+        if kind == "NAME" and self.toks[self.at + 1][0] == "(" and text not in RESERVED:
+            at = self.at  # most predicates are an atom alone: read it as one
+            atom, end = self._atom()
+            if self.toks[self.at][0] in (",", "."):
+                body.append(ast.BodyLiteral(_omitted(atom), False, atom.span))
+                return 1
+            self.at = at  # a call compared (`abs(X) > 1`): read again as an expression
         item, first, end, _ = self._expr()
         if isinstance(item, _Callish):
             body.append(ast.BodyLiteral(_omitted(item.atom), False, self.span(first, end)))
