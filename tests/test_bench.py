@@ -133,3 +133,18 @@ def test_the_executor_operations_agree_on_every_system(capsys) -> None:  # noqa:
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert [c.strip() for c in rows[0].split("|")[3:-2]] == [f"{s} ms" for s in SYSTEMS]
     assert len(rows) == 2 + 4, "a row per operation"
+
+
+def test_the_check_benchmark_checks_each_corpus_and_its_peer(capsys) -> None:  # noqa: ANN001
+    """`python -m bench.check_scale` checks each flat corpus in a fresh `pomo check` and the
+    same rules in clingo's grounder; a run that does not report what it should fails."""
+    from bench.check_scale import main as check_scale
+
+    assert check_scale(["--rules", "120", "--repeat", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 120")]
+    assert [r.split("|")[1:3] for r in rows] == [
+        [" 120 rules ", " dagster-pomo "],
+        [" 120 rules ", " clingo --mode=gringo "],
+        [" 120 rules, PomoLogic ", " dagster-pomo "],
+        [" 120 broken rules ", " dagster-pomo "],
+    ]
