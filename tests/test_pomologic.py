@@ -15,8 +15,9 @@ from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.run import ENGINES, run
 from dagster_pomo.examples import DEFAULT_START as START
 from dagster_pomo.examples import HOUR
-from dagster_pomo.lang import PomoSyntaxError, compile_corpus, load_program, parse
+from dagster_pomo.lang import PomoSyntaxError, ast, compile_corpus, load_program, parse
 from dagster_pomo.lang.pomologic import to_pomologic
+from dagster_pomo.lang.render import render_expr
 from tests.conftest import RULES
 from tests.test_semantics import evaluate
 
@@ -365,3 +366,21 @@ def test_a_body_aggregate_follows_arrivals_and_expiries_while_its_match_lives(tm
         ("north", 2, 130),
         ("north", 7, 140),
     }
+
+
+def test_a_content_id_binds_an_atom_of_one_positional_argument() -> None:
+    """`C := p(X)` once read as the aggregate function `p` of `(X)` and failed for want of
+    a `:`; an aggregate's argument in parentheses reads as before."""
+    corpus = parse(
+        ".decl p(x: int).\n"
+        "r(C, X) :- C := p(X).\n"
+        "s(S) :- S := sum (X + 1) : p(X).\n"
+        "t(S) :- S := sum(X) : p(X), N := count : p(_), N > 0.\n",
+        "case.pomologic",
+    )
+    cid, total, plain = corpus.rules
+    assert cid.body[0].atom.annotation("cid") is not None and cid.body[0].aggregation is None
+    assert render_expr(total.body[0].aggregation.arg) == "X + 1"
+    assert plain.body[0].aggregation.arg == ast.Var("X")
+    with pytest.raises(PomoSyntaxError, match="a body aggregate summarises one value"):
+        parse("r(S) :- S := sum(X, Y) : p(X, Y).", "case.pomologic")

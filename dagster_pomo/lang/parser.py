@@ -523,14 +523,21 @@ class _ToAst(Transformer[Token, Any]):
         summarised = arg[0] if arg else None
         if isinstance(summarised, Token):  # a variable, or an expression in parentheses
             summarised = ast.Var(self._name(summarised), self._tok_span(summarised))
-        return self._aggregation(meta, var, function, summarised, atom)
+        return self._aggregation(
+            meta, var, str(function), self._tok_span(function), summarised, atom
+        )
 
     def _aggregation(
-        self, meta: Any, var: ast.Var, function: Token, arg: ast.Expr | None, atom: ast.Atom
+        self,
+        meta: Any,
+        var: ast.Var,
+        fn: str,
+        span: Span,
+        arg: ast.Expr | None,
+        atom: ast.Atom,
     ) -> ast.BodyLiteral:
-        """A body aggregate: a known function, with an argument unless it counts."""
-        fn = str(function)
-        span = self._tok_span(function)
+        """A body aggregate: a known function (written at ``span``), with an argument
+        unless it counts."""
         if fn not in ast.AGGREGATES:
             known = ", ".join(ast.AGGREGATES)
             self._fail(f"unknown aggregate `{fn}`", span, f"aggregates: {known}")
@@ -756,7 +763,24 @@ class _PomoLogicToAst(_ToAst):
         name, function, *arg, item = children
         var = self._variable(name, self._tok_span(name))
         expr = self._expr(arg[0]) if arg else None
-        return self._aggregation(meta, var, function, expr, self._atom(item))
+        span = self._tok_span(function)
+        return self._aggregation(meta, var, str(function), span, expr, self._atom(item))
+
+    def body_aggregate_call(self, meta: Any, children: list[Any]) -> ast.BodyLiteral:
+        """``V := f(expr) : atom`` (also written ``f (expr)``): the function and its one
+        argument read as a call."""
+        name, function, item = children
+        var = self._variable(name, self._tok_span(name))
+        call = function.atom
+        if call.names is not None or call.annotations or call.handlers or len(call.args) > 1:
+            self._fail(
+                "a body aggregate summarises one value",
+                call.span,
+                f"write `{var.name} := {call.relation} X : atom` or "
+                f"`{var.name} := {call.relation} (expression) : atom`",
+            )
+        arg = call.args[0] if call.args else None
+        return self._aggregation(meta, var, call.relation, call.name_span, arg, self._atom(item))
 
     def call(self, meta: Any, children: list[Any]) -> _Callish:
         return _Callish(self.atom(meta, children))
