@@ -317,13 +317,14 @@ def test_generated_example_events_are_all_accepted(tmp_path: Path) -> None:
     assert len((tmp_path / "out" / "level_10m.jsonl").read_text().splitlines()) == versions
 
 
-def test_pomo_demo_runs_the_pipeline_through_dagster_and_reports_actions(
-    tmp_path: Path, capsys
-) -> None:
-    from dagster_pomo.cli.main import main
-
-    assert main(["demo", "--dir", str(tmp_path / "demo")]) == 0
-    out = capsys.readouterr().out
+def test_pomo_demo_runs_the_pipeline_through_dagster_and_reports_actions(tmp_path: Path) -> None:
+    """`pomo demo` on a terminal, as a user runs it: its progress while Dagster works (the
+    asset partitions done of all, read from the run's instance), then what was derived
+    and done."""
+    code, out = _on_a_terminal("demo", "--dir", str(tmp_path / "demo"))
+    assert code == 0, out[-3000:]
+    assert "materializing" in out and "27 of 27 asset partitions" in out, out
+    out = out.replace("\r\n", "\n")
     assert "3 hourly partitions" in out
     derived = dict(
         (line.split()[0], int(line.split()[1].replace(",", "")))
@@ -350,6 +351,7 @@ def test_pomo_demo_keeps_its_ledger_in_postgres_and_a_second_demo_runs_nothing_a
     demo = ("demo", "--ledger", url)
     first = pomo(*demo, "--dir", str(tmp_path / "one"))
     assert first.returncode == 0, first.stderr[-3000:]
+    assert "materializing" not in first.stderr, "no progress where stderr is no terminal"
     assert f"the ledger: {url}" in first.stdout
     ran = {
         line.split()[0]: int(line.split()[1].replace(",", ""))

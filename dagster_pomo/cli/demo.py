@@ -21,23 +21,33 @@ from dagster_pomo.examples import CORPORA
 CORPUS = CORPORA / "water_tanks.pomo"
 
 
-def run_demo(folder: Path | None, hours: int, readings: int, ledger: str | None = None) -> int:
+def run_demo(
+    folder: Path | None,
+    hours: int,
+    readings: int,
+    ledger: str | None = None,
+    progress: bool = False,
+) -> int:
     """Run the demo in ``folder`` (a temporary one, removed afterwards, when ``None``), its
-    action ledger at ``ledger`` (a folder or a PostgreSQL URL; default: the warehouse)."""
+    action ledger at ``ledger`` (a folder or a PostgreSQL URL; default: the warehouse),
+    drawing the run's progress on stderr when ``progress``."""
     if not CORPUS.is_file():
         raise UsageError(f"{CORPUS} is missing: reinstall dagster-pomo")
     keep = folder is not None
     work = folder or Path(tempfile.mkdtemp(prefix="pomo-demo-"))
     try:
-        return _demo(work, hours, readings, keep, ledger)
+        return _demo(work, hours, readings, keep, ledger, progress)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _demo(work: Path, hours: int, readings: int, keep: bool, ledger: str | None) -> int:
+def _demo(
+    work: Path, hours: int, readings: int, keep: bool, ledger: str | None, progress: bool
+) -> int:
     from dagster import AssetKey, DagsterInstance, HourlyPartitionsDefinition, materialize
 
+    from dagster_pomo.cli.progress import materializing
     from dagster_pomo.engine.ledger import is_postgres, shown
     from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
     from dagster_pomo.orchestration import pomo_definitions
@@ -64,7 +74,8 @@ def _demo(work: Path, hours: int, readings: int, keep: bool, ledger: str | None)
     )
     assets = list(defs.assets)
     # What the UI lists: a relation or a handler an asset (a multi-asset is one step).
-    n_keys = len({key for a in assets for key in a.keys})  # type: ignore[union-attr]
+    asset_keys = sorted({key for a in assets for key in a.keys})  # type: ignore[union-attr]
+    n_keys = len(asset_keys)
     spark = SparkResource().settings()
     where = f"Spark at {spark.remote}" if spark.remote else f"Spark ({spark.master})"
     if spark.master == "local[*]" and not spark.remote:  # a JVM only once a plan needs one
@@ -74,17 +85,19 @@ def _demo(work: Path, hours: int, readings: int, keep: bool, ledger: str | None)
         "partitions "
         f"({keys[0]} to {keys[-1]}); materializing them in one run on {where}..."
     )
-    result = materialize(
-        assets,
-        instance=DagsterInstance.local_temp(str(home)),
-        resources=dict(defs.resources),
-        tags={
-            "dagster/asset_partition_range_start": keys[0],
-            "dagster/asset_partition_range_end": keys[-1],
-        },
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-        raise_on_error=False,
-    )
+    instance = DagsterInstance.local_temp(str(home))
+    with materializing(progress, instance, asset_keys, len(keys)):
+        result = materialize(
+            assets,
+            instance=instance,
+            resources=dict(defs.resources),
+            tags={
+                "dagster/asset_partition_range_start": keys[0],
+                "dagster/asset_partition_range_end": keys[-1],
+            },
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            raise_on_error=False,
+        )
     if not result.success:
         print("   the run failed; see the errors above")
         return 1

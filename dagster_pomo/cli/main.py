@@ -388,12 +388,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from dagster_pomo.cli.demo import run_demo
+    from dagster_pomo.cli.progress import wanted
 
     if args.hours < 1 or args.readings < 1:
         raise _Usage("--hours and --readings must be at least 1")
     try:
         return run_demo(
-            Path(args.dir) if args.dir else None, args.hours, args.readings, args.ledger
+            Path(args.dir) if args.dir else None,
+            args.hours,
+            args.readings,
+            args.ledger,
+            progress=wanted(sys.stderr, args.quiet),
         )
     except UsageError as exc:
         raise _Usage(str(exc)) from None
@@ -570,6 +575,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="WHERE",
         help="the action ledger: a folder, or a postgresql:// URL (default $POMO_LEDGER, "
         "else a SQLite file in the warehouse)",
+    )
+    demo.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (there is none where stderr is not a terminal)",
     )
     demo.set_defaults(func=cmd_demo)
 

@@ -1,12 +1,14 @@
 """A run's progress on a terminal: what `pomo run` and `pomo explain` show while they read
-the events and evaluate the epochs, gone once the run's summary is printed. Nothing is
-shown where stderr is no terminal (a log, a pipe) or with ``--quiet``."""
+the events and evaluate the epochs, and `pomo demo` while Dagster materializes its
+partitions, gone once the summary is printed. Nothing is shown where stderr is no
+terminal (a log, a pipe) or with ``--quiet``."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
@@ -14,6 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:
+    from dagster import AssetKey, DagsterInstance
+
     from dagster_pomo.engine import driver
 
 
@@ -56,3 +60,59 @@ def run_progress(show: bool, stream: TextIO = sys.stderr) -> Iterator[driver.Pro
 
     with bar:
         yield told
+
+
+@contextmanager
+def materializing(
+    show: bool,
+    instance: DagsterInstance,
+    keys: Sequence[AssetKey],
+    partitions: int,
+    stream: TextIO = sys.stderr,
+) -> Iterator[None]:
+    """While a Dagster run in this process materializes ``partitions`` partitions of each
+    of ``keys`` on ``instance``, a bar on ``stream`` of the asset partitions done, their
+    rate and the time gone, read from the instance's event log twice a second (the run
+    itself reports to no one)."""
+    if not show:
+        yield
+        return
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[done]}"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=Console(file=stream),
+        transient=True,
+    )
+    total = len(keys) * partitions
+    task = bar.add_task("materializing", total=total, done="", rate="")
+    stop = threading.Event()
+    began = time.monotonic()
+
+    def look() -> None:
+        done = sum(
+            len(instance.fetch_materializations(key, limit=partitions).records) for key in keys
+        )
+        rate = done / max(time.monotonic() - began, 1e-9)
+        bar.update(
+            task,
+            completed=done,
+            done=f"{done:,} of {total:,} asset partitions",
+            rate=f"{rate:,.1f}/s" if done else "",
+        )
+
+    def poll() -> None:
+        while not stop.wait(0.5):
+            look()
+
+    with bar:
+        watcher = threading.Thread(target=poll, name="pomo-demo-progress", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
+            look()  # the last frame counts everything the run did
