@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from dagster_pomo.engine.reference import (
     Db,
     Env,
+    Match,
     ReferenceEvaluator,
-    _Match,
     clocks,
     constant_values,
 )
@@ -299,7 +299,7 @@ class Explainer:
             if rule.is_fact and rule.head.relation == relation:
                 try:
                     env = constant_values(rule)  # a fact's definitions are all constant
-                    args, t = self.reference._head_values(rule, env, 0)  # noqa: SLF001
+                    args, t = self.reference.head_values(rule, env, 0)
                 except Undefined:
                     continue
                 if t == v.t and agrees(args, v.args):
@@ -311,7 +311,7 @@ class Explainer:
     ) -> None:
         rules = [r for r in self.program.corpus.rules if r.head.relation == relation and r.body]
         for rule in rules:
-            for premises, env, absent, note in self._matches(rule, v):
+            for premises, env, absent, note in self.matches(rule, v):
                 premises += list(self._summarised(rule, env, v.tau))
                 keys = [(a.relation, r.t, r.args, r.kt) for a, r in premises]
                 if any(k in path for k in keys):
@@ -324,7 +324,7 @@ class Explainer:
                 return
         out.source = "no rule matches it again from the stored events"
 
-    def _matches(
+    def matches(
         self, rule: ast.Rule, v: Version
     ) -> Iterator[tuple[list[tuple[ast.Atom, Version]], Env, list[str], str | None]]:
         """The matches of ``rule`` that make ``v``: each with the events it matched (each
@@ -339,19 +339,18 @@ class Explainer:
             window = (previous.lower, previous.end)
             db = self._db(rule, lambda name: self._during(name, *window))
             if rule.is_async:  # the message: a match of the epoch, as of its time
-                for match, tau, _ in reference._valid(rule, db):  # noqa: SLF001
+                for match, tau, _ in reference.valid_matches(rule, db):
                     if window[0] <= tau < window[1] and self._same_head(rule, match, at, v):
                         yield _paired(rule, match), match.env, self._absent(rule, match.env), None
                 return
-            for match in reference._matches(rule, db, alive=window):  # noqa: SLF001
+            for match in reference.matches(rule, db, alive=window):
                 if self._same_head(rule, match, at, v) and all(
-                    reference._negation_holds(a, match.env, db, window)  # noqa: SLF001
-                    for a in rule.negative
+                    reference.negation_holds(a, match.env, db, window) for a in rule.negative
                 ):
                     yield _paired(rule, match), match.env, self._absent(rule, match.env), None
             return
         db = self._db(rule, lambda name: self._around(name, at))
-        valid = list(reference._valid(rule, db))  # noqa: SLF001
+        valid = list(reference.valid_matches(rule, db))
         if rule.aggregates:
             covered = [
                 m for m, tau, exp in valid if tau <= at < exp and self._same_head(rule, m, tau, v)
@@ -373,12 +372,12 @@ class Explainer:
                 db[name] = {(r.t, r.args, r.kt): r for r in read(name)}
         return db
 
-    def _same_head(self, rule: ast.Rule, match: _Match, tau: int, v: Version) -> bool:
+    def _same_head(self, rule: ast.Rule, match: Match, tau: int, v: Version) -> bool:
         """Whether ``match`` at ``tau`` makes ``v``'s head: its arguments, and its time where
         the match decides it (not for ``@next``/``@async``, stamped by the epoch, nor an
         aggregate's, whose match times are those it covers, unless ``@time`` sets it)."""
         try:
-            args, t = self.reference._head_values(rule, match.env, tau)  # noqa: SLF001
+            args, t = self.reference.head_values(rule, match.env, tau)
         except Undefined:
             return False
         timed = not rule.is_inductive and (not rule.aggregates or rule.head.time is not None)
@@ -409,15 +408,15 @@ class Explainer:
             for row in db.get(lit.atom.relation, {}).values():
                 local = dict(env)
                 try:
-                    agreed = self.reference._unify(lit.atom, row, local, final=False)  # noqa: SLF001
-                    agreed = agreed and self.reference._unify(lit.atom, row, local, final=True)  # noqa: SLF001
+                    agreed = self.reference.unify(lit.atom, row, local, final=False)
+                    agreed = agreed and self.reference.unify(lit.atom, row, local, final=True)
                 except Undefined:
                     continue
                 if agreed and row.alive_at(at):
                     yield lit.atom, row
 
 
-def _paired(rule: ast.Rule, match: _Match) -> list[tuple[ast.Atom, Version]]:
+def _paired(rule: ast.Rule, match: Match) -> list[tuple[ast.Atom, Version]]:
     """Each positive atom of ``rule`` with the event ``match`` matched it with (a body
     aggregate's pieces, which are no events, left out)."""
     return list(zip(rule.positive, match.rows, strict=False))

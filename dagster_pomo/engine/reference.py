@@ -6,6 +6,10 @@ scratch: all input versions known before ``b``, every stratum run to a fixpoint 
 re-evaluating every rule on everything, keeping the derived versions with ``kt < b``.
 ``@next`` rules run on the state of the previous epoch and are stamped at its end. Nothing
 here is incremental.
+
+How a rule matches (``matches``, ``valid_matches``, ``unify``, ``negation_holds``) and what
+its head makes of a match (``head_values``) are public: ``engine/explain.py`` replays a
+derivation through them, so an explanation follows this reading of the semantics.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ def same(a: Value, b: Value) -> bool:
 
 
 @dataclass(frozen=True)
-class _Match:
+class Match:
     env: Env
     rows: tuple[Version, ...]
     keys: tuple[tuple[object, ...], ...]  # matched events (relation, t, args, aggs)
@@ -195,9 +199,9 @@ class ReferenceEvaluator:
 
     # ------------------------------------------------------------------ matching
 
-    def _matches(
+    def matches(
         self, rule: ast.Rule, db: Db, alive: tuple[int, int] | None = None
-    ) -> Iterator[_Match]:
+    ) -> Iterator[Match]:
         """Combinations of versions for the positive atoms, with ``where`` and guards applied.
 
         ``alive=(start, end)`` keeps only versions alive at some instant of that window
@@ -209,7 +213,7 @@ class ReferenceEvaluator:
         if product > self.budgets.combinations:
             raise self._exceeded("combinations", product, rule)
 
-        def walk(i: int, env: Env, rows: tuple[Version, ...]) -> Iterator[_Match]:
+        def walk(i: int, env: Env, rows: tuple[Version, ...]) -> Iterator[Match]:
             if i == len(atoms):
                 for summarised, pieces in self._summarise(rule.body_aggregates, env, rows, db):
                     yield from complete(summarised, rows, pieces)
@@ -219,18 +223,18 @@ class ReferenceEvaluator:
                 if alive is not None and not (row.kt < alive[1] and row.exp > alive[0]):
                     continue
                 env2 = dict(env)
-                if self._unify(atom, row, env2, final=False):
+                if self.unify(atom, row, env2, final=False):
                     yield from walk(i + 1, env2, (*rows, row))
 
         def complete(
             env: Env, rows: tuple[Version, ...], pieces: tuple[Version, ...]
-        ) -> Iterator[_Match]:
+        ) -> Iterator[Match]:
             full = dict(env)
             try:
                 for d in order:
                     full[d.var.name] = evaluate(d.expr, full)
                 for atom, row in zip(atoms, rows, strict=True):
-                    if not self._unify(atom, row, full, final=True):
+                    if not self.unify(atom, row, full, final=True):
                         return
             except Undefined:
                 return
@@ -238,7 +242,7 @@ class ReferenceEvaluator:
                 keys = tuple(
                     (a.relation, r.t, r.args, r.aggs) for a, r in zip(atoms, rows, strict=True)
                 )
-                yield _Match(full, rows + pieces, keys)
+                yield Match(full, rows + pieces, keys)
 
         yield from walk(0, constant_values(rule), ())
 
@@ -246,7 +250,7 @@ class ReferenceEvaluator:
         """The versions of ``atom``'s relation that may unify with it under ``env``: those
         holding the value of its first argument already bound (a variable of ``env``), by an
         index of the relation on that argument, else all. Every version that unifies is
-        among them (values equal as `same` says are equal keys); `_unify` decides."""
+        among them (values equal as `same` says are equal keys); `unify` decides."""
         table = db.get(atom.relation, {})
         at = next(
             (j for j, a in enumerate(atom.args) if isinstance(a, ast.Var) and a.name in env), None
@@ -291,7 +295,7 @@ class ReferenceEvaluator:
         total = 0
         for row in db.get(atoms[0].relation, {}).values():
             bound = dict(env)
-            if self._unify(atoms[0], row, bound, final=False):
+            if self.unify(atoms[0], row, bound, final=False):
                 total += self._count(atoms[1:], bound, db)
         return total
 
@@ -346,9 +350,9 @@ class ReferenceEvaluator:
         for row in db.get(lit.atom.relation, {}).values():
             local = dict(env)
             try:
-                if not self._unify(lit.atom, row, local, final=False):
+                if not self.unify(lit.atom, row, local, final=False):
                     continue
-                if not self._unify(lit.atom, row, local, final=True):
+                if not self.unify(lit.atom, row, local, final=True):
                     continue
                 value = 1 if agg.arg is None else evaluate(agg.arg, local)
             except Undefined:
@@ -356,7 +360,7 @@ class ReferenceEvaluator:
             events.append(((row.t, row.args, row.aggs), value, row.kt, row.exp))
         return events
 
-    def _unify(self, atom: ast.Atom, row: Version, env: Env, final: bool) -> bool:
+    def unify(self, atom: ast.Atom, row: Version, env: Env, final: bool) -> bool:
         """Bind or compare ``atom``'s arguments with ``row``. Expression arguments are only
         compared when ``final`` (once every variable and definition is known)."""
         pairs: list[tuple[ast.Expr, Value]] = list(zip(atom.args, row.args, strict=True))
@@ -386,13 +390,13 @@ class ReferenceEvaluator:
                         raise Undefined("unbound variable") from None
         return True
 
-    def _negation_holds(self, atom: ast.Atom, env: Env, db: Db, alive: tuple[int, int]) -> bool:
+    def negation_holds(self, atom: ast.Atom, env: Env, db: Db, alive: tuple[int, int]) -> bool:
         """No version of ``atom`` agreeing with ``env`` is alive in ``[alive[0], alive[1])``
         (a single instant ``tau`` is ``(tau, tau + 1)``)."""
         for row in db.get(atom.relation, {}).values():
             if row.kt < alive[1] and row.exp > alive[0]:
                 try:
-                    if self._unify(atom, row, dict(env), final=True):
+                    if self.unify(atom, row, dict(env), final=True):
                         return False
                 except Undefined:
                     continue
@@ -404,22 +408,22 @@ class ReferenceEvaluator:
         if rule.aggregates:
             return self._aggregate(rule, db)
         out = []
-        for match, tau, exp in self._valid(rule, db):
+        for match, tau, exp in self.valid_matches(rule, db):
             row = self._head(rule, match, tau, exp)
             if row is not None:
                 out.append(row)
         return out
 
-    def _valid(self, rule: ast.Rule, db: Db) -> Iterator[tuple[_Match, int, int]]:
+    def valid_matches(self, rule: ast.Rule, db: Db) -> Iterator[tuple[Match, int, int]]:
         """Matches whose versions are all alive at the match time ``tau`` (the latest ``kt``)
         and whose negated atoms hold at ``tau``; with the match's expiry. Each ``choose``
         keeps, per keys and ``tau``, the matches with the least values."""
         found = []
-        for match in self._matches(rule, db):
+        for match in self.matches(rule, db):
             tau = max(r.kt for r in match.rows)
             if not all(r.alive_at(tau) for r in match.rows):
                 continue
-            if all(self._negation_holds(a, match.env, db, (tau, tau + 1)) for a in rule.negative):
+            if all(self.negation_holds(a, match.env, db, (tau, tau + 1)) for a in rule.negative):
                 found.append((match, tau, min(r.exp for r in match.rows)))
         for choice in rule.choices:
             least: dict[tuple[object, ...], tuple[object, ...]] = {}
@@ -435,7 +439,8 @@ class ReferenceEvaluator:
             ]
         yield from found
 
-    def _head_values(self, rule: ast.Rule, env: Env, tau: int) -> tuple[tuple[Value, ...], int]:
+    def head_values(self, rule: ast.Rule, env: Env, tau: int) -> tuple[tuple[Value, ...], int]:
+        """The head's arguments for a match's bindings ``env`` at ``tau``, and its time."""
         schema = self.schemas[rule.head.relation]
         args = tuple(evaluate(a, env) for a in rule.head.args)
         args = tuple(_fit(v, typ, rule) for v, typ in zip(args, schema.types, strict=True))
@@ -467,9 +472,9 @@ class ReferenceEvaluator:
                 found.add(cid(atom.relation, row.args, row.t))
         return tuple(sorted(found))
 
-    def _head(self, rule: ast.Rule, match: _Match, tau: int, exp: int) -> Version | None:
+    def _head(self, rule: ast.Rule, match: Match, tau: int, exp: int) -> Version | None:
         try:
-            args, t = self._head_values(rule, match.env, tau)
+            args, t = self.head_values(rule, match.env, tau)
         except Undefined:
             return None
         lifetime = self.catalog[rule.head.relation].lifetime
@@ -481,9 +486,9 @@ class ReferenceEvaluator:
         each time a match expires): the matches made by then that are still alive then,
         each distinct combination of events counted once."""
         groups: dict[tuple[tuple[Value, ...], int | None], list[tuple[int, tuple, tuple, int]]] = {}
-        for match, tau, exp in self._valid(rule, db):
+        for match, tau, exp in self.valid_matches(rule, db):
             try:
-                args, t = self._head_values(rule, match.env, tau)
+                args, t = self.head_values(rule, match.env, tau)
                 values = tuple(
                     evaluate(a.value, match.env) if a.value is not None else 1
                     for a in rule.aggregates
@@ -536,24 +541,24 @@ class ReferenceEvaluator:
             for rule in stratum.rules:
                 lifetime = self.catalog[rule.head.relation].lifetime
                 if rule.is_async:  # a message per match of the epoch, delivered at its end
-                    for match, tau, _ in self._valid(rule, db):
+                    for match, tau, _ in self.valid_matches(rule, db):
                         if not epoch.lower <= tau < b:
                             continue
                         try:
-                            args, _ = self._head_values(rule, match.env, b)
+                            args, _ = self.head_values(rule, match.env, b)
                         except Undefined:
                             continue
                         prov = self._sources(rule, match.rows)
                         row = Version(b, args, b, expiry(b, lifetime), (), b, prov)
                         out.setdefault(rule.head.relation, []).append(row)
                     continue
-                for match in self._matches(rule, db, alive=window):
+                for match in self.matches(rule, db, alive=window):
                     if not all(
-                        self._negation_holds(a, match.env, db, window) for a in rule.negative
+                        self.negation_holds(a, match.env, db, window) for a in rule.negative
                     ):
                         continue
                     try:
-                        args, _ = self._head_values(rule, match.env, b)
+                        args, _ = self.head_values(rule, match.env, b)
                     except Undefined:
                         continue
                     exp = min(b + length, expiry(b, lifetime))
