@@ -27,6 +27,9 @@ from tests.strategies import corpora, pomologic_corpora
 from tests.test_hostile_corpora import _mutate
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Generating a corpus costs more than reading it twice: fewer of them, the same reach as
+# the round-trip tests of test_language_properties.py.
+CORPORA = settings(PROPERTY, max_examples=100)
 
 
 def _spelled(node: Any) -> Any:
@@ -99,13 +102,13 @@ def _agree_on_generated(text: str, notation: Notation) -> None:
             assert ours == theirs, statement
 
 
-@PROPERTY
+@CORPORA
 @given(corpora)
 def test_generated_corpora_read_as_lark_reads_them(corpus: ast.Corpus) -> None:
     _agree_on_generated(render(corpus), POMO)
 
 
-@PROPERTY
+@CORPORA
 @given(pomologic_corpora)
 def test_generated_pomologic_reads_as_lark_reads_it(corpus: ast.Corpus) -> None:
     _agree_on_generated(render_pomologic(corpus), POMOLOGIC)

@@ -23,7 +23,7 @@ def test_render_then_parse_gives_the_same_tree(corpus) -> None:
     assert parse(text) == corpus, text
 
 
-@PROPERTY
+@settings(PROPERTY, max_examples=100)  # a PomoLogic corpus is slow to generate
 @given(pomologic_corpora)
 def test_pomologic_render_then_parse_gives_the_same_tree(corpus) -> None:
     text = render_pomologic(corpus)

@@ -21,6 +21,20 @@ if TYPE_CHECKING:
     from dagster_pomo.engine import driver
 
 
+def _bar(stream: TextIO) -> Progress:
+    """A bar on ``stream``: what is being done, how far, what is done, its rate, the time
+    gone; gone once it closes."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[done]}"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=Console(file=stream),
+        transient=True,
+    )
+
+
 def wanted(stream: TextIO, quiet: bool) -> bool:
     """Whether to show progress on ``stream``: a terminal, and not asked to be quiet."""
     return not quiet and stream.isatty()
@@ -34,15 +48,7 @@ def run_progress(show: bool, stream: TextIO = sys.stderr) -> Iterator[driver.Pro
     if not show:
         yield None
         return
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[done]}"),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=Console(file=stream),
-        transient=True,
-    )
+    bar = _bar(stream)
     task = bar.add_task("reading events", total=None, done="", rate="")
     began = time.monotonic()
 
@@ -77,15 +83,7 @@ def materializing(
     if not show:
         yield
         return
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[done]}"),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=Console(file=stream),
-        transient=True,
-    )
+    bar = _bar(stream)
     total = len(keys) * partitions
     task = bar.add_task("materializing", total=total, done="", rate="")
     stop = threading.Event()

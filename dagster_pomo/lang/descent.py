@@ -232,16 +232,22 @@ class _Reader:
             while self.toks[self.at][0] == ",":
                 self.at += 1
                 defs.append(self._definition())
-        last = self._take(";")
-        return ast.Rule(
-            head,
-            tuple(body),
-            tuple(guards),
-            tuple(defs),
-            self.span(first, last[3]),
-            check,
-            tuple(choices),
-        )
+        return self._ended(first, check, head, body, guards, defs, choices)
+
+    def _ended(
+        self,
+        first: int,
+        check: bool,
+        head: ast.Atom,
+        body: list[ast.BodyLiteral],
+        guards: list[ast.Expr],
+        defs: list[ast.Definition],
+        choices: list[ast.Choice],
+    ) -> ast.Rule:
+        """The rule read from ``first``, once the token that ends it is taken."""
+        last = self._take(self.END)
+        span = self.span(first, last[3])
+        return ast.Rule(head, tuple(body), tuple(guards), tuple(defs), span, check, tuple(choices))
 
     def _definition(self) -> ast.Definition:
         name = self._name()
@@ -533,16 +539,7 @@ class _LogicReader(_Reader):
                 self.at += 1
         if counted > MAX_BODY:
             raise Declined("body")
-        last = self._take(".")
-        rule = ast.Rule(
-            head,
-            tuple(body),
-            tuple(guards),
-            tuple(defs),
-            self.span(first, last[3]),
-            check,
-            tuple(choices),
-        )
+        rule = self._ended(first, check, head, body, guards, defs, choices)
         if self._lowercase_names():
             named = {lit.aggregation.var.name for lit in body if lit.aggregation is not None}
             if any(not _variable_name(v) and v not in named for v in _variables(rule)):
