@@ -248,7 +248,7 @@ def test_arrow_reads_a_piece_as_the_line_checks_do(tmp_path_factory, data: st.Da
     line-by-line checks would: whatever the lines, pieces and line ends, both ways write
     the same events in the same epoch files and return the same tallies and bad lines."""
     from dagster_pomo.engine.ingest import input_types, stored_types
-    from dagster_pomo.engine.spark import landing
+    from dagster_pomo.engine.spark import landing, landing_in_place
     from dagster_pomo.plan.schema import infer_schemas
 
     program = compile_corpus(ARROW_CORPUS, "arrow.pomo")
@@ -267,7 +267,7 @@ def test_arrow_reads_a_piece_as_the_line_checks_do(tmp_path_factory, data: st.Da
     got = {}
     for arrow in (True, False):
         roots = [str(tmp / f"{arrow}" / s.name) for s in inputs]
-        write = landing._writer(
+        write = landing_in_place.writer(
             program, inputs, types, _WINDOW, grid, {}, [str(path)], True, roots, 7_000, arrow
         )
         tallies = sorted(map(repr, (r for b in write((0, pieces)) for r in b.to_pylist())))
