@@ -240,7 +240,7 @@ def test_one_job_runs_the_corpus_and_every_asset_is_due_after_its_epoch(tmp_path
 
 def test_pipelines_need_declared_inputs() -> None:
     """Each undeclared input is an error at its first use, which says the `.decl` to add."""
-    from dagster_pomo.orchestration.corpus import CorpusAssets
+    from dagster_pomo.orchestration.corpus_assets import CorpusAssets
     from dagster_pomo.orchestration.translator import PomoTranslator
 
     program_text = ".decl q(x: int);\np(x) := q(x) ^ r(x, _s, _);\ns(y) := r(y, _, 1);\n"

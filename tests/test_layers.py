@@ -49,9 +49,12 @@ def test_a_broken_layer_is_reported(tmp_path: Path) -> None:
         "[[tool.importlinter.contracts]]\n"
         'name = "no spark in the backend"\n'
         'type = "forbidden"\n'
-        'source_modules = ["dagster_pomo.engine.spark.rules"]\n'
+        'source_modules = ["dagster_pomo.engine.spark.rule_frames"]\n'
         'forbidden_modules = ["pyspark"]\n'
     )
     done = _lint(str(config))
     assert done.returncode == 1
-    assert "BROKEN" in done.stdout and "dagster_pomo.engine.spark.rules -> pyspark" in done.stdout
+    assert (
+        "BROKEN" in done.stdout
+        and "dagster_pomo.engine.spark.rule_frames -> pyspark" in done.stdout
+    )

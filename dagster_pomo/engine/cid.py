@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 
-# Spark's Python workers get this module by value (see `spark/rules.py`): it imports
+# Spark's Python workers get this module by value (see `spark/rule_frames.py`): it imports
 # nothing of the project.
 Value = int | float | str | bool
 CID_DIGITS = 32

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dagster_pomo.orchestration.assets import build_assets, pomo_definitions
 from dagster_pomo.orchestration.component import PomoComponent, epoch_partitions
-from dagster_pomo.orchestration.corpus import epochs_through
+from dagster_pomo.orchestration.corpus_assets import epochs_through
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import PomoTranslator
 

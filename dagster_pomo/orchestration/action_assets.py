@@ -29,7 +29,7 @@ from dagster_pomo.engine.actions import (
     subscriptions,
 )
 from dagster_pomo.engine.ledger import is_postgres, shown
-from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets
+from dagster_pomo.orchestration.corpus_assets import PREVIOUS, CorpusAssets
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import code_version
 

@@ -39,7 +39,7 @@ from dagster_pomo.engine.lines import DEFAULT_TIMES
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program
 from dagster_pomo.orchestration.action_assets import action_assets
-from dagster_pomo.orchestration.corpus import PREVIOUS, CorpusAssets, epochs_through
+from dagster_pomo.orchestration.corpus_assets import PREVIOUS, CorpusAssets, epochs_through
 from dagster_pomo.orchestration.metadata import partition_metadata
 from dagster_pomo.orchestration.resources import PomoStorage, SparkResource
 from dagster_pomo.orchestration.translator import PomoTranslator

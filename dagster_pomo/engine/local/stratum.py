@@ -4,7 +4,7 @@ A small epoch's Spark jobs, plans and their analysis cost far more than its rows
 water-tank epoch of 10,000 readings waits about a second and a half for seven jobs.
 Here the same rules run over numpy columns of the same versions (read from the
 warehouse's Parquet files, see ``SparkEvaluator``), with the plans' semantics
-(:mod:`dagster_pomo.engine.local.rules`), and the versions come back as Arrow
+(:mod:`dagster_pomo.engine.local.rule_columns`), and the versions come back as Arrow
 tables for the warehouse. The later rounds of a linear recursion run on the executor
 Spark's tasks run them on (`linear_fixpoint`), here as there.
 """
@@ -22,7 +22,7 @@ import pyarrow as pa
 from dagster_pomo.engine.budgets import DEFAULT as BUDGETS
 from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.engine.local import linear_fixpoint
-from dagster_pomo.engine.local import rules as R
+from dagster_pomo.engine.local import rule_columns as R
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.local.column_joins import (
     Cols,

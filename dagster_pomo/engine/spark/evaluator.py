@@ -34,7 +34,7 @@ from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.engine.local.column_joins import TooLarge
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.spark import frames
-from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark import rule_frames as R
 from dagster_pomo.engine.spark.epoch_jobs import JobCount, counted_jobs, interpreted
 from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion

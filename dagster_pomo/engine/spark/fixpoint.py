@@ -25,7 +25,7 @@ from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.engine.local import column_joins, linear_fixpoint
 from dagster_pomo.engine.policy import Policy
-from dagster_pomo.engine.spark import rules as R
+from dagster_pomo.engine.spark import rule_frames as R
 from dagster_pomo.engine.spark.estimates import bounded
 from dagster_pomo.engine.spark.lookups import is_connect
 from dagster_pomo.engine.spark.warehouse import Warehouse

@@ -23,7 +23,7 @@ from dagster_pomo.engine import event_lines
 from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.spark.handler_events import range_events
-from dagster_pomo.engine.spark.rules import united
+from dagster_pomo.engine.spark.rule_frames import united
 from dagster_pomo.engine.spark.stored_versions import collect_versions, read_versions, struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import Version, from_record, merge_versions, output_order

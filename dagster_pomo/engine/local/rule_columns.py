@@ -1,5 +1,5 @@
-"""One rule over versions held as numpy columns, as :mod:`dagster_pomo.engine.spark.rules`
-plans it.
+"""One rule over versions held as numpy columns, as
+:mod:`dagster_pomo.engine.spark.rule_frames` plans it.
 
 The same steps as the Spark plans, on the epoch's few rows in this process: positive atoms
 become renamed columns and join on shared variables (or on buckets of a band their guards
@@ -175,7 +175,7 @@ def matches(
     want_keys: bool = False,
     window: tuple[int, int] = (EARLIEST, NEVER),
 ) -> Matches:
-    """As :func:`dagster_pomo.engine.spark.rules.matches`: ``sources`` one per scan, then one
+    """As :func:`dagster_pomo.engine.spark.rule_frames.matches`: ``sources`` one per scan, then one
     per body aggregate."""
     joined: Cols | None = None
     env: dict[str, Col] = {}
@@ -224,7 +224,7 @@ def summarise(
     window: tuple[int, int],
     limit: int,
 ) -> Cols:
-    """As :func:`dagster_pomo.engine.spark.rules.summarise`: the body aggregates as one more
+    """As :func:`dagster_pomo.engine.spark.rule_frames.summarise`: the body aggregates as one more
     atom, a row per match and piece."""
     a, b = window
     n, rows = len(rule.scans), height(joined)
@@ -346,7 +346,7 @@ def join_on(
 
 
 def _summarised(agg: BodyAggregate, source: Cols, a: int, b: int) -> tuple[Cols, dict[str, str]]:
-    """As :func:`dagster_pomo.engine.spark.rules._summarised`: the versions a body
+    """As :func:`dagster_pomo.engine.spark.rule_frames._summarised`: the versions a body
     aggregate summarises that may matter to ``[a, b)``, with their groups renamed apart."""
     i = agg.scan.index
     frame, env, checks, keys = _atom_frame(agg.scan, source, want_key=True)
@@ -535,7 +535,7 @@ def _sorted(df: Cols, by: Sequence[str]) -> np.ndarray:
 
 
 def chosen(df: Cols, rule: RulePlan, env: Mapping[str, Col]) -> Cols:
-    """As :func:`dagster_pomo.engine.spark.rules.chosen`: per ``choose`` keys and ``tau``,
+    """As :func:`dagster_pomo.engine.spark.rule_frames.chosen`: per ``choose`` keys and ``tau``,
     the matches with the least values."""
     for keys, values in rule.choices:
         if not height(df):
@@ -562,7 +562,7 @@ def aggregate(
     """Per group and per distinct ``tau`` in ``[a, b)`` (and, without an explicit ``@time``,
     each time in ``[a, b)`` a match expires): the group's matches made by then and alive
     then, each distinct combination of events once (as
-    :func:`dagster_pomo.engine.spark.rules.aggregate`)."""
+    :func:`dagster_pomo.engine.spark.rule_frames.aggregate`)."""
     assert rule.aggregate is not None
     # A combination's versions cut each other short (below); one version each (which
     # `at_one_time` implies) needs no keys.
