@@ -17,7 +17,7 @@ def rounded(values: tuple) -> tuple:
 
 def policy(in_process: bool, one_pass: bool = True) -> Policy:
     """How a test runs the Spark engine: small epochs' strata worked out in this process
-    when ``in_process``, else always by Spark's plans (`LocalStrata.chosen`); a range
+    when ``in_process``, else always by Spark's plans (`LocalStrata.takes`); a range
     of epochs in one pass where it can when ``one_pass``, else epoch by epoch."""
     return Policy(one_pass=one_pass, in_process_inputs=10**9 if in_process else 0)
 

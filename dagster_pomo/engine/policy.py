@@ -19,7 +19,7 @@ class Policy:
     # (see `SparkEvaluator.span`); False: epoch by epoch, as a schedule does.
     one_pass: bool = True
     # A deductive stratum of an epoch of at most this many input events is worked out in
-    # this process, not by Spark's plans (see `LocalStrata.chosen`); 0: never. On two
+    # this process, not by Spark's plans (see `LocalStrata.takes`); 0: never. On two
     # cores the process is about three times as fast at 625,000 water-tank readings an
     # epoch (docs/operations.md); on a machine of many cores, where Spark's tasks spread an
     # epoch wide, lower it.
@@ -39,7 +39,7 @@ class Policy:
     task_rows: int = 4_000_000
     # ... and only when each lower relation they join has at most this many rows. A
     # recursion reading at most this many versions of each relation also runs in this
-    # process (`LocalStrata.chosen`: in a large epoch, or on a cluster); 0: never.
+    # process (`LocalStrata.takes`: in a large epoch, or on a cluster); 0: never.
     lower_rows: int = 200_000
     # A landing of more bytes than this is read by Spark's tasks, not by this process (see
     # `engine.spark.landing`); below 0: never.

@@ -14,7 +14,7 @@ class StratumStats:
     rounds: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
-    in_process: bool = False  # worked out by this process, not Spark (see `LocalStrata.chosen`)
+    in_process: bool = False  # worked out by this process, not Spark (see `LocalStrata.takes`)
 
 
 @dataclass

@@ -309,7 +309,7 @@ class SparkEvaluator:
         more rows than the epoch reads). The block is given whether they run so."""
         small = (
             self.store.local
-            and not all(self.local.chosen(s, epoch) for s in strata)  # no plans to run
+            and not all(self.local.takes(s, epoch) for s in strata)  # no plans to run
             and not any(s.recursive for s in strata)
             and sum(self.store.input_events(k) for k in self.keys_of(epoch))
             <= self.policy.interpret_inputs
@@ -518,7 +518,7 @@ class SparkEvaluator:
     def _stratum_within(
         self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame]
     ) -> StratumStats:
-        if self.local.chosen(stratum, epoch):
+        if self.local.takes(stratum, epoch):
             done = self.local.evaluate(stratum, epoch)
             if done is not None:
                 return done  # else too large for this process: Spark's turn

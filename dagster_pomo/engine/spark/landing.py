@@ -152,7 +152,7 @@ def read_landing(
     grid, times = Grid(size, start), window or DEFAULT_TIMES
     with staged(spark, wh, program, paths, grid, times, until) as read:
         ingested = load_inputs(program, Ingested(types=read.types))
-        epochs = epoch_range(read.span or ingested.times, size, start, until)
+        epochs = epoch_range(read.times or ingested.times, size, start, until)
         read.store(epochs.epochs, ingested.events)
         read.held(ingested)
         try:

@@ -57,7 +57,7 @@ class Staged:
         return int(self.got["bad"])
 
     @property
-    def span(self) -> list[int]:
+    def times(self) -> list[int]:
         """The first and last time of an accepted event; none when none was accepted."""
         return [] if self.got["first"] is None else [self.got["first"], self.got["last"]]
 

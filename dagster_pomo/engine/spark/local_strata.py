@@ -5,7 +5,7 @@ recursion's rounds over few rows a job and a plan each. Such strata go to the lo
 executor (`engine.local.stratum`) over what this process reads of the warehouse
 (`ProcessReads`), and their versions are stored where Spark's plans would store them,
 for the epoch's later strata and the epochs after it to read. This module decides which
-(`chosen`, `few_and_small`) and feeds the executor; `SparkEvaluator` does the rest.
+(`takes`, `few_and_small`) and feeds the executor; `SparkEvaluator` does the rest.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class LocalStrata:
         self.ev = ev
         self._supported: dict[int, bool] = {}  # which strata it can work out, by index
         # The fewest input events of an epoch in which a stratum's joins grew too large here
-        # (`TooLarge`): epochs as large go to Spark at once (see `chosen`).
+        # (`TooLarge`): epochs as large go to Spark at once (see `takes`).
         self._too_large: dict[int, int] = {}
         files = ev.store.local
         self.reads = ProcessReads(ev.wh, ev.schemas, ev.structs, files, ev.policy.lower_rows)
@@ -60,7 +60,7 @@ class LocalStrata:
 
     def few_and_small(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> bool:
         """Whether this process works ``strata`` out epoch by epoch sooner than Spark takes
-        ``epochs`` in one pass: each stratum is one it works out (see `chosen`), there
+        ``epochs`` in one pass: each stratum is one it works out (see `takes`), there
         are at most ``Policy.in_process_epochs`` epochs, each holding at most
         ``Policy.in_process_inputs`` input events (so that each is worked out here). A pass's
         Spark jobs cost seconds however few its rows, and on two cores a fresh JVM's pass
@@ -73,7 +73,7 @@ class LocalStrata:
         bound = policy.in_process_inputs
         return all(store.input_events(epoch_key(e)) <= bound for e in epochs)
 
-    def chosen(self, stratum: StratumPlan, epoch: Epoch) -> bool:
+    def takes(self, stratum: StratumPlan, epoch: Epoch) -> bool:
         """Whether this process works ``stratum`` of ``epoch`` out instead of Spark. The
         stratum is one `local.stratum.supported` takes (no ``@next``, no provenance).
         Spark and the warehouse on this machine: the epoch is not a range, and is small
@@ -121,7 +121,7 @@ class LocalStrata:
     def evaluate(self, stratum: StratumPlan, epoch: Epoch) -> StratumStats | None:
         """``stratum`` of ``epoch`` worked out here and stored; None when its joins grew too
         large for this process (`TooLarge`, before anything was stored): Spark's turn, and
-        at once for the stratum's epochs as large (see `chosen`)."""
+        at once for the stratum's epochs as large (see `takes`)."""
         try:
             return self.work_out(stratum, epoch)
         except TooLarge:

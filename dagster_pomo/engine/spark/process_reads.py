@@ -8,7 +8,7 @@ epoch is used again only while its files are those it was read from or written t
 (`Warehouse.signature`: another writer, Spark's included, replaces them whole), and
 only while an epoch may still read it (`retain`). Elsewhere (a
 cluster, Spark Connect, a warehouse on another file system) only a recursion over few
-rows is worked out here (see `LocalStrata.chosen`): its versions come through
+rows is worked out here (see `LocalStrata.takes`): its versions come through
 Spark, one job per read, and a read of more than ``limit`` rows gives the stratum back to
 Spark's plans (`TooLarge`) before anything is stored.
 """
