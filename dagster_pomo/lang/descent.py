@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.source import Source, Span
 
-MAX_BODY = 100  # as parser.MAX_BODY: lark's reading refuses longer bodies
+MAX_BODY = 100  # atoms in one rule's body: lark's reading refuses more, in words
 MAX_EXPR_DEPTH = 60  # deeper expressions are left to lark's reading, which bounds depth
 INT64_MAX = 2**63 - 1
 DURATION_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -388,6 +388,10 @@ class _Reader:
         """An argument of an atom or an annotation."""
         return self._expr()[0]
 
+    def _operand(self, item: tuple[Any, int, int, int]) -> tuple[Any, int, int, int]:
+        """``item`` where a value stands (PomoLogic tells calls from atoms here)."""
+        return item
+
     def _expr(self) -> tuple[ast.Expr, int, int, int]:
         if self.toks[self.at + 1][0] in _AFTER and self.toks[self.at][0] in _LEAVES:
             return self._primary()  # a lone name or literal: most arguments
@@ -437,7 +441,7 @@ class _Reader:
         first = self.toks[self.at][2]
         self.at += 1
         self._open()
-        operand, _, end, depth = self._unary()
+        operand, _, end, depth = self._operand(self._unary())
         self.nest -= 1
         span = self.span(first, end)
         if isinstance(operand, ast.Const) and operand.kind in _NUMERIC:
@@ -636,19 +640,6 @@ class _LogicReader(_Reader):
         self, op: str, left: tuple[Any, int, int, int], right: tuple[Any, int, int, int]
     ) -> tuple[ast.Expr, int, int, int]:
         return super()._binop(op, self._operand(left), self._operand(right))
-
-    def _unary(self) -> tuple[Any, int, int, int]:
-        if self.toks[self.at][0] != "-":
-            return self._primary()
-        first = self.toks[self.at][2]
-        self.at += 1
-        self._open()
-        operand, _, end, depth = self._operand(self._unary())
-        self.nest -= 1
-        span = self.span(first, end)
-        if isinstance(operand, ast.Const) and operand.kind in _NUMERIC:
-            return ast.Const(-operand.value, operand.kind, span), first, end, depth + 1
-        return ast.Neg(operand, span), first, end, depth + 1
 
     def _primary(self) -> tuple[Any, int, int, int]:
         kind, text, start, _ = self.toks[self.at]

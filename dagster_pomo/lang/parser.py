@@ -24,15 +24,19 @@ from lark import Lark, Token, Transformer, Tree, UnexpectedInput, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
 
 from dagster_pomo.lang import ast
-from dagster_pomo.lang.descent import Declined, Invalid, read_statement
+from dagster_pomo.lang.descent import (
+    DURATION_UNITS,
+    INT64_MAX,
+    MAX_BODY,
+    Declined,
+    Invalid,
+    read_statement,
+)
 from dagster_pomo.lang.errors import SHOWN, Diagnostic, PomoSyntaxError
 from dagster_pomo.lang.source import Source, Span
 
-INT64_MAX = 2**63 - 1
 MAX_DEPTH = 100  # levels of a statement's syntax tree (expressions nested in parentheses...)
-MAX_BODY = 100  # atoms in one rule's body
 KEYWORDS = frozenset({"if", "where", "true", "false", "choose"})
-DURATION_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 # How a terminal is named in "expected ..." messages.
 FRIENDLY = {
