@@ -32,7 +32,8 @@ from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import NEVER, Epoch, iter_ticks, show_epoch
 
 Env = dict[str, Value]
-Db = dict[str, dict[tuple[int, tuple[Value, ...], int], Version]]
+Key = tuple[int, tuple[Value, ...], int]  # a version's (t, args, kt): one version per key
+Db = dict[str, dict[Key, Version]]
 
 
 class EvaluationError(PomoError):
@@ -86,6 +87,43 @@ def same(a: Value, b: Value) -> bool:
     if isinstance(a, str) or isinstance(b, str):
         return isinstance(a, str) and isinstance(b, str) and a == b
     return a == b
+
+
+@dataclass(frozen=True)
+class Since:
+    """The versions of a stratum's relations added or changed (a longer ``exp``) since a
+    rule last ran in its fixpoint, per relation; every relation of the stratum is a key."""
+
+    new: Mapping[str, Mapping[Key, Version]]
+
+    @classmethod
+    def made_from(cls, step: int, changes: Mapping[str, list[tuple[int, Key]]], db: Db) -> Since:
+        """What ``changes`` (per relation, ``(step, key)`` in the order made) holds of
+        ``step`` and later (a rule that ran at ``step`` did not see what it made), as the
+        versions ``db`` holds now."""
+        new: dict[str, dict[Key, Version]] = {}
+        for name, made in changes.items():
+            first = bisect.bisect_left(made, step, key=lambda c: c[0])
+            table = db.get(name, {})
+            new[name] = {key: table[key] for _, key in made[first:]}
+        return cls(new)
+
+    def reaches(self, rule: ast.Rule) -> bool:
+        """Whether one of the rule's atoms reads a relation with a new version."""
+        return any(self.new.get(a.relation) for a in rule.positive)
+
+
+def _has_expressions(atom: ast.Atom) -> bool:
+    """Whether one of the atom's arguments is an expression to work out (not a variable, a
+    wildcard or a constant), compared only once the match is complete."""
+    args = (*atom.args, *(a for ann in atom.annotations for a in ann.args))
+    return not all(isinstance(a, ast.Var | ast.Wildcard | ast.Const) for a in args)
+
+
+def _monotone(rule: ast.Rule) -> bool:
+    """Whether each of the rule's matches gives what it gives whatever else matches: no
+    aggregate, body aggregate or ``choose`` (which look at all matches at once)."""
+    return not (rule.aggregates or rule.body_aggregates or rule.choices)
 
 
 @dataclass(frozen=True)
@@ -171,24 +209,41 @@ class ReferenceEvaluator:
         return db
 
     def _fixpoint(self, rules: tuple[ast.Rule, ...], db: Db, end: int) -> None:
-        """The rules to their fixpoint: each round applies every rule to all it matches.
-        `BudgetExceeded` past `Budgets.rounds` rounds, or `Budgets.versions` new versions."""
+        """The rules to their fixpoint: each round applies every rule to what it matches.
+        `BudgetExceeded` past `Budgets.rounds` rounds, or `Budgets.versions` new versions.
+
+        A rule's first application matches everything. After it, a rule that is monotone
+        in its matches (no aggregate, body aggregate or ``choose``, which look at all of
+        them at once) matches only combinations holding a version of the stratum's own
+        relations added or changed since it last ran (`Since`): the others gave what they
+        give already. The fixpoint is the same; a chain of small recursive strata no longer
+        pays each round for every earlier one."""
         heads = {r.head.relation for r in rules}
         before = sum(len(db.get(n, {})) for n in heads)
-        rounds, changed = 0, True
+        derived = [r for r in rules if r.body]  # facts are already among the inputs
+        changes: dict[str, list[tuple[int, Key]]] = {n: [] for n in heads}
+        ran: dict[int, int] = {}  # rule's position -> the step it last ran at
+        step, rounds, changed = 0, 0, True
         while changed:
             changed = False
             rounds += 1
-            derived = [r for r in rules if r.body]  # facts are already among the inputs
             if rounds > self.budgets.rounds and derived:
                 own = [r for r in derived if any(a.relation in heads for a in r.positive)]
                 raise self._exceeded("rounds", None, (own or derived)[0])
-            for rule in derived:
+            for i, rule in enumerate(derived):
+                since = None
+                if i in ran and _monotone(rule):
+                    since = Since.made_from(ran[i], changes, db)
+                    if not since.reaches(rule):
+                        continue  # nothing it reads changed: it gives what it gave
+                step += 1
+                ran[i] = step
                 name = rule.head.relation
                 aggregating = bool(rule.aggregates)
-                for row in self._derive(rule, db):
-                    if row.kt < end:
-                        changed |= _add(db, name, row, aggregating)
+                for row in self._derive(rule, db, since):
+                    if row.kt < end and _add(db, name, row, aggregating):
+                        changed = True
+                        changes[name].append((step, (row.t, row.args, row.kt)))
                 made = sum(len(db.get(n, {})) for n in heads) - before
                 if made > self.budgets.versions:
                     raise self._exceeded("versions", made, rule)
@@ -200,12 +255,17 @@ class ReferenceEvaluator:
     # ------------------------------------------------------------------ matching
 
     def matches(
-        self, rule: ast.Rule, db: Db, alive: tuple[int, int] | None = None
+        self,
+        rule: ast.Rule,
+        db: Db,
+        alive: tuple[int, int] | None = None,
+        since: Since | None = None,
     ) -> Iterator[Match]:
         """Combinations of versions for the positive atoms, with ``where`` and guards applied.
 
         ``alive=(start, end)`` keeps only versions alive at some instant of that window
-        (``@next`` rules); otherwise liveness is checked per match at its time.
+        (``@next`` rules); otherwise liveness is checked per match at its time. ``since``:
+        only the combinations holding at least one of its versions, each once.
         """
         atoms = rule.positive
         order = binding_of(rule).def_order
@@ -213,18 +273,18 @@ class ReferenceEvaluator:
         if product > self.budgets.combinations:
             raise self._exceeded("combinations", product, rule)
 
-        def walk(i: int, env: Env, rows: tuple[Version, ...]) -> Iterator[Match]:
+        def walk(i: int, env: Env, rows: tuple[Version, ...], fresh: int) -> Iterator[Match]:
             if i == len(atoms):
                 for summarised, pieces in self._summarise(rule.body_aggregates, env, rows, db):
                     yield from complete(summarised, rows, pieces)
                 return
             atom = atoms[i]
-            for row in self._candidates(atom, env, db):
+            for row in self._rows_at(i, fresh, atom, env, db, since):
                 if alive is not None and not (row.kt < alive[1] and row.exp > alive[0]):
                     continue
                 env2 = dict(env)
                 if self.unify(atom, row, env2, final=False):
-                    yield from walk(i + 1, env2, (*rows, row))
+                    yield from walk(i + 1, env2, (*rows, row), fresh)
 
         def complete(
             env: Env, rows: tuple[Version, ...], pieces: tuple[Version, ...]
@@ -234,7 +294,8 @@ class ReferenceEvaluator:
                 for d in order:
                     full[d.var.name] = evaluate(d.expr, full)
                 for atom, row in zip(atoms, rows, strict=True):
-                    if not self.unify(atom, row, full, final=True):
+                    # the first pass compared all but expressions: only those are left
+                    if _has_expressions(atom) and not self.unify(atom, row, full, final=True):
                         return
             except Undefined:
                 return
@@ -244,7 +305,28 @@ class ReferenceEvaluator:
                 )
                 yield Match(full, rows + pieces, keys)
 
-        yield from walk(0, constant_values(rule), ())
+        constants = constant_values(rule)
+        if since is None:
+            yield from walk(0, constants, (), -1)
+            return
+        # Each combination once: the first of its atoms holding a new version is `fresh`,
+        # the atoms of the stratum's relations before it hold old ones.
+        for fresh, atom in enumerate(atoms):
+            if since.new.get(atom.relation):
+                yield from walk(0, constants, (), fresh)
+
+    def _rows_at(
+        self, i: int, fresh: int, atom: ast.Atom, env: Env, db: Db, since: Since | None
+    ) -> Iterable[Version]:
+        """The versions atom ``i`` may match in a walk whose first new version is at atom
+        ``fresh`` (-1: every version everywhere): there the new versions, before it the
+        old ones of the stratum's relations."""
+        if since is None or fresh < 0 or (i > fresh or atom.relation not in since.new):
+            return self._candidates(atom, env, db)
+        new = since.new[atom.relation]
+        if i == fresh:
+            return new.values()
+        return (r for r in self._candidates(atom, env, db) if (r.t, r.args, r.kt) not in new)
 
     def _candidates(self, atom: ast.Atom, env: Env, db: Db) -> Iterable[Version]:
         """The versions of ``atom``'s relation that may unify with it under ``env``: those
@@ -404,22 +486,24 @@ class ReferenceEvaluator:
 
     # ------------------------------------------------------------------ deriving
 
-    def _derive(self, rule: ast.Rule, db: Db) -> list[Version]:
+    def _derive(self, rule: ast.Rule, db: Db, since: Since | None = None) -> list[Version]:
         if rule.aggregates:
             return self._aggregate(rule, db)
         out = []
-        for match, tau, exp in self.valid_matches(rule, db):
+        for match, tau, exp in self.valid_matches(rule, db, since):
             row = self._head(rule, match, tau, exp)
             if row is not None:
                 out.append(row)
         return out
 
-    def valid_matches(self, rule: ast.Rule, db: Db) -> Iterator[tuple[Match, int, int]]:
+    def valid_matches(
+        self, rule: ast.Rule, db: Db, since: Since | None = None
+    ) -> Iterator[tuple[Match, int, int]]:
         """Matches whose versions are all alive at the match time ``tau`` (the latest ``kt``)
         and whose negated atoms hold at ``tau``; with the match's expiry. Each ``choose``
         keeps, per keys and ``tau``, the matches with the least values."""
         found = []
-        for match in self.matches(rule, db):
+        for match in self.matches(rule, db, since=since):
             tau = max(r.kt for r in match.rows)
             if not all(r.alive_at(tau) for r in match.rows):
                 continue
