@@ -79,16 +79,17 @@ def test_each_runaway_stops_at_its_rule_with_the_default_budgets(
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("engine", ["reference", "spark-plans"])
+@pytest.mark.parametrize("engine", ["reference", "spark", "local"])
 @pytest.mark.parametrize("budget", list(RUNAWAYS))
 def test_every_engine_stops_them(tmp_path: Path, budget: str, engine: str) -> None:
-    """The reference and Spark's plans (no epoch worked out in this process) stop each one
-    too, at the same rule; low budgets keep Spark's rounds few."""
+    """The reference, Spark's plans (no epoch worked out in this process) and this process
+    alone (`--engine local`) stop each one too, at the same rule; low budgets keep Spark's
+    rounds few."""
     text, line = RUNAWAYS[budget]
     program = compile_corpus(text, "runaway.pomo")
     budgets = Budgets(rounds=8, text=100)
-    policy = Policy(in_process_inputs=0, budgets=budgets)
-    name = "reference" if engine == "reference" else "spark"
+    policy = Policy(budgets=budgets)
+    name = engine
     events = _thirty(tmp_path / "events")
     warehouse = str(tmp_path / "warehouse")
     with pytest.raises(BudgetExceeded) as raised:

@@ -124,33 +124,37 @@ def test_provenance_does_not_depend_on_the_epoch_size(tmp_path_factory, case: Ca
 )
 @given(cases)
 def test_spark_gives_what_the_reference_gives(tmp_path_factory, case: Case) -> None:
-    """Epochs this small run Spark's plans interpreted; the one-epoch run is made to compile
-    them, as a large epoch does (`SparkEvaluator.plans_for`), so both ways are checked.
-    Epochs of 12 run as `pomo run` does (a range at once where it can), of 16 epoch by
-    epoch, as a schedule does."""
+    """Spark's plans, this process for small epochs, and this process alone (`--engine
+    local`) give what the reference gives. Epochs this small run Spark's plans
+    interpreted; the one-epoch run is made to compile them, as a large epoch does
+    (`SparkEvaluator.plans_for`), so both ways are checked. Epochs of 12 run as `pomo run`
+    does (a range at once where it can), of 16 epoch by epoch, as a schedule does."""
     tmp = tmp_path_factory.mktemp("spark")
     batch = outcome(case, tmp, HORIZON_END, "reference")
     for size in (12, 16, HORIZON_END):
         expected = outcome(case, tmp, size, "reference") if case.sequential else batch
         with generated_code(size == HORIZON_END):
             how = policy(in_process=False, one_pass=size != 16)
-            assert outcome(case, tmp, size, "spark", how) == expected, size
+            assert outcome(case, tmp, size, "auto", how) == expected, size
         if size != 12:  # and as this process works small epochs out (a range never is)
             how = policy(in_process=True, one_pass=False)
             # epochs of 16: a linear recursion's rounds spread over threads however few
             spread = 0 if size == 16 else local_stratum.SPREAD_ROWS
             with patch.object(local_stratum, "SPREAD_ROWS", spread):
-                assert outcome(case, tmp, size, "spark", how) == expected, size
+                assert outcome(case, tmp, size, "auto", how) == expected, size
+        if size != 12:  # and as this process alone works every epoch out (`--engine local`)
+            assert outcome(case, tmp, size, "local") == expected, size
 
 
 def _same_on_every_engine(case: Case, tmp: Path) -> None:
-    """Spark's plans (a range at once, and epoch by epoch) and this process's give what the
-    reference gives in one batch."""
+    """Spark's plans (a range at once, and epoch by epoch), this process's and this process
+    alone's give what the reference gives in one batch."""
     batch = outcome(case, tmp, HORIZON_END, "reference")
     for size in (12, 16):
         how = policy(in_process=False, one_pass=size != 16)
-        assert outcome(case, tmp, size, "spark", how) == batch, size
-    assert outcome(case, tmp, 16, "spark", policy(in_process=True, one_pass=False)) == batch
+        assert outcome(case, tmp, size, "auto", how) == batch, size
+    assert outcome(case, tmp, 16, "auto", policy(in_process=True, one_pass=False)) == batch
+    assert outcome(case, tmp, 16, "local") == batch
 
 
 @few_spark_examples
@@ -263,7 +267,7 @@ def test_async_messages_are_the_same_on_spark_and_the_reference(
     tmp = tmp_path_factory.mktemp("messages")
     for size in (6, 16):
         expected = outcome(case, tmp, size, "reference")
-        assert outcome(case, tmp, size, "spark", policy(False, False)) == expected, size
+        assert outcome(case, tmp, size, "auto", policy(False, False)) == expected, size
 
 
 @few_spark_examples

@@ -99,7 +99,7 @@ def test_the_json_form_round_trips_and_the_cli_prints_it(tanks, tmp_path: Path) 
     assert f"input, {landing}:" in text and "(--json lists all)" in text
 
 
-@pytest.mark.parametrize("engine", ["spark", "reference"])
+@pytest.mark.parametrize("engine", ["auto", "local", "reference"])
 def test_recursion_next_body_aggregates_and_clocks_explain(tmp_path: Path, engine: str) -> None:
     """A path through a cycle explains without resting on itself; an `@next` streak on the
     epoch before it; a body aggregate on the events it counted; a clock tick as such."""

@@ -56,7 +56,7 @@ def test_a_thousand_rounds_of_a_counter_without_shared_variables(tmp_path: Path)
     """The issue's counter at n = 1,000 on the Spark engine (a small epoch: its rounds run in
     this process), every value once; it finishes in seconds, not hours."""
     started = time.perf_counter()
-    out = _run(COUNTER.format(n=1000, step=1), [], tmp_path, "spark")
+    out = _run(COUNTER.format(n=1000, step=1), [], tmp_path, "auto")
     print(f"1,000 rounds in {time.perf_counter() - started:.1f} s")
     assert _counted(out, "c") == [(x, 1000) for x in range(1001)]
 
@@ -68,7 +68,7 @@ def test_a_chain_of_two_thousand_strata_gives_every_event_at_its_end(tmp_path: P
     rules = ["r0(x) := w(x);", *(f"r{i}(x) := r{i - 1}(x);" for i in range(1, 2000))]
     events = [("w", t, [f"v{t}"]) for t in range(30)]
     started = time.perf_counter()
-    out = _run(".decl w(x: str);\n" + "\n".join(rules) + "\n", events, tmp_path, "spark")
+    out = _run(".decl w(x: str);\n" + "\n".join(rules) + "\n", events, tmp_path, "auto")
     print(f"2,000 strata in {time.perf_counter() - started:.1f} s")
     assert _counted(out, "r1999") == sorted((f"v{t}",) for t in range(30))
     assert len(out) == 2000 and all(len(rows) == 30 for rows in out.values())
@@ -115,7 +115,7 @@ def test_a_recursion_over_few_rows_runs_here_in_an_epoch_too_large_for_this_proc
 def test_spark_plans_keep_a_self_join_estimate_bounded(tmp_path: Path) -> None:
     """The same counter on Spark's plans (as a large epoch runs it): forty rounds, which took
     more than five minutes while the size estimate squared itself every round."""
-    out = _run(COUNTER.format(n=40, step=1), [], tmp_path, "spark", in_process=False)
+    out = _run(COUNTER.format(n=40, step=1), [], tmp_path, "auto", in_process=False)
     assert _counted(out, "c") == [(x, 40) for x in range(41)]
 
 
@@ -152,7 +152,7 @@ def test_long_chains_give_on_spark_what_the_reference_gives(tmp_path_factory, ch
     corpus, events = chain
     tmp = tmp_path_factory.mktemp("chain")
     expected = _run(corpus, events, tmp, "reference")
-    got = _run(corpus, events, tmp, "spark")
+    got = _run(corpus, events, tmp, "auto")
     for name, rows in expected.items():
         assert sorted((r.args, r.t, r.exp) for r in got[name]) == sorted(
             (r.args, r.t, r.exp) for r in rows
@@ -181,5 +181,5 @@ def test_hundreds_of_rounds_give_what_the_rules_say(tmp_path_factory, shape, n, 
         corpus = f"a(0);\na(x + 1) := b(x) if x < {n};\nb(x + 1) := a(x) if x < {n};"
         events, name = [], "a"
         expected = [(x,) for x in range(0, n + 1, 2)]
-    got = _run(corpus, events, tmp, "spark")
+    got = _run(corpus, events, tmp, "auto")
     assert _counted(got, name) == expected

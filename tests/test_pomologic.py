@@ -208,7 +208,7 @@ def test_the_twins_derive_what_the_examples_derive_on_spark(tmp_path: Path) -> N
         results = []
         for program in (original, load_program(twin)):
             result = run(
-                program, events, HOUR, START, START + 3 * HOUR, engine="spark", window=ANY_TIME
+                program, events, HOUR, START, START + 3 * HOUR, engine="auto", window=ANY_TIME
             )
             results.append({n: sorted(map(repr, result.events(n))) for n in result.outputs})
         assert results[0] == results[1], twin.stem

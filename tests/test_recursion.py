@@ -106,7 +106,7 @@ def test_rounds_in_tasks_give_what_the_reference_gives(
     # Epoch by epoch (later epochs' rounds start from versions of earlier ones), and in one.
     how = replace(DEFAULT if here else SPARK, task_rows=task_rows)
     for size in (EPOCH, UNTIL) if task_rows == DEFAULT.task_rows else (EPOCH,):
-        assert _outcome(events, "spark", size, how) == expected, size
+        assert _outcome(events, "auto", size, how) == expected, size
 
 
 def test_a_long_recursion_costs_a_few_spark_jobs_not_one_a_round(tmp_path: Path) -> None:

@@ -36,7 +36,8 @@ def evaluate(
     )
     # Epoch by epoch, as a schedule runs them: how time is cut into epochs is what the
     # sizes below are there to vary (a range in one pass is checked against this elsewhere).
-    # "spark" runs Spark's plans; "in-process" small epochs' strata in this process.
+    # "spark" runs Spark's plans; "in-process" small epochs' strata in this process (the
+    # default engine, told every epoch is small); "local" everything in this process.
     how = policy(in_process=engine == "in-process", one_pass=False)
     result = run(
         program,
@@ -44,7 +45,7 @@ def evaluate(
         epoch,
         0,
         until,
-        engine=engine.replace("in-process", "spark"),
+        engine="auto" if engine == "in-process" else engine,
         window=ANY_TIME,
         policy=how,
     )
@@ -68,11 +69,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "engine" not in metafunc.fixturenames:
         return
     if "epoch" in metafunc.fixturenames:
-        engines = (*ENGINES, "in-process")
-        cases = [(e, s) for e in engines for s in (EPOCHS if e == "reference" else SPARK_EPOCHS)]
+        sizes = {"reference": EPOCHS}
+        cases = [(e, s) for e in ENGINES_RUN for s in sizes.get(e, SPARK_EPOCHS)]
         metafunc.parametrize(("engine", "epoch"), cases, ids=[f"{e}-{s}ms" for e, s in cases])
     else:
-        metafunc.parametrize("engine", ENGINES)
+        metafunc.parametrize("engine", [e for e in ENGINES_RUN if e != "in-process"])
+
+
+# Every engine (`auto` is `spark` or `in-process`, by the epoch's size).
+ENGINES_RUN = ("spark", "in-process", "local", "reference")
+assert set(ENGINES) == {*ENGINES_RUN, "auto"} - {"in-process"}
 
 
 def test_pomologic_diagonal(tmp_path, engine, epoch) -> None:

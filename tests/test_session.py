@@ -165,7 +165,7 @@ def test_a_small_range_runs_and_writes_its_outputs_without_starting_spark(tmp_pa
 
     water_tank_events(tmp_path / "r.jsonl", 1_500, hours=3)
     outs = {}
-    for engine in ("spark", "reference"):
+    for engine in ("auto", "reference"):
         args = ["run", str(RULES / "water_tanks.pomo"), "--events", str(tmp_path / "r.jsonl")]
         args += ["--engine", engine, "--out", str(tmp_path / engine)]
         script = [sys.executable, "-c", SMALL_RUN, *args]
@@ -180,5 +180,5 @@ def test_a_small_range_runs_and_writes_its_outputs_without_starting_spark(tmp_pa
             ]
             for p in sorted((tmp_path / engine).glob("*.jsonl"))
         }
-    assert len(outs["spark"]["level_10m.jsonl"]) > 1_000
-    assert outs["spark"] == outs["reference"]
+    assert len(outs["auto"]["level_10m.jsonl"]) > 1_000
+    assert outs["auto"] == outs["reference"]

@@ -370,8 +370,8 @@ def test_a_repeated_event_counts_once_whoever_reads_the_landing(
     assert json.loads((expected / "tanks.jsonl").read_text())["aggregates"]["count"] == 1
     repeats = 3 * 60 + 60  # three more forms of each reading; the fact's line, 60 times
     for name, engine, policy in (
-        ("here", "spark", HERE),
-        ("spark", "spark", SPARK),
+        ("here", "auto", HERE),
+        ("spark", "auto", SPARK),
         ("reference", "reference", HERE),
     ):
         out = tmp_path / name

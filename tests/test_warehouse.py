@@ -613,10 +613,10 @@ def test_a_join_too_large_for_this_process_goes_to_spark(
     tried: list[tuple[int, int, bool]] = []  # stratum, the epoch's input events, too large
     attempt = LocalStrata.work_out
 
-    def spy(self, stratum, epoch):  # type: ignore[no-untyped-def]
+    def spy(self, stratum, epoch, carried=None):  # type: ignore[no-untyped-def]
         inputs = self.ev.store.input_events(epoch_key(epoch))
         try:
-            stats = attempt(self, stratum, epoch)
+            stats = attempt(self, stratum, epoch, carried)
         except TooLarge:
             tried.append((stratum.index, inputs, True))
             raise

@@ -237,7 +237,7 @@ class PomoOperator(BaseOperator):
         corpus, name = self.corpus, self.handler
         assert name is not None
         acted = corpus.pipeline.act(
-            name, corpus.handlers[name], run, corpus.settings(count), self.log.info
+            name, corpus.handlers[name], run, corpus.settings(count), self.log.info, corpus.policy
         )
         if (warning := acted.held_back_warning()) is not None:
             self.log.warning(warning)

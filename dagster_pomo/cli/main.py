@@ -178,7 +178,7 @@ def _evaluate(
     if program is None:
         return EXIT_CORPUS
     try:
-        if args.engine == "spark":
+        if args.engine in ("auto", "spark"):
             from dagster_pomo.engine.driver import describe_session
 
             print(f"spark: {describe_session(settings)}", file=sys.stderr)
@@ -465,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def one_file(name: str, func: Callable[[argparse.Namespace], int], **text: str):  # noqa: ANN202
         command = sub.add_parser(name, **text)
-        command.add_argument("file", metavar="FILE")
+        command.add_argument("file", metavar="FILE", help="the corpus (.pomo or .pomologic)")
         command.set_defaults(func=func)
         return command
 
@@ -496,8 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="evaluate a corpus over events, epoch by epoch, without Dagster",
-        description="Evaluate a corpus over JSON Lines events. Output: one table per derived "
-        "relation, or DIR/<relation>.jsonl and DIR/_quarantine.jsonl with --out.",
+        description="Evaluate a corpus over events (JSON Lines or Parquet files). Output: one "
+        "table per derived relation, or DIR/<relation>.jsonl and DIR/_quarantine.jsonl with "
+        "--out.",
     )
     _run_options(run)
     run.add_argument("--out", metavar="DIR", help="write JSON Lines files here")
@@ -624,9 +625,12 @@ def _run_options(command: argparse.ArgumentParser) -> None:
     from dagster_pomo.engine.lines import DEFAULT_TIMES
     from dagster_pomo.engine.run import ENGINES
 
-    command.add_argument("file", metavar="FILE")
+    command.add_argument("file", metavar="FILE", help="the corpus (.pomo or .pomologic)")
     command.add_argument(
-        "--events", required=True, metavar="PATH", help="a JSON Lines file or a folder of them"
+        "--events",
+        required=True,
+        metavar="PATH",
+        help="a JSON Lines or Parquet file, or a folder of them",
     )
     command.add_argument("--epoch", default="1h", metavar="DUR", help="epoch size (default 1h)")
     command.add_argument(
@@ -649,7 +653,15 @@ def _run_options(command: argparse.ArgumentParser) -> None:
         f"outside are quarantined (default {DEFAULT_TIMES}: catches times in seconds and "
         "sentinels such as year 9999)",
     )
-    command.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
+    command.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=ENGINES[0],
+        help="where the strata are worked out: `auto` (default), this process for epochs of "
+        "up to --in-process-inputs events and Spark for larger ones; `local`, this process "
+        "alone, with no Spark or Java; `spark`, Spark's plans alone; `reference`, the "
+        "reference evaluator (slow; what the others are tested against)",
+    )
     command.add_argument(
         "--epoch-by-epoch",
         action="store_true",
@@ -662,7 +674,7 @@ def _run_options(command: argparse.ArgumentParser) -> None:
         default="auto",
         help="who reads the events: `spark`'s tasks (with the same checks and quarantine), "
         "this `process`, or `auto`: Spark's tasks when the landing holds more than "
-        f"{DEFAULT.spark_landing_bytes >> 20} MiB (--engine spark only)",
+        f"{DEFAULT.spark_landing_bytes >> 20} MiB (--engine auto or spark)",
     )
     command.add_argument(
         "--budget",
@@ -679,7 +691,7 @@ def _run_options(command: argparse.ArgumentParser) -> None:
         metavar="N",
         help="an epoch of at most N input events is worked out in this process rather than "
         f"by Spark's plans; 0: never (default {DEFAULT.in_process_inputs:,}; lower it on a "
-        "small driver or a machine of many cores; --engine spark only)",
+        "small driver or a machine of many cores; --engine auto only)",
     )
     command.add_argument(
         "--master", metavar="URL", help="Spark master (default local[*], or $POMO_SPARK_MASTER)"

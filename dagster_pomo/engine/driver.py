@@ -141,8 +141,10 @@ class Driver:
         from dagster_pomo.engine.spark.session import lazy_session
         from dagster_pomo.engine.spark.warehouse import Warehouse
 
-        # Spark starts when a plan first needs it: small epochs never may (see LazySession).
-        spark = session or lazy_session(settings)
+        # Spark starts when a plan first needs it: small epochs never may (see LazySession);
+        # told to do without it, never.
+        local = policy.local_only
+        spark = _without_spark(warehouse) if local else session or lazy_session(settings)
         wh = Warehouse(spark, warehouse, program.name)
         backend = SparkEvaluator(
             spark, program, schemas, wh, epochs, clock_start, facts, plan=plan, policy=policy
@@ -398,6 +400,21 @@ class Driver:
         return [done[s.index] for s in strata]
 
 
+def _without_spark(warehouse: str) -> Any:
+    """A session that never starts (`Policy.local_only`), for a warehouse on this machine:
+    whatever would ask Spark for something is an error saying so."""
+    from dagster_pomo.engine.spark.session import LazySession
+    from dagster_pomo.engine.spark.warehouse import is_local_path
+    from dagster_pomo.errors import UsageError
+
+    if not is_local_path(warehouse):
+        raise UsageError(
+            f"--engine local works out every epoch in this process and reads and writes the "
+            f"warehouse itself: {warehouse} is not a folder on this machine"
+        )
+    return LazySession(SparkSettings(), refusal="--engine local runs without Spark")
+
+
 def _by_length(epochs: Sequence[Epoch]) -> tuple[list[Epoch], list[Epoch]]:
     """``epochs`` cut where one first differs in length from the first: a range of whole
     epochs, and the rest (a shorter last epoch)."""
@@ -411,13 +428,16 @@ def open_results(
     schemas: Mapping[str, Schema],
     warehouse: str,
     settings: SparkSettings | None = None,
+    policy: Policy = DEFAULT,
 ) -> Results:
-    """What ``warehouse`` holds of ``program``, without evaluating anything."""
+    """What ``warehouse`` holds of ``program``, without evaluating anything (read by this
+    process alone with `Policy.local_only`)."""
     from dagster_pomo.engine.spark.results import Results
     from dagster_pomo.engine.spark.session import lazy_session
     from dagster_pomo.engine.spark.warehouse import Warehouse
 
-    return Results(Warehouse(lazy_session(settings), warehouse, program.name), schemas)
+    spark = _without_spark(warehouse) if policy.local_only else lazy_session(settings)
+    return Results(Warehouse(spark, warehouse, program.name), schemas)
 
 
 def session(settings: SparkSettings | None = None) -> Any:

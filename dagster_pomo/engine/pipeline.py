@@ -359,12 +359,14 @@ class Pipeline:
         epochs: Sequence[Epoch],
         settings: SparkSettings | None = None,
         log: Log | None = None,
+        policy: Policy = DEFAULT,
     ) -> Acted:
         """A handler's step: every event of ``epochs`` it listens to that the ledger does not
         hold as done, handed over epoch by epoch; what it returns landed as input events,
         one generation after the landing files of the epochs."""
         subs = handler_subscriptions(self.program)[name]
-        results = open_results(self.program, self.schemas, self.storage.warehouse, settings)
+        wh = self.storage.warehouse
+        results = open_results(self.program, self.schemas, wh, settings, policy)
         ledger = self.storage.open_ledger(self.program.name)
         try:
             by_key = {epoch_key(e): e for e in epochs}

@@ -8,9 +8,16 @@ classes. Every combination stores the same versions; the tests run several to ch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dagster_pomo.engine.budgets import Budgets
+from dagster_pomo.errors import UsageError
+
+# Where the driver works a corpus's strata out (the first is the default): `auto`, this
+# process for small epochs and Spark's plans for the rest (`Policy.in_process_inputs`);
+# `local`, this process alone, Spark never started (no JVM needed); `spark`, Spark's
+# plans alone.
+DRIVER_ENGINES = ("auto", "local", "spark")
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,20 @@ class Policy:
     spark_landing_bytes: int = 256 << 20
     # How much one epoch may ask for before the run stops with a located error.
     budgets: Budgets = Budgets()
+    # Every stratum of every epoch worked out in this process, epoch by epoch, and Spark
+    # never started (``--engine local``): no JVM needed. A construct the local executor
+    # lacks, or an epoch too large for it, is an error saying so, not a quiet fallback.
+    local_only: bool = False
+
+    def for_engine(self, engine: str) -> Policy:
+        """This policy as ``engine`` (one of `DRIVER_ENGINES`) runs a corpus."""
+        if engine == "local":
+            return replace(self, local_only=True, spark_landing_bytes=-1)
+        if engine == "spark":
+            return replace(self, in_process_inputs=0, local_only=False)
+        if engine != "auto":
+            raise UsageError(f"no engine {engine!r}: one of {', '.join(DRIVER_ENGINES)}")
+        return self
 
 
 DEFAULT = Policy()

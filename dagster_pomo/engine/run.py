@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dagster_pomo.engine.ingest import Ingested, landing_files
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
-from dagster_pomo.engine.policy import DEFAULT, Policy
+from dagster_pomo.engine.policy import DEFAULT, DRIVER_ENGINES, Policy
 from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.stats import PassStats
 from dagster_pomo.engine.versions import Version, event_object, merge_versions, output_order
@@ -27,7 +27,10 @@ from dagster_pomo.timeline import NEVER
 if TYPE_CHECKING:
     from dagster_pomo.engine.driver import Driver, Progress
 
-ENGINES = ("spark", "reference")  # the first is the default
+# Where a run's strata are worked out (the first is the default): the driver's engines
+# (`policy.ENGINES`), and `reference`, the reference evaluator (the oracle the others are
+# tested against).
+ENGINES = (*DRIVER_ENGINES, "reference")
 
 
 @dataclass
@@ -83,7 +86,7 @@ def run(
     size: int,
     start: int | None = None,
     until: int | None = None,
-    engine: str = "spark",
+    engine: str = "auto",
     warehouse: str | None = None,
     window: TimeWindow = DEFAULT_TIMES,
     policy: Policy = DEFAULT,
@@ -91,8 +94,8 @@ def run(
     settings: SparkSettings | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
-    """Evaluate every epoch; versions of every derived relation in the result. On Spark a
-    range of epochs runs in one pass where that stores the same (see
+    """Evaluate every epoch on ``engine`` (see `ENGINES`); versions of every derived relation
+    in the result. On Spark a range of epochs runs in one pass where that stores the same (see
     `Driver.evaluate_range`) unless ``policy`` says epoch by epoch, as a schedule
     does. Events whose time lies outside ``window`` are quarantined. With ``out``, the
     outputs are written there (see `write_outputs`); on Spark straight from the
@@ -102,7 +105,10 @@ def run(
     done once the events are read, then after each pass."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
-    if engine == "spark" and events is not None:
+    driven = engine != "reference"
+    if driven:
+        policy = policy.for_engine(engine)
+    if driven and events is not None:
         from dagster_pomo.engine.driver import evaluated_landing, reads_landing_on_spark
 
         landing = landing_files(events)
@@ -120,7 +126,7 @@ def run(
         if out is not None:
             write_outputs(result, out)
         return result
-    if engine == "spark":
+    if driven:
         from dagster_pomo.engine.driver import evaluated
 
         with evaluated(program, prepared, warehouse, policy, settings, progress) as driver:

@@ -86,7 +86,8 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
     ) -> Iterator[MaterializeResult | AssetCheckResult]:
         settings = spark.settings(len(context.partition_keys))
         pipeline = shared.pipeline(storage)
-        acted = pipeline.act(name, handler, shared.epochs_of(context), settings, context.log.info)
+        epochs = shared.epochs_of(context)
+        acted = pipeline.act(name, handler, epochs, settings, context.log.info, spark.policy())
         total = acted.total
         # What each partition's events came to: a range run reports each partition as a run
         # of it alone would.

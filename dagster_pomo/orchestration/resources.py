@@ -10,7 +10,7 @@ from pydantic import Field
 
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.pipeline import Storage
-from dagster_pomo.engine.policy import DEFAULT, Policy
+from dagster_pomo.engine.policy import DEFAULT, DRIVER_ENGINES, Policy
 from dagster_pomo.engine.settings import SparkSettings
 
 if TYPE_CHECKING:
@@ -29,6 +29,13 @@ class SparkResource(ConfigurableResource):
         "when no master is given)",
     )
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
+    engine: str = Field(
+        default=DRIVER_ENGINES[0],
+        description="where the strata are worked out: `auto`, the run's process for epochs "
+        "of up to in_process_inputs input events and Spark's plans for larger ones; "
+        "`local`, the run's process alone, Spark never started (no Java needed; the "
+        "warehouse a local folder); `spark`, Spark's plans alone",
+    )
     one_pass: bool = Field(
         default=DEFAULT.one_pass,
         description="evaluate a partition range in one pass where that stores what epoch by "
@@ -80,7 +87,7 @@ class SparkResource(ConfigurableResource):
             interpret_inputs=self.interpret_inputs,
             task_rows=self.task_rows,
             spark_landing_bytes=self.spark_landing_bytes,
-        )
+        ).for_engine(self.engine)
 
     def get_session(self, epochs: int | None = None) -> SparkSession:
         """The process's session, for a user's own Spark work in an asset; ``epochs``, how

@@ -71,9 +71,15 @@ def _numpy(column: pa.ChunkedArray) -> np.ndarray:
 
 def to_arrow(cols: Mapping[str, np.ndarray], schema: pa.Schema) -> pa.Table:
     """``schema``'s columns of ``cols`` in its types; NaN is null, as in a pandas frame."""
-    return pa.table(
-        [pa.array(cols[f.name], type=f.type, from_pandas=True) for f in schema], schema=schema
-    )
+    return pa.table([_arrow(cols[f.name], f.type) for f in schema], schema=schema)
+
+
+def _arrow(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """One column in Arrow; a column of lists (sets, provenance) from its Python lists,
+    which numpy's converter does not take."""
+    if pa.types.is_list(kind):
+        return pa.array([None if v is None else list(v) for v in values], type=kind)
+    return pa.array(values, type=kind, from_pandas=True)
 
 
 class TooLarge(Exception):

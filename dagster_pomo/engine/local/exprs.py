@@ -17,6 +17,7 @@ import numpy as np
 
 from dagster_pomo.engine.local.column_joins import height
 from dagster_pomo.lang import ast
+from dagster_pomo.lang.interpret import FUNCTIONS, Undefined, Value
 from dagster_pomo.lang.kinds import expr_type
 
 NUMPY = {"int": np.int64, "float": np.float64, "str": object, "bool": np.bool_}
@@ -87,9 +88,13 @@ def cast(vec: Vec, typ: str) -> Vec:
     return vec
 
 
-def supported(expr: ast.Expr, types: Mapping[str, str]) -> bool:
+def supported(expr: ast.Expr, types: Mapping[str, str], alone: bool = False) -> bool:
     """Whether :func:`value` works ``expr`` out as Spark does: not a float written as text,
-    nor text read as a number (their formats differ between Spark and Python)."""
+    nor text read as a number (their formats differ between Spark and Python). ``alone``:
+    no Spark to agree with (``--engine local``): every expression, as the reference reads
+    it."""
+    if alone:
+        return True
     if isinstance(expr, ast.Neg):
         return supported(expr.operand, types)
     if isinstance(expr, ast.BinOp):
@@ -262,6 +267,8 @@ def _call(name: str, args: list[Vec], typ: str | None, n: int) -> Vec:
             )
         )
         return Vec(out, ok, "str")
+    if name in ("int", "float") and kinds[0] == "str":  # text read as the reference reads it
+        return _each(FUNCTIONS[name], args[0], ok, name)
     if name == "int":
         if kinds[0] == "bool":
             return nothing(n, "int")
@@ -271,6 +278,20 @@ def _call(name: str, args: list[Vec], typ: str | None, n: int) -> Vec:
             return nothing(n, "float")
         return Vec(to_float(args[0].values), ok, "float")
     raise TypeError(f"unknown function {name}")
+
+
+def _each(fn: Callable[[Value], Value], vec: Vec, ok: np.ndarray | None, typ: str) -> Vec:
+    """``fn`` (one of the language's functions) of each value, one at a time; undefined
+    where it says so."""
+    out = np.zeros(len(vec.values), dtype=NUMPY[typ])
+    valid = np.zeros(len(vec.values), dtype=bool)
+    for k, v in enumerate(vec.values.tolist()):
+        try:
+            out[k] = fn(v)
+            valid[k] = True
+        except (Undefined, OverflowError):
+            continue
+    return Vec(out, _both(ok, valid), typ)
 
 
 def present(vec: Vec) -> np.ndarray:

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from dagster_pomo.engine import lattices
 from dagster_pomo.engine.cid import cids
-from dagster_pomo.engine.local import sliding_aggregates
+from dagster_pomo.engine.local import provenance, sliding_aggregates
 from dagster_pomo.engine.local.column_joins import (
     Cols,
     concat,
@@ -50,7 +51,9 @@ from dagster_pomo.engine.local.exprs import (
     value,
 )
 from dagster_pomo.engine.local.linear_fixpoint import NUMPY_OPS
+from dagster_pomo.engine.versions import value_order
 from dagster_pomo.lang import ast
+from dagster_pomo.lang.interpret import Value
 from dagster_pomo.lang.kinds import expr_type
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import (
@@ -62,15 +65,16 @@ from dagster_pomo.plan.rules import (
     grouped_head_of,
 )
 from dagster_pomo.plan.scans import CID, comparable
-from dagster_pomo.plan.schema import Schema, row_columns
-from dagster_pomo.plan.time import head_times
-from dagster_pomo.timeline import EARLIEST, NEVER, PAST
+from dagster_pomo.plan.schema import PROV, Schema, row_columns
+from dagster_pomo.plan.time import head_times, next_stamp
+from dagster_pomo.timeline import EARLIEST, NEVER, PAST, Epoch
 
 
-def rule_supported(plan: RulePlan) -> bool:
+def rule_supported(plan: RulePlan, alone: bool = False) -> bool:
     """Whether this module works a rule out as the Spark plans do: its expressions are
     :func:`exprs.supported`, its head's values fit their columns, its aggregates are over
-    numbers (the others take Spark's range window)."""
+    numbers, the least or greatest text, sets (`collect`) or a lattice's merge. ``alone``:
+    no Spark to agree with (see `exprs.supported`)."""
     rule, types = plan.rule, plan.types
     exprs: list[ast.Expr] = [*rule.guards, *(d.expr for d in rule.defs)]
     for atom in (*rule.positive, *rule.negative):
@@ -81,22 +85,26 @@ def rule_supported(plan: RulePlan) -> bool:
         local = {**types, **{v: t for v, _, t in agg.scan.binds}}
         exprs += [x for _, x, _, _ in agg.scan.checks]
         if agg.arg is not None:
-            if not supported(agg.arg, local):
+            if not supported(agg.arg, local, alone):
                 return False
             if agg.function not in ("min", "max") and expr_type(agg.arg, local) == "str":
                 return False
-    if not all(supported(e, types) for e in exprs if not isinstance(e, ast.Wildcard)):
+    if not all(supported(e, types, alone) for e in exprs if not isinstance(e, ast.Wildcard)):
         return False
     for arg, _, typ in plan.head.args:
         found = expr_type(arg, types)
         if found not in (None, typ) and {found, typ} != {"int", "float"}:
             return False
     functions = plan.aggregate.functions if plan.aggregate else ()
-    return all(
-        fn not in ("collect", "lattice")
-        and (arg is None or expr_type(arg, types) in ("int", "float"))
-        for fn, arg, *_ in functions
-    )
+    folded = ("collect", "lattice")
+    return all(fn in folded or _summable(fn, arg, types) for fn, arg, *_ in functions)
+
+
+def _summable(function: str, arg: ast.Expr | None, types: Mapping[str, str]) -> bool:
+    """Whether a head aggregate's values are what this module sweeps: numbers, or text for
+    the least or greatest."""
+    kind = None if arg is None else expr_type(arg, types)
+    return kind in (None, "int", "float") or (kind == "str" and function in ("min", "max"))
 
 
 # ---------------------------------------------------------------------------- matches
@@ -141,6 +149,10 @@ def _atom_frame(
     out.update({f"__x{i}_{j}": df[col] for j, _, col, _ in scan.checks})
     out[f"__kt{i}"] = df["kt"]
     out[f"__exp{i}"] = df["exp"]
+    if scan.provenance == "stored":
+        out[f"__prov{i}"] = df[PROV]
+    elif scan.provenance == "own":
+        out[f"__prov{i}"] = provenance.own(scan.relation, [df[c] for c in scan.identity], df["t"])
     keys: list[str] = []
     if want_key:
         for c in scan.key:
@@ -428,10 +440,18 @@ def valid(
     return df
 
 
-def anti_join(df: Cols, negation: Negation, source: Cols, env: Mapping[str, Col]) -> Cols:
+def anti_join(
+    df: Cols,
+    negation: Negation,
+    source: Cols,
+    env: Mapping[str, Col],
+    alive: tuple[int, int] | None = None,
+) -> Cols:
     """Drop the rows of ``df`` for which some version of ``atom`` agreeing with them is
     alive at ``__tau`` (made by then, expiring after): per agreeing group, the latest
-    expiry among the versions made by ``tau`` is after it."""
+    expiry among the versions made by ``tau`` is after it. ``alive=(start, end)``: alive
+    at some instant of that window instead (made before ``end``, expiring after
+    ``start``), for every row alike."""
     if not height(df) or not height(source):
         return df
     left: list[np.ndarray] = []
@@ -459,11 +479,15 @@ def anti_join(df: Cols, negation: Negation, source: Cols, env: Mapping[str, Col]
     order = np.lexsort((source["kt"], theirs_by))
     by, kt = theirs_by[order], source["kt"][order]
     latest = running_max(source["exp"][order], by)
-    tau = df["__tau"]
-    at = last_at_or_before(by, kt, mine_by[has], tau[has])
-    alive = np.zeros(height(df), dtype=bool)
-    alive[has] = (at >= 0) & (latest[np.maximum(at, 0)] > tau[has])
-    return take(df, ~alive) if alive.any() else df
+    if alive is None:
+        made_by = after = df["__tau"]
+    else:
+        made_by = np.full(height(df), alive[1] - 1, np.int64)
+        after = np.full(height(df), alive[0], np.int64)
+    at = last_at_or_before(by, kt, mine_by[has], made_by[has])
+    found = np.zeros(height(df), dtype=bool)
+    found[has] = (at >= 0) & (latest[np.maximum(at, 0)] > after[has])
+    return take(df, ~found) if found.any() else df
 
 
 # ---------------------------------------------------------------------------- heads
@@ -507,7 +531,18 @@ def head_rows(
     out["t"] = t
     out["kt"], out["exp"] = head_times(tau, t, exp, head.lifetime, NUMPY_OPS)
     out["_tau"] = tau
+    if head.provenance:
+        out[PROV] = df["__prov"]
     return out if ok.all() else take(out, ok)
+
+
+def with_provenance(df: Cols, rule: RulePlan) -> Cols:
+    """``df`` with each match's provenance (``__prov``: the union of its atoms', see
+    `Scan.provenance`) when the rule's head carries it."""
+    if not rule.head.provenance:
+        return df
+    parts = [df[f"__prov{x.index}"] for x in rule.scans if x.provenance]
+    return {**df, "__prov": provenance.united(parts, height(df))}
 
 
 def derive(
@@ -522,8 +557,31 @@ def derive(
     when a join would make more than ``limit`` matches."""
     m = matches(rule, sources, limit, window=(a, b))
     df = valid(m, rule, negated, lambda tau, _: (tau >= a) & (tau < b))
-    df = chosen(df, rule, m.env)
+    df = with_provenance(chosen(df, rule, m.env), rule)
     return head_rows(rule.head, df, m.env, df["__tau"], df["__mexp"])
+
+
+def derive_next(
+    rule: RulePlan, sources: Sequence[Cols], negated: Sequence[Cols], previous: Epoch, limit: int
+) -> Cols:
+    """As :func:`dagster_pomo.engine.spark.rule_frames.derive_next`: what an ``@next`` rule
+    derives from the versions of the epoch ``previous`` (its negated atoms with no version
+    known by its end and alive after its start), stamped at its end and alive one epoch
+    more; an ``@async`` rule's matches with ``tau`` in ``previous``, stamped at its end."""
+    window = (previous.lower, previous.end)
+    if rule.asynchronous:  # each match of the epoch, negations as of its time
+        m = matches(rule, sources, limit, window=window)
+        df = valid(m, rule, negated, lambda tau, _: (tau >= window[0]) & (tau < window[1]))
+    else:
+        m = matches(rule, sources, limit)
+        df = m.df if m.keep is None else take(m.df, m.keep)
+        for negation, source in zip(rule.negations, negated, strict=True):
+            df = anti_join(df, negation, source, m.env, alive=window)
+    df = with_provenance(df, rule)
+    t, exp = next_stamp(previous, rule.head.lifetime, rule.asynchronous)
+    n = height(df)
+    stamp, expires = np.full(n, t, np.int64), np.full(n, exp, np.int64)
+    return head_rows(rule.head.uncapped(), df, m.env, stamp, expires)
 
 
 def _sorted(df: Cols, by: Sequence[str]) -> np.ndarray:
@@ -566,11 +624,12 @@ def aggregate(
     assert rule.aggregate is not None
     # A combination's versions cut each other short (below); one version each (which
     # `at_one_time` implies) needs no keys.
-    single = rule.aggregate.one_version_each
+    head = rule.head
+    single = rule.aggregate.one_version_each and not head.provenance
     m = matches(rule, sources, limit, want_keys=not single)
     # A match that expired at ``a`` changes a sliding window then: it is read too.
     df = valid(m, rule, negated, lambda tau, mexp: (tau < b) & (mexp >= a))
-    head = rule.head
+    df = with_provenance(df, rule)
     functions = rule.aggregate.functions
     made: Cols = {}
     ok = np.ones(height(df), dtype=bool)
@@ -592,7 +651,17 @@ def aggregate(
         else:
             aggregates.append((fn, None))
     made.update({"__at": df["__tau"], "__mexp": df["__mexp"], **{k: df[k] for k in m.keys}})
+    if head.provenance:
+        made["__prov"] = df["__prov"]
+        aggregates.append(("union", "__prov"))
     made = take(made, ok)
+    # The least or greatest text: swept as its rank among the texts (code point order, as
+    # Spark and the reference compare text), read back as the text of that rank.
+    texts: dict[int, np.ndarray] = {}
+    for i, (fn, column) in enumerate(aggregates):
+        if column is not None and fn in ("min", "max") and made[column].dtype == object:
+            texts[i], ranks = np.unique(made[column], return_inverse=True)
+            made[column] = ranks.astype(np.int64)
     # The sweep groups by one number a group: its text is converted and numbered once here.
     made["__grp"] = row_codes([made[c] for c in group], height(made))
     if single:  # one version-match a combination, alive until its exp
@@ -607,6 +676,8 @@ def aggregate(
         made, codes = take(made, order), codes[order]
         last = np.append(codes[1:] != codes[:-1], True)  # of its combination
         mexp = running_max(made["__mexp"], codes)
+        if head.provenance:  # a segment rests on its combination's versions made by then
+            made["__prov"] = provenance.running(codes, made["__prov"])
         after = np.append(made["__at"][1:], NEVER)
         after[last] = NEVER
         made["__mexp"] = mexp
@@ -619,13 +690,27 @@ def aggregate(
     columns = ["__grp", "__at", "__until", "__mexp", "__full", *(c for _, c in aggregates if c)]
     table = pa.table({c: pa.array(made[c], from_pandas=True) for c in columns})
     sliding = b if rule.window else None  # a window's value changes at expiries too
+    folds = {i: _fold_of(fn, rule.aggregate.lattice) for i, (fn, _) in enumerate(aggregates)}
     swept = sliding_aggregates.sweep(
-        table, ["__grp"], aggregates, None if reach >= NEVER else reach, NEVER, a, sliding
+        table,
+        ["__grp"],
+        aggregates,
+        None if reach >= NEVER else reach,
+        NEVER,
+        a,
+        sliding,
+        {i: f for i, f in folds.items() if f is not None},
     )
     n = swept.column("__n").to_numpy()
     aggs: dict[str, np.ndarray] = {}
     for i, (fn, _, column, typ) in enumerate(functions):
         part = swept.column(f"__part{i}").to_numpy(zero_copy_only=False)
+        if folds[i] is not None:
+            aggs[column] = part
+            continue
+        if i in texts:
+            aggs[column] = texts[i][part.astype(np.int64)]
+            continue
         result = part / n if fn == "average" else part
         aggs[column] = cast(Vec(result, None, _typ(result)), typ).values
     # Each group's values from one of its rows.
@@ -635,12 +720,28 @@ def aggregate(
     rows = row_of[swept.column("__grp").to_numpy()]
     grouped = {c: made[c][rows] for c in group}
     grouped["__at"] = swept.column("__at").to_numpy()
+    if head.provenance:
+        grouped["__prov"] = swept.column(f"__part{len(functions)}").to_numpy(zero_copy_only=False)
     head_env = {f"__head{j}": Col(f"__g{j}", typ) for j, (_, _, typ) in enumerate(head.args)}
     if head.time is not None:
         head_env["__headt"] = Col("__gt", "int")
     tau = grouped["__at"]
     exp = swept.column("__least_exp").to_numpy(zero_copy_only=False)
     return head_rows(grouped_head_of(head), grouped, head_env, tau, exp, aggs)
+
+
+def _fold_of(function: str, lattice: str | None) -> Callable[[list[Value]], Value] | None:
+    """What a head aggregate does with the values alive at a time when it is no reduction
+    numpy does: a `collect`'s set (its distinct values in the one order of values), a
+    lattice's merge; None for the others."""
+    if function == "collect":
+        return lambda values: tuple(sorted(set(values), key=value_order))
+    if function == "union":  # of provenance lists
+        return provenance.union
+    if function == "lattice" and lattice is not None:
+        merge = lattices.merge_of(lattice)
+        return lambda values: lattices.fold(merge, values)
+    return None
 
 
 def _typ(values: np.ndarray) -> str:
@@ -656,9 +757,18 @@ def dedupe(schema: Schema, df: Cols) -> Cols:
         df = take(df, np.argsort(df["_tau"], kind="stable"))
     key = [df[c] for c in [*schema.columns, "t", "kt"]]
     if schema.aggregates:
-        return take(_select(df, columns), distinct(key, height(df), "last"))
-    merged = longest(key, df["exp"], df["_tau"])
-    if merged is None:
-        return _select(df, columns)
-    rows, exp, tau = merged
-    return {**take(_select(df, columns), rows), "exp": exp, "_tau": tau}
+        rows = distinct(key, height(df), "last")
+        out = take(_select(df, columns), rows)
+    else:
+        merged = longest(key, df["exp"], df["_tau"])
+        if merged is None:
+            return _select(df, columns)
+        rows, exp, tau = merged
+        out = {**take(_select(df, columns), rows), "exp": exp, "_tau": tau}
+    if schema.provenance and len(rows) < height(df):  # a key's versions rest on all theirs
+        codes = row_codes(key, height(df))
+        order, starts = groups(codes)
+        unions = provenance.united_by(order, starts, df[PROV])
+        of_key = dict(zip(codes[order[starts]].tolist(), unions, strict=True))
+        out[PROV] = provenance.lists(of_key[c] for c in codes[rows].tolist())
+    return out

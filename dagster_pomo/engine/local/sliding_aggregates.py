@@ -91,12 +91,15 @@ def sweep(
     never: int,
     start: int,
     end: int | None = None,
+    folds: Mapping[int, Callable[[list[object]], object]] | None = None,
 ) -> pa.Table:
     """One row per group and distinct ``__at`` at or after ``start`` of ``table``'s segments
     (``__at`` to ``__until``, expiry ``__mexp``): the count ``__n`` of those alive then, the
     least expiry among them ``__least_exp``, and one ``__part<i>`` per aggregate
     ``(name, value column)``: the count, the sum (an average's sum), the least or greatest
-    value. With an ``end``, also each ``__until`` in ``[start, end)``, where a segment stops
+    value, or (aggregate ``i`` of ``folds``) its function of the values alive then (a set, a
+    lattice's merge: a loop over each time's values). With an ``end``, also each ``__until``
+    in ``[start, end)``, where a segment stops
     counting (a sliding window's value changes when a match expires), and only the times
     where some segment is alive.
 
@@ -122,7 +125,7 @@ def sweep(
     if len(firsts) > 1 and len(firsts) * span >= 2**62:  # too far apart: one at a time
         ends = [*firsts[1:], table.num_rows]
         return pa.concat_tables(
-            sweep(table.slice(a, b - a), group, aggregates, reach, never, start, end)
+            sweep(table.slice(a, b - a), group, aggregates, reach, never, start, end, folds)
             for a, b in zip(firsts, ends, strict=True)
         )
     sizes = np.diff(np.append(firsts, table.num_rows))
@@ -163,6 +166,11 @@ def sweep(
     for i, (fn, column) in enumerate(aggregates):
         if column is None:  # a count
             continue
+        if folds and i in folds:
+            held = np.empty(table.num_rows, dtype=object)
+            held[:] = table.column(column).to_pylist()
+            parts[i] = _folded(folds[i], held[order], lo, hi, slot, held[row])
+            continue
         values = _column(table, column).astype(_kind(table, fn, column).to_pandas_dtype())
         reduced = reduce_frames(REDUCERS[fn], values[order], lo, hi, running)
         paired = _scatter(fn, size, slot, values[row])
@@ -178,6 +186,28 @@ def sweep(
         parts = {i: v[alive] for i, v in parts.items()}
         rows = rows[alive]
     return _swept(table, group, aggregates, columns, parts, rows)
+
+
+def _folded(
+    fold: Callable[[list[object]], object],
+    ordered: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    slot: np.ndarray,
+    paired: np.ndarray,
+) -> np.ndarray:
+    """Each time's values folded by ``fold``: the slice ``[lo, hi)`` of the full segments'
+    (``ordered``), and the short segments' paired with it (``slot``, ``paired``); None
+    where there are none."""
+    extra: list[list[object]] = [[] for _ in range(len(lo))]
+    for k, v in zip(slot.tolist(), paired.tolist(), strict=True):
+        extra[k].append(v)
+    items = ordered.tolist()
+    out = np.empty(len(lo), dtype=object)
+    for k, (a, b) in enumerate(zip(lo.tolist(), hi.tolist(), strict=True)):
+        values = items[a:b] + extra[k]
+        out[k] = fold(values) if values else None
+    return out
 
 
 def _by_group_and_time(table: pa.Table, group: Sequence[str]) -> tuple[pa.Table, Ids]:
@@ -265,6 +295,8 @@ def _swept(
     for i, (fn, column) in enumerate(aggregates):
         if column is None:
             out[f"__part{i}"] = pa.array(n, type=pa.int64())
+        elif parts[i].dtype == object and fn not in REDUCERS:  # folded
+            out[f"__part{i}"] = pa.array(parts[i].tolist(), mask=empty, from_pandas=True)
         else:
             kind = _kind(table, fn, column)
             value = parts[i].astype(kind.to_pandas_dtype())

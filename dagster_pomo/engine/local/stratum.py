@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from dagster_pomo.engine.budgets import DEFAULT as BUDGETS
 from dagster_pomo.engine.budgets import Budgets, over
-from dagster_pomo.engine.local import linear_fixpoint
+from dagster_pomo.engine.local import linear_fixpoint, provenance
 from dagster_pomo.engine.local import rule_columns as R
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.local.column_joins import (
@@ -38,7 +38,7 @@ from dagster_pomo.plan.constant_defs import tick_ranges
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.linear_rounds import LinearPlan
 from dagster_pomo.plan.rules import RulePlan
-from dagster_pomo.plan.schema import Schema
+from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.plan.time import reach_of
 
 THREADS = 8  # the most threads a linear recursion's rounds take here
@@ -48,14 +48,27 @@ THREADS = 8  # the most threads a linear recursion's rounds take here
 SPREAD_ROWS = 5_000
 
 
-def supported(plan: CorpusPlan, stratum: StratumPlan) -> bool:
-    """Whether ``stratum`` can be worked out here: no ``@next`` in the corpus (its versions
-    come from Spark plans), no provenance, and every rule :func:`rules.rule_supported`."""
-    if stratum.inductive:
-        return False
-    if plan.has_next or stratum.provenance(plan.schemas):
-        return False  # provenance: Spark's plans alone carry it
-    return all(R.rule_supported(r) for r in stratum.rules)
+def supported(plan: CorpusPlan, stratum: StratumPlan, alone: bool = False) -> bool:
+    """Whether ``stratum`` can be worked out here (see `unsupported`)."""
+    return unsupported(plan, stratum, alone) is None
+
+
+def unsupported(plan: CorpusPlan, stratum: StratumPlan, alone: bool = False) -> str | None:
+    """Why ``stratum`` cannot be worked out here, or None when it can: a rule is not
+    :func:`rule_columns.rule_supported`, or
+    the corpus has ``@next`` rules and their versions come from Spark's plans. ``alone``:
+    this process works out every stratum (``--engine local``), ``@next`` rules too
+    (`derive_next`), with no Spark to agree with."""
+    if plan.has_next and not alone:
+        return "the corpus's `@next` rules run on Spark's plans"
+    for rule in stratum.rules:
+        if not R.rule_supported(rule, alone):
+            return (
+                f"the rule at line {rule.rule.span.line} uses what this process does not work "
+                "out (an aggregate over text other than its least or greatest, or a value its "
+                "head cannot hold)"
+            )
+    return None
 
 
 def ticks(plan: CorpusPlan, schema: Schema, clock_start: int, start: int, end: int) -> Cols:
@@ -194,7 +207,7 @@ def _fixpoint(
     names = list(stratum.relations)
     rules = stratum.rules
     earlier = {n: history(n) for n in names}
-    known = {n: _versions(schemas[n], [seeds.get(n)]) for n in names}
+    known = {n: versions(schemas[n], [seeds.get(n)]) for n in names}
 
     def full(name: str) -> Cols:
         if name not in known:
@@ -229,7 +242,7 @@ def _fixpoint(
                 )
         delta = {}
         for n in names:
-            fresh = _uncovered(schemas[n], _versions(schemas[n], made[n]), known[n])
+            fresh = _uncovered(schemas[n], versions(schemas[n], made[n]), known[n])
             if height(fresh):
                 if linear is not None:  # the later rounds: on the tasks' executor
                     spread = dict(stratum.stable).get(n)
@@ -246,7 +259,7 @@ def _fixpoint(
                     _check_versions(stratum, budgets, finished[n].num_rows)
                     continue
                 delta[n] = fresh
-                known[n] = _versions(schemas[n], [known[n], fresh])
+                known[n] = versions(schemas[n], [known[n], fresh])
                 if height(known[n]) > limit:
                     raise TooLarge(f"{n} knows more than {limit:,} versions")
         _check_versions(stratum, budgets, sum(map(height, known.values())))
@@ -322,7 +335,7 @@ def _stored(schema: Schema, rows: Cols) -> Cols:
     return {c: rows[c] for c in R.row_columns(schema)}
 
 
-def _versions(schema: Schema, parts: list[Cols | None]) -> Cols:
+def versions(schema: Schema, parts: list[Cols | None]) -> Cols:
     """The versions of ``parts``, one per ``(args, t, kt)`` (see `rules.dedupe`)."""
     frames = [_stored(schema, p) for p in parts if p is not None and height(p)]
     if not frames:
@@ -337,6 +350,9 @@ def _uncovered(schema: Schema, made: Cols, known: Cols) -> Cols:
         return made
     key = [*schema.columns, "t", "kt"]
     mine, theirs = pairs_on([made[c] for c in key], [known[c] for c in key])
+    lasts = known["exp"][theirs] >= made["exp"][mine]
+    if schema.provenance:  # and rests on every event it does (provenance only grows)
+        lasts &= provenance.covered(known[PROV][theirs], made[PROV][mine])
     covered = np.zeros(height(made), dtype=bool)
-    covered[mine[known["exp"][theirs] >= made["exp"][mine]]] = True
+    covered[mine[lasts]] = True
     return take(made, ~covered) if covered.any() else made

@@ -325,6 +325,8 @@ class SparkEvaluator:
         are written to this epoch's partition; all results are returned for the strata."""
         if not any(rel.inductive for rel in self.catalog):
             return {}  # no `@next` rule: nothing to carry, and no reason to start Spark
+        if self.policy.local_only:
+            return self.local.evaluate_next(epoch)  # type: ignore[return-value]
         self.on_spark()
         carried = self._next(epoch) if epoch.previous is not None else {}
         for rel in self.catalog:
@@ -397,7 +399,10 @@ class SparkEvaluator:
         ``carried`` are the ``@next`` results (worked out here when not given)."""
         if carried is None:
             needs_next = any(self.catalog[n].inductive for n in stratum.relations)
-            carried = self._next(epoch) if needs_next and epoch.previous is not None else {}
+            carried = {}
+            if needs_next and epoch.previous is not None:
+                local = self.policy.local_only
+                carried = self.local.next_results(epoch) if local else self._next(epoch)
         return self._stratum(stratum, epoch, carried)
 
     def seeds(self, name: str, epoch: Epoch, carried: Mapping[str, DataFrame]) -> DataFrame | None:
@@ -519,7 +524,8 @@ class SparkEvaluator:
         self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame]
     ) -> StratumStats:
         if self.local.takes(stratum, epoch):
-            done = self.local.evaluate(stratum, epoch)
+            # ``carried`` is this process's own only when it works everything out here
+            done = self.local.evaluate(stratum, epoch, carried if self.policy.local_only else None)
             if done is not None:
                 return done  # else too large for this process: Spark's turn
         self.on_spark()

@@ -11,25 +11,40 @@ for the epoch's later strata and the epochs after it to read. This module decide
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_pomo.engine.budgets import Budgets
+from dagster_pomo.engine.local import rule_columns as R
 from dagster_pomo.engine.local import stratum as local
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
-from dagster_pomo.engine.local.column_joins import Cols, TooLarge, concat, from_arrow, height
+from dagster_pomo.engine.local.column_joins import (
+    Cols,
+    TooLarge,
+    concat,
+    from_arrow,
+    height,
+    take,
+    to_arrow,
+)
 from dagster_pomo.engine.spark import frames
 from dagster_pomo.engine.spark.process_reads import ProcessReads
 from dagster_pomo.engine.stats import StratumStats
 from dagster_pomo.engine.versions import record
+from dagster_pomo.errors import UsageError
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.plan.corpus import StratumPlan
-from dagster_pomo.timeline import Epoch, epoch_key, epoch_slot
+from dagster_pomo.timeline import Epoch, epoch_key, epoch_slot, show_epoch
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.spark.evaluator import SparkEvaluator
+
+
+class LocalOnly(UsageError):
+    """A run told to do without Spark (`Policy.local_only`) met what only Spark works out."""
 
 
 class LocalStrata:
@@ -53,10 +68,24 @@ class LocalStrata:
     # ------------------------------------------------------------------ which
 
     def supported(self, stratum: StratumPlan) -> bool:
-        """Whether this process can work ``stratum`` out (`local.stratum.supported`)."""
+        """Whether this process can work ``stratum`` out (`local.stratum.supported`; with
+        ``@next`` rules when it works them out too: `Policy.local_only`)."""
         if stratum.index not in self._supported:
-            self._supported[stratum.index] = local.supported(self.ev.plan, stratum)
+            alone = self.ev.policy.local_only
+            self._supported[stratum.index] = local.supported(self.ev.plan, stratum, alone)
         return self._supported[stratum.index]
+
+    def require(self, strata: Sequence[StratumPlan]) -> None:
+        """With `Policy.local_only`, `LocalOnly` naming the first of ``strata`` this process
+        cannot work out, and why."""
+        for stratum in strata:
+            why = local.unsupported(self.ev.plan, stratum, alone=True)
+            if why is not None:
+                names = ", ".join(stratum.relations)
+                raise LocalOnly(
+                    f"`{names}` cannot be worked out without Spark: {why}; "
+                    "run it with --engine auto (the default) or spark"
+                )
 
     def few_and_small(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> bool:
         """Whether this process works ``strata`` out epoch by epoch sooner than Spark takes
@@ -66,6 +95,8 @@ class LocalStrata:
         Spark jobs cost seconds however few its rows, and on two cores a fresh JVM's pass
         costs two to three times this process's time a row, whatever the range's total."""
         store, policy = self.ev.store, self.ev.policy
+        if policy.local_only:
+            return True  # epoch by epoch, here: nothing goes to Spark
         if not store.local or not 0 < len(epochs) <= policy.in_process_epochs:
             return False
         if policy.in_process_inputs <= 0 or not all(map(self.supported, strata)):
@@ -83,6 +114,9 @@ class LocalStrata:
         rounds over few rows (a job and a plan each). Elsewhere: a non-linear recursion,
         whose reads then bring at most ``Policy.lower_rows`` rows each (`ProcessReads`)."""
         store, policy = self.ev.store, self.ev.policy
+        if policy.local_only:
+            self.require([stratum])
+            return True
         if policy.in_process_inputs <= 0 or not self.supported(stratum):
             return False  # 0: never, not even without inputs
         if not store.local:
@@ -118,25 +152,37 @@ class LocalStrata:
 
     # ------------------------------------------------------------------ working out
 
-    def evaluate(self, stratum: StratumPlan, epoch: Epoch) -> StratumStats | None:
+    def evaluate(
+        self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, Cols] | None = None
+    ) -> StratumStats | None:
         """``stratum`` of ``epoch`` worked out here and stored; None when its joins grew too
         large for this process (`TooLarge`, before anything was stored): Spark's turn, and
-        at once for the stratum's epochs as large (see `takes`)."""
+        at once for the stratum's epochs as large (see `takes`). ``carried``: the ``@next``
+        results this process worked out (`next_results`)."""
         try:
-            return self.work_out(stratum, epoch)
-        except TooLarge:
+            return self.work_out(stratum, epoch, carried or {})
+        except TooLarge as exc:
+            if self.ev.policy.local_only:
+                raise LocalOnly(
+                    f"`{', '.join(stratum.relations)}` of {show_epoch(epoch)} makes {exc}, more "
+                    "than the combinations budget lets this process make: raise it (--budget "
+                    "combinations=N) or run with --engine auto (the default) or spark"
+                ) from None
             inputs = self.ev.store.input_events(epoch_key(epoch))
             index = stratum.index
             self._too_large[index] = min(inputs, self._too_large.get(index, inputs))
             return None
 
-    def work_out(self, stratum: StratumPlan, epoch: Epoch) -> StratumStats:
+    def work_out(
+        self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, Cols] | None = None
+    ) -> StratumStats:
         """``stratum`` of ``epoch`` worked out by this process, stored as Spark's would be."""
         ev = self.ev
         stats = StratumStats(stratum.index, stratum.relations, rounds=1, in_process=True)
         started = time.perf_counter()
-        seeds = {n: self._seeds(n, epoch) for n in stratum.relations}
+        seeds = {n: self._seeds(n, epoch, (carried or {}).get(n)) for n in stratum.relations}
         budgets = ev.budgets_for(epoch)
+        matches, known = self._limits(budgets)
         made, stats.rounds = local.evaluate(
             ev.plan,
             stratum,
@@ -145,11 +191,28 @@ class LocalStrata:
             ev.life,
             epoch.lower,
             epoch.end,
-            min(ev.policy.local_matches, budgets.combinations),
+            matches,
             lambda name: self._history(name, epoch),
-            min(ev.policy.task_rows, budgets.versions),
+            known,
             budgets,
         )
+        self._put(epoch, made, stats)
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def _limits(self, budgets: Budgets) -> tuple[int, int]:
+        """How far a stratum may grow here before it goes to Spark (`TooLarge`): the most
+        matches a join makes, and the most versions a linear recursion's rounds know; with
+        `Policy.local_only` (nowhere to go), the budgets' own."""
+        policy = self.ev.policy
+        if policy.local_only:
+            return budgets.combinations, budgets.versions
+        matches = min(policy.local_matches, budgets.combinations)
+        return matches, min(policy.task_rows, budgets.versions)
+
+    def _put(self, epoch: Epoch, made: Mapping[str, pa.Table], stats: StratumStats) -> None:
+        """Store what a stratum made of ``epoch`` (``made``), counted in ``stats``."""
+        ev = self.ev
         key = epoch_key(epoch)
         for name, table in made.items():
             end = epoch.end if name in ev.defers else None
@@ -162,8 +225,48 @@ class LocalStrata:
                 table = table.filter(pc.less(table["kt"], end))
             self._reads(epoch).keep(name, key, from_arrow(table))
             ev.forget_current(epoch, name)  # Spark's plans read it anew
-        stats.seconds = time.perf_counter() - started
-        return stats
+
+    # ------------------------------------------------------------------ @next, here
+
+    def next_results(self, epoch: Epoch) -> dict[str, Cols]:
+        """The ``@next`` rules over the epoch before ``epoch``, worked out here as
+        `SparkEvaluator._next` does on Spark (`Policy.local_only`): their versions per
+        relation, one per key, for the strata and `evaluate_next`."""
+        ev, prev = self.ev, epoch.previous
+        if prev is None:
+            return {}
+        self.require(ev.plan.inductive)
+        budgets = ev.budgets_for(epoch)
+
+        def state(name: str) -> Cols:
+            if name == CLOCK:
+                return local.ticks(ev.plan, ev.schemas[CLOCK], ev.clock_start, prev.start, prev.end)
+            rows = self._history(name, epoch, epoch.start - prev.lower)
+            return take(rows, rows["kt"] < prev.end)
+
+        made: dict[str, list[Cols]] = {}
+        for stratum in ev.plan.inductive:
+            for rule in stratum.rules:
+                positives = [state(x.relation) for x in rule.scans]
+                negatives = [state(x.relation) for x in rule.negations]
+                rows = R.derive_next(rule, positives, negatives, prev, budgets.combinations)
+                made.setdefault(rule.relation, []).append(rows)
+        return {n: local.versions(ev.schemas[n], parts) for n, parts in made.items()}
+
+    def evaluate_next(self, epoch: Epoch) -> dict[str, Cols]:
+        """`next_results`, the relations only ``@next`` rules derive stored as ``epoch``'s
+        (with their facts), as `SparkEvaluator.evaluate_next` stores them."""
+        ev = self.ev
+        carried = self.next_results(epoch)
+        stats = StratumStats(-1, ())
+        for rel in ev.catalog:
+            if rel.inductive and not rel.derived:
+                schema = ev.schemas[rel.name]
+                seeds = self._seeds(rel.name, epoch, carried.get(rel.name))
+                rows = to_arrow(local.versions(schema, [seeds]), arrow_schema(schema))
+                self._put(epoch, {rel.name: rows}, stats)
+                ev.carried_rows[rel.name] = stats.rows[rel.name]
+        return carried
 
     # ------------------------------------------------------------------ what it reads
 
@@ -202,8 +305,9 @@ class LocalStrata:
         after = epoch.start - earlier
         return self._reads(epoch).stored(name, self.ev.history_keys(name, epoch, after), after)
 
-    def _seeds(self, name: str, epoch: Epoch) -> Cols | None:
-        """Facts and events deferred to ``epoch``, as `SparkEvaluator.seeds`."""
+    def _seeds(self, name: str, epoch: Epoch, carried: Cols | None = None) -> Cols | None:
+        """Facts, events deferred to ``epoch`` and ``carried`` (``@next`` results worked out
+        here), as `SparkEvaluator.seeds`."""
         ev = self.ev
         if not ev.store.local:
             seeds = ev.seeds(name, epoch, {})
@@ -222,6 +326,8 @@ class LocalStrata:
             window = pc.and_(pc.greater_equal(kt, epoch.start), pc.less(kt, epoch.end))
             if (deferred := deferred.filter(window)).num_rows:
                 parts.append(deferred)
+        if carried is not None and height(carried):
+            parts.append(to_arrow(carried, schema))
         if not parts:
             return None
         return from_arrow(pa.concat_tables([p.cast(schema) for p in parts]))

@@ -18,7 +18,7 @@ from dagster_pomo.engine.java import require_java
 from dagster_pomo.engine.settings import OUR_JAVA_OPTIONS, SparkSettings
 from dagster_pomo.engine.spark.class_archive import with_archive
 from dagster_pomo.engine.spark.lookups import is_connect, remember_lookups
-from dagster_pomo.errors import SettingsError
+from dagster_pomo.errors import SettingsError, UsageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -155,8 +155,11 @@ class LazySession:
     object starts the session and is asked of it. Only for local mode: a cluster or a
     Spark Connect server runs every plan (see `EpochStore.local`)."""
 
-    def __init__(self, settings: SparkSettings) -> None:
+    def __init__(self, settings: SparkSettings, refusal: str | None = None) -> None:
         self.settings = settings
+        # Why Spark must not start (`pomo run --engine local`): asking for it is an error
+        # saying so, never a JVM started behind the user's back.
+        self.refusal = refusal
         self._session: SparkSession | None = None
         # The job group of the epoch under way, given to the session when it starts.
         self.job_group: tuple[str, str] | None = None
@@ -168,6 +171,8 @@ class LazySession:
     def get(self) -> SparkSession:
         """The session (started now if it is not yet, in the epoch's job group)."""
         if self._session is None:
+            if self.refusal is not None:
+                raise SparkRefused(self.refusal)
             self._session = spark_session(self.settings)
             if self.job_group is not None:
                 self._session.sparkContext.setJobGroup(*self.job_group)
@@ -192,6 +197,15 @@ def lazy_session(settings: SparkSettings | None = None) -> SparkSession | LazySe
     if active is not None or settings.remote or not settings.master.startswith("local"):
         return spark_session(settings)
     return LazySession(settings)
+
+
+class SparkRefused(UsageError):
+    """Something asked for Spark in a run told to do without it (``--engine local``)."""
+
+
+def refuses_spark(spark: object) -> bool:
+    """Whether ``spark`` is a `LazySession` that must never start (see `LazySession.refusal`)."""
+    return isinstance(spark, LazySession) and spark.refusal is not None
 
 
 def runs_here(spark: SparkSession | LazySession) -> bool:

@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 
 from dagster_pomo.engine.event_lines import FileTimes
 from dagster_pomo.engine.spark.frames import empty
+from dagster_pomo.engine.spark.session import refuses_spark
 
 STALE_SECONDS = 24 * 3600  # a staging folder this old was left by a run that died
 # Stored versions this process reads itself from a local warehouse, rather than through a
@@ -45,7 +46,7 @@ class Warehouse:
     @property
     def is_local(self) -> bool:
         """Whether the warehouse is on this machine's file system."""
-        return bool(_local(self.root))
+        return is_local_path(self.root)
 
     def path(self, relation: str, key: str | None = None, deferred: bool = False) -> str:
         base = f"{self.root}/{self.corpus}/" + (f"_deferred/{relation}" if deferred else relation)
@@ -161,8 +162,11 @@ class Warehouse:
     def holds_few(self, relation: str, keys: Iterable[str]) -> bool:
         """Whether the warehouse is local and its epochs ``keys`` of ``relation`` hold at
         most `LOCAL_ROWS` versions: this process reads them (`read_table`) faster than a
-        Spark job would, and without starting Spark."""
-        return self.is_local and self.stored_total(relation, keys) <= LOCAL_ROWS
+        Spark job would, and without starting Spark; or any number, where Spark must not
+        start (``--engine local``)."""
+        if not self.is_local:
+            return False
+        return refuses_spark(self.spark) or self.stored_total(relation, keys) <= LOCAL_ROWS
 
     def stored_total(self, relation: str, keys: Iterable[str]) -> int:
         """How many versions the epochs ``keys`` of ``relation`` hold (`stored_rows`)."""
@@ -306,6 +310,11 @@ class Warehouse:
         """The epochs ``keys`` of ``relation`` that are stored, or None when none is."""
         paths = [p for k in keys if self.exists(p := self.path(relation, k, deferred))]
         return self.spark.read.schema(schema).parquet(*paths) if paths else None
+
+
+def is_local_path(path: str) -> bool:
+    """Whether a warehouse at ``path`` is on this machine's file system."""
+    return bool(_local(path))
 
 
 def _local(path: str) -> str:
