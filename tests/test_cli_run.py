@@ -70,7 +70,9 @@ def test_out_files_follow_the_documented_format(tmp_path: Path) -> None:
     assert "4 lines read, 2 accepted, 2 quarantined" in result.stderr
 
 
-def test_spark_is_the_default_engine_takes_spark_options_and_agrees(tmp_path: Path) -> None:
+def test_the_default_engine_takes_spark_options_and_agrees(tmp_path: Path) -> None:
+    """`auto`, the default: a small epoch in this process; `--engine spark` and
+    `--in-process-inputs 0` on Spark's plans; the same files every way."""
     corpus, events = setup(tmp_path)
     spark = pomo(
         *("run", str(corpus), "--events", str(events), "--out", str(tmp_path / "spark")),
@@ -98,6 +100,15 @@ def test_spark_is_the_default_engine_takes_spark_options_and_agrees(tmp_path: Pa
     assert (tmp_path / "plans" / "avg.jsonl").read_text() == (
         tmp_path / "spark" / "avg.jsonl"
     ).read_text()
+    forced = pomo(
+        *("run", str(corpus), "--events", str(events), "--out", str(tmp_path / "forced")),
+        *("--master", "local[1]", "--engine", "spark"),
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert "evaluated in 1 pass, on Spark's plans" in forced.stderr
+    assert (tmp_path / "forced" / "avg.jsonl").read_bytes() == (
+        tmp_path / "spark" / "avg.jsonl"
+    ).read_bytes()
     negative = pomo("run", str(corpus), "--events", str(events), "--in-process-inputs", "-1")
     assert negative.returncode == 2 and "-1 is below 0" in negative.stderr
 

@@ -38,6 +38,19 @@ def _no_java() -> dict[str, str]:
     return env
 
 
+def _pomo_without_java(*args: str) -> subprocess.CompletedProcess[str]:
+    """``pomo args...`` run as on a machine without Java (`_no_java`)."""
+    return subprocess.run(
+        [str(POMO), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_no_java(),
+        timeout=300,
+        check=False,
+    )
+
+
 def _value(kind: str, rng: random.Random) -> Any:
     """A value of a column's type from a small pool, so that joins and groups meet."""
     if kind == "int":
@@ -80,15 +93,9 @@ def test_every_example_runs_locally_without_java_as_the_reference_does(
     events = tmp_path / "events.jsonl"
     _events(program, events, seed=len(corpus.stem))
     out = tmp_path / "local"
-    done = subprocess.run(
-        [str(POMO), "run", str(corpus), "--events", str(events), "--engine", "local"]
-        + ["--times", "any", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=_no_java(),
-        timeout=300,
-        check=False,
+    done = _pomo_without_java(
+        *("run", str(corpus), "--events", str(events), "--engine", "local"),
+        *("--times", "any", "--out", str(out)),
     )
     assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: a `.check` failed, said
     assert "Traceback" not in done.stderr and "spark:" not in done.stderr
@@ -105,20 +112,14 @@ def test_every_example_runs_locally_without_java_as_the_reference_does(
 
 
 def test_spark_fails_where_there_is_no_java(tmp_path: Path) -> None:
-    """The environment of the test above really has no Java: the default engine, which
-    starts Spark for a large epoch, says so and how to get one."""
+    """The environment of the test above really has no Java: the Spark engine stops there,
+    saying so and how to get one."""
     corpus = RULES / "water_tanks.pomo"
     events = tmp_path / "events.jsonl"
     _events(load_program(corpus), events, seed=1)
-    done = subprocess.run(
-        [str(POMO), "run", str(corpus), "--events", str(events), "--engine", "spark"]
-        + ["--times", "any", "--quiet"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=_no_java(),
-        timeout=300,
-        check=False,
+    done = _pomo_without_java(
+        *("run", str(corpus), "--events", str(events), "--engine", "spark"),
+        *("--times", "any", "--quiet"),
     )
     assert done.returncode != 0
     assert "Java 17+ is needed" in done.stderr, done.stderr[-3000:]

@@ -517,25 +517,47 @@ def test_the_seed_s_queue_rule_runs_as_written(tmp_path, engine) -> None:
     ]
 
 
-def test_choose_keeps_the_least_value_per_key_at_each_match_time(tmp_path, engine, epoch) -> None:
-    """`choose((order), (name))`: of the matches made at one time, per order the one with
-    the least courier name; a courier arriving later makes a match of its own then."""
-    corpus = (GOLDEN / "plans" / "choose.pomo").read_text()
+def test_choose_is_a_dependency_across_time(tmp_path, engine, epoch) -> None:
+    """`choose((order), (name))`: per order, the courier of its first match (the least name
+    among the matches at the earliest time), and from then on only matches with that
+    courier (Greco and Zaniolo's functional dependency, seed 002): a courier arriving
+    later, in the same epoch or a later one, makes no second assignment. A rule that wants
+    a choice per instant puts the time in the keys."""
+    corpus = (GOLDEN / "plans" / "choose.pomo").read_text() + (
+        "per_arrival(order, name) := order(order, zone) ^ courier(name, zone) @time(at)"
+        " ^ choose((order, at), (name));\n"
+    )
     events = [
         ("courier", 1, ["bea", 1]),
         ("courier", 2, ["al", 1]),
         ("courier", 3, ["cy", 2]),
         ("order", 5, ["o1", 1]),  # al and bea both match: al
         ("order", 6, ["o2", 2]),
-        ("courier", 7, ["aa", 1]),  # o1 is still open: a match at 7, aa
-        ("courier", 8, ["zed", 2]),  # o2 too, and zed is the only match at 8
+        ("courier", 7, ["aa", 1]),  # o1 is still open, but has al: no match kept
+        ("courier", 8, ["zed", 2]),  # nor for o2, which has cy
+        ("order", 9, ["o3", 1]),  # a new order: aa, al and bea match, aa is least
+        ("order", 12, ["o1", 1]),  # o1 again: al still matches, and is o1's courier
     ]
     out = evaluate(tmp_path, corpus, events, epoch, engine, until=40)
     assert [(e["args"], e["t"]) for e in out["assigned"]] == [
         (["o1", "al"], 5),
         (["o2", "cy"], 6),
+        (["o3", "aa"], 9),
+        (["o1", "al"], 12),
+    ]
+    # Per (order, arrival of the courier): each arrival time chooses anew.
+    assert [(e["args"], e["t"]) for e in out["per_arrival"]] == [
+        (["o1", "al"], 5),
+        (["o1", "bea"], 5),
+        (["o2", "cy"], 6),
         (["o1", "aa"], 7),
         (["o2", "zed"], 8),
+        (["o3", "aa"], 9),
+        (["o3", "al"], 9),
+        (["o3", "bea"], 9),
+        (["o1", "aa"], 12),
+        (["o1", "al"], 12),
+        (["o1", "bea"], 12),
     ]
 
 

@@ -501,7 +501,8 @@ class ReferenceEvaluator:
     ) -> Iterator[tuple[Match, int, int]]:
         """Matches whose versions are all alive at the match time ``tau`` (the latest ``kt``)
         and whose negated atoms hold at ``tau``; with the match's expiry. Each ``choose``
-        keeps, per keys and ``tau``, the matches with the least values."""
+        keeps, per keys, the matches with the values of the first one (the least values at
+        the earliest ``tau``): a functional dependency across time."""
         found = []
         for match in self.matches(rule, db, since=since):
             tau = max(r.kt for r in match.rows)
@@ -510,15 +511,17 @@ class ReferenceEvaluator:
             if all(self.negation_holds(a, match.env, db, (tau, tau + 1)) for a in rule.negative):
                 found.append((match, tau, min(r.exp for r in match.rows)))
         for choice in rule.choices:
-            least: dict[tuple[object, ...], tuple[object, ...]] = {}
+            # A dependency across time: per keys, the values of the first match (the least
+            # values among those at the earliest time), and only matches with those.
+            first: dict[tuple[object, ...], tuple[int, tuple[object, ...]]] = {}
             for match, tau, _ in found:
-                key = (tau, *(match.env[v.name] for v in choice.keys))
+                key = tuple(match.env[v.name] for v in choice.keys)
                 value = tuple(value_order(match.env[v.name]) for v in choice.values)
-                least[key] = min(least.get(key, value), value)
+                first[key] = min(first.get(key, (tau, value)), (tau, value))
             found = [
                 (m, tau, exp)
                 for m, tau, exp in found
-                if least[(tau, *(m.env[v.name] for v in choice.keys))]
+                if first[tuple(m.env[v.name] for v in choice.keys)][1]
                 == tuple(value_order(m.env[v.name]) for v in choice.values)
             ]
         yield from found

@@ -63,6 +63,12 @@ class StratumPlan:
         )
 
     @property
+    def sides(self) -> tuple[str, ...]:
+        """The tables its rules keep besides its relations: what each ``choose`` chose
+        (`rules.Choice`)."""
+        return tuple(c.table.name for r in self.rules for c in r.choices)
+
+    @property
     def reads(self) -> set[str]:
         """Every relation its rules read, its own included."""
         return {
@@ -92,6 +98,11 @@ class CorpusPlan:
     @property
     def inductive(self) -> list[StratumPlan]:
         return [s for s in self.strata if s.inductive]
+
+    @property
+    def side_schemas(self) -> dict[str, Schema]:
+        """The schemas of the tables the strata keep besides their relations (`sides`)."""
+        return {c.table.name: c.table for s in self.strata for r in s.rules for c in r.choices}
 
     def stratum(self, index: int) -> StratumPlan:
         """The plan of the program's stratum ``index``."""

@@ -152,6 +152,20 @@ class BodyAggregate:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """``choose((keys), (values))``: a functional dependency across time. Per keys, the
+    values of the first match (the least values among the matches at the earliest
+    ``tau``) are the only ones kept, then and later. An epoch reads what earlier epochs
+    chose from ``table`` (a relation of the warehouse no rule names: the keys, then the
+    values, stamped at that first ``tau``, never expiring) and stores there what it
+    chooses for keys seen for the first time."""
+
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    table: Schema
+
+
+@dataclass(frozen=True)
 class RulePlan:
     rule: ast.Rule  # the source: its span for messages, its text for people
     scans: tuple[Scan, ...]
@@ -165,8 +179,7 @@ class RulePlan:
     types: Mapping[str, str] = field(default_factory=dict, compare=False)
     body_aggregates: tuple[BodyAggregate, ...] = ()
     asynchronous: bool = False  # an ``@async`` rule
-    # ``choose((keys), (values))``: per keys and match time, the matches with the least values
-    choices: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    choices: tuple[Choice, ...] = ()  # each ``choose((keys), (values))``
 
     @property
     def relation(self) -> str:
@@ -264,10 +277,19 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         types,
         summaries,
         rule.is_async,
-        tuple(
-            (tuple(v.name for v in c.keys), tuple(v.name for v in c.values)) for c in rule.choices
-        ),
+        tuple(_choice(rule, k, c, types) for k, c in enumerate(rule.choices)),
     )
+
+
+def _choice(rule: ast.Rule, k: int, choice: ast.Choice, types: Mapping[str, str]) -> Choice:
+    """The plan of the rule's ``k``-th ``choose``, its table named after the head's relation
+    and the rule's place in the corpus (two rules never share one)."""
+    keys = tuple(v.name for v in choice.keys)
+    values = tuple(v.name for v in choice.values)
+    columns = (*(f"k{i}" for i in range(len(keys))), *(f"v{i}" for i in range(len(values))))
+    kinds = tuple(ast.stored_type(types.get(v, "str")) for v in (*keys, *values))
+    name = f"_chosen-{rule.head.relation}-{rule.span.start}-{k}"  # no relation has a "-"
+    return Choice(keys, values, Schema(name, columns, kinds))
 
 
 def _scan(index: int, atom: ast.Atom, schema: Schema, constants: Mapping[str, Value]) -> Scan:

@@ -75,8 +75,12 @@ def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
             if render_expr(arg) != "_"
         )
         lines.append(f"  anti-join {negation.relation} alive at tau on ({compared})")
-    for keys, values in rule.choices:
-        lines.append(f"  choose per ({', '.join(keys)}) and tau the least ({', '.join(values)})")
+    for choice in rule.choices:
+        keys, values = ", ".join(choice.keys), ", ".join(choice.values)
+        lines.append(
+            f"  choose per ({keys}) the least ({values}) at the first tau, for ever after; "
+            f"kept in {choice.table.name}"
+        )
     if rule.aggregate is not None:
         fns = ", ".join(
             f"{fn}({'' if arg is None else render_expr(arg)}) -> {column}:{typ}"

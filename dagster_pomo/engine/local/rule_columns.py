@@ -555,10 +555,25 @@ def derive(
 ) -> Cols:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``; `TooLarge`
     when a join would make more than ``limit`` matches."""
+    return derive_choosing(rule, sources, negated, a, b, limit)[0]
+
+
+def derive_choosing(
+    rule: RulePlan,
+    sources: Sequence[Cols],
+    negated: Sequence[Cols],
+    a: int,
+    b: int,
+    limit: int,
+    before: Sequence[Cols] = (),
+) -> tuple[Cols, list[Cols]]:
+    """As `derive`, the rule's ``choose``s reading what earlier epochs chose (``before``,
+    see `chosen`); with the rows of their tables for the keys chosen for the first time."""
     m = matches(rule, sources, limit, window=(a, b))
     df = valid(m, rule, negated, lambda tau, _: (tau >= a) & (tau < b))
-    df = with_provenance(chosen(df, rule, m.env), rule)
-    return head_rows(rule.head, df, m.env, df["__tau"], df["__mexp"])
+    df, made = chosen(df, rule, m.env, before)
+    df = with_provenance(df, rule)
+    return head_rows(rule.head, df, m.env, df["__tau"], df["__mexp"]), made
 
 
 def derive_next(
@@ -592,20 +607,39 @@ def _sorted(df: Cols, by: Sequence[str]) -> np.ndarray:
     return order
 
 
-def chosen(df: Cols, rule: RulePlan, env: Mapping[str, Col]) -> Cols:
-    """As :func:`dagster_pomo.engine.spark.rule_frames.chosen`: per ``choose`` keys and ``tau``,
-    the matches with the least values."""
-    for keys, values in rule.choices:
-        if not height(df):
-            return df
-        picked = [env[v].column for v in values]
-        for v in values:
+def chosen(
+    df: Cols, rule: RulePlan, env: Mapping[str, Col], before: Sequence[Cols] = ()
+) -> tuple[Cols, list[Cols]]:
+    """As :func:`dagster_pomo.engine.spark.rule_frames.chosen`: per ``choose`` keys, the
+    matches with the values an earlier epoch chose (``before``), else with those of the
+    first match (the least values at the earliest ``tau``); and per choice, the rows of its
+    table for the keys chosen for the first time."""
+    made = []
+    for choice, earlier in zip(rule.choices, before, strict=True):
+        side = choice.table
+        for v in choice.values:
             if env[v].ok is not None:
                 df = take(df, np.asarray(df[env[v].ok], dtype=bool))
-        by = [env[k].column for k in keys] + ["__tau"]
-        first = _distinct(take(df, _sorted(df, picked)), by)
-        df = join_on(df, _select(first, list(dict.fromkeys([*by, *picked]))), [*by, *picked], None)
-    return df
+        keys = [env[k].column for k in choice.keys]
+        picked = [env[v].column for v in choice.values]
+        n = len(keys)
+        # Keys an earlier epoch chose for: the matches with its values.
+        known = np.zeros(height(df), dtype=bool)
+        if height(earlier) and height(df):
+            mine, _ = pairs_on([df[c] for c in keys], [earlier[c] for c in side.columns[:n]])
+            known[mine] = True
+        was = {c: earlier[s] for c, s in zip([*keys, *picked], side.columns, strict=True)}
+        kept = join_on(take(df, known), was, [*keys, *picked], None)
+        # The others: the first match's values, per key.
+        fresh = take(df, ~known)
+        first = _distinct(take(fresh, _sorted(fresh, ["__tau", *picked])), keys)
+        columns = list(dict.fromkeys([*keys, *picked]))
+        kept_new = join_on(fresh, _select(first, columns), columns, None)
+        df = concat([kept, kept_new]) if height(kept) else kept_new
+        table = {s: first[c] for c, s in zip([*keys, *picked], side.columns, strict=True)}
+        tau = first["__tau"]
+        made.append({**table, "t": tau, "kt": tau, "exp": np.full(len(tau), NEVER), "_tau": tau})
+    return df, made
 
 
 def aggregate(

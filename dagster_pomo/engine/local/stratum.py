@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -138,6 +139,14 @@ def evaluate(
                 reach = reach_of(life, rule.aggregate.reach_from)
                 args = (positives, negatives, a, b, reach, limit)
                 made.append(_within(stratum, rule, budgets, R.aggregate, *args))
+            elif rule.choices:
+                assert history is not None
+                before = [history(c.table.name) for c in rule.choices]
+                args = (positives, negatives, a, b, limit, before)
+                rows, sides = _within(stratum, rule, budgets, R.derive_choosing, *args)
+                made.append(rows)
+                for choice, side in zip(rule.choices, sides, strict=True):
+                    out[choice.table.name] = to_arrow(side, arrow_schema(choice.table))
             else:
                 made.append(
                     _within(stratum, rule, budgets, R.derive, positives, negatives, a, b, limit)
@@ -158,24 +167,26 @@ def _within(
     stratum: StratumPlan,
     rule: RulePlan,
     budgets: Budgets,
-    make: Callable[..., Cols],
+    make: Callable[..., Any],
     *args: object,
-) -> Cols:
-    """What ``make(rule, *args, limit)`` derives, within ``budgets``: a product of rows
-    sharing no variable that would make more combinations than `Budgets.combinations` (the
-    ``limit`` passed never exceeds it: see `LocalStrata`), or a computed text longer than
-    `Budgets.text`, is `BudgetExceeded`."""
+) -> Any:
+    """What ``make(rule, *args, limit)`` derives (its versions, or they and more: a tuple
+    of which they come first), within ``budgets``: a product of rows sharing no variable
+    that would make more combinations than `Budgets.combinations` (the ``limit`` passed
+    never exceeds it: see `LocalStrata`), or a computed text longer than `Budgets.text`, is
+    `BudgetExceeded`."""
     try:
-        rows = make(rule, *args)
+        made = make(rule, *args)
     except TooLarge as exc:
         if exc.product > budgets.combinations:
             raise over("combinations", budgets, exc.product, stratum, rule=rule) from None
         raise
+    rows = made[0] if isinstance(made, tuple) else made
     for column in rule.computed_text:
         longest = max(map(len, rows[column]), default=0)
         if longest > budgets.text:
             raise over("text", budgets, longest, stratum, rule=rule)
-    return rows
+    return made
 
 
 def _check_versions(stratum: StratumPlan, budgets: Budgets, versions: int) -> None:

@@ -93,8 +93,10 @@ class SparkEvaluator:
         remember_lookups(spark)  # a session made elsewhere: the engine builds many columns
         self.program = program
         self.catalog = program.catalog
-        self.schemas = schemas
         self.plan = plan or compile_plan(program, schemas)
+        # and the tables the strata keep besides their relations (`StratumPlan.sides`)
+        self.schemas = {**schemas, **self.plan.side_schemas}
+        schemas = self.schemas
         self.policy = policy
         self.wh = warehouse
         self.epochs = epochs
@@ -263,7 +265,7 @@ class SparkEvaluator:
     def discard(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> None:
         """Remove what ``strata`` stored of ``epoch``, its deferred events too (see
         `Driver.evaluate_epoch`)."""
-        for name in (n for s in strata for n in s.relations):
+        for name in (n for s in strata for n in (*s.relations, *s.sides)):
             for key in self.keys_of(epoch):
                 self.wh.remove(name, key)
                 self.wh.remove(name, key, deferred=True)
@@ -444,6 +446,38 @@ class SparkEvaluator:
         source: dict[int, DataFrame] | None = None,
         held: Mapping[str, DataFrame] | None = None,
     ) -> DataFrame:
+        args = self._rule_sources(rule, epoch, source, held)
+        if rule.aggregate is None:
+            budgets = self.budgets_for(epoch)
+            before = self.chosen_before(rule, epoch)
+            try:
+                return R.derive(*args, (budgets.combinations, budgets.text), before)
+            except TooLarge as exc:
+                raise over("combinations", budgets, exc.product, None, rule=rule) from None
+        reach = reach_of(self.life, rule.aggregate.reach_from)
+        return R.aggregate(*args, R.Buckets.for_epoch(epoch.start, epoch.end, reach))
+
+    def chosen_before(self, rule: RulePlan, epoch: Epoch) -> list[DataFrame]:
+        """Per ``choose`` of ``rule``, what the epochs before ``epoch`` chose (its table's
+        versions, which never expire)."""
+        return [self._history(c.table.name, epoch, epoch.start) for c in rule.choices]
+
+    def first_choices(self, rule: RulePlan, epoch: Epoch) -> dict[str, DataFrame]:
+        """What each ``choose`` of ``rule`` chooses in ``epoch`` for keys chosen for the first
+        time, by its table's name (`rule_frames.first_choices`)."""
+        args = self._rule_sources(rule, epoch)
+        made = R.first_choices(*args, self.chosen_before(rule, epoch))
+        return {c.table.name: rows for c, rows in zip(rule.choices, made, strict=True)}
+
+    def _rule_sources(
+        self,
+        rule: RulePlan,
+        epoch: Epoch,
+        source: dict[int, DataFrame] | None = None,
+        held: Mapping[str, DataFrame] | None = None,
+    ) -> tuple[RulePlan, list[DataFrame], list[DataFrame], int, int]:
+        """What ``rule`` reads in ``epoch``: per scan (``source`` where given), then per body
+        aggregate, and per negated atom; and the epoch's bounds."""
         source = source or {}
         # A window also reads what expires at the start: a change (see `rules.aggregate`).
         earlier = int(rule.window)
@@ -454,15 +488,7 @@ class SparkEvaluator:
         # A body aggregate also reads the versions expiring at the epoch's start: a change.
         positives += [self.state(x.relation, epoch, held, 1) for x in rule.body_aggregates]
         negatives = [self.state(x.relation, epoch, held) for x in rule.negations]
-        args = (rule, positives, negatives, epoch.lower, epoch.end)
-        if rule.aggregate is None:
-            budgets = self.budgets_for(epoch)
-            try:
-                return R.derive(*args, (budgets.combinations, budgets.text))
-            except TooLarge as exc:
-                raise over("combinations", budgets, exc.product, None, rule=rule) from None
-        reach = reach_of(self.life, rule.aggregate.reach_from)
-        return R.aggregate(*args, R.Buckets.for_epoch(epoch.start, epoch.end, reach))
+        return (rule, positives, negatives, epoch.lower, epoch.end)
 
     def budgets_for(self, epoch: Epoch) -> Budgets:
         """The budgets of a pass over ``epoch``: those of `Policy.budgets`, and for a span the
@@ -537,10 +563,13 @@ class SparkEvaluator:
         made_here: dict[str, list[DataFrame]] = {}  # what the rules derive, see `_store`
         cached: list[DataFrame] = []
         written: dict[str, int] = {}
+        sides: dict[str, DataFrame] = {}  # what its `choose`s chose (`StratumPlan.sides`)
         if stratum.recursive:
             rows, written, stats.rounds = self.recursion.evaluate(stratum, epoch, seeds)
         else:
             stats.rounds = 1
+            for r in stratum.rules:
+                sides.update(self.first_choices(r, epoch))
             for n in names:
                 own = stratum.own(n)
                 made = [self.derive(r, epoch) for r in own]
@@ -559,6 +588,8 @@ class SparkEvaluator:
                 merged = reduce(DataFrame.unionByName, parts) if parts else self.empty(n)
                 rows[n] = self.dedupe(n, merged)
         try:
+            for side, chosen in sides.items():
+                self.store_rows(side, epoch, chosen)
             for n in names:
                 if n in written:
                     stats.rows[n] = written[n]

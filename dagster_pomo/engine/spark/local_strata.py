@@ -197,6 +197,8 @@ class LocalStrata:
             budgets,
         )
         self._put(epoch, made, stats)
+        for side in stratum.sides:  # stored, but no relation's versions
+            stats.rows.pop(side, None)
         stats.seconds = time.perf_counter() - started
         return stats
 

@@ -412,33 +412,97 @@ def derive(
     a: int,
     b: int,
     budgets: tuple[int, int] = (0, 0),
+    chosen_before: Sequence[DataFrame] = (),
 ) -> DataFrame:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``. ``budgets``:
     the most combinations a product of atoms may make (see `matches`) and the longest text
-    the rule may compute (its tasks fail with `TEXT_BUDGET` past it; 0: unchecked)."""
+    the rule may compute (its tasks fail with `TEXT_BUDGET` past it; 0: unchecked).
+    ``chosen_before``: per ``choose``, what earlier epochs chose (see `chosen`)."""
     combinations, most = budgets
-    m = matches(rule, sources, window=(a, b), combinations=combinations)
-    df = valid(m, rule, negated)
-    df = df.filter((F.col("__tau") >= a) & (F.col("__tau") < b))
-    df = chosen(df, rule, m.env)
+    df, env = _valid_in(rule, sources, negated, a, b, combinations)
+    df, _ = chosen(df, rule, env, chosen_before)
     if rule.head.provenance:
         df = df.withColumn("__prov", provenance(rule))
     text = (rule.computed_text if most else (), most, f"{TEXT_BUDGET}{rule.rule.span.start}")
-    return head_rows(rule.head, df, m.env, F.col("__tau"), F.col("__mexp"), text=text)
+    return head_rows(rule.head, df, env, F.col("__tau"), F.col("__mexp"), text=text)
 
 
-def chosen(df: DataFrame, rule: RulePlan, env: Mapping[str, tuple[str, str]]) -> DataFrame:
-    """The matches each ``choose((keys), (values))`` keeps: per keys and ``tau``, those with
-    the least values (compared in order, as tuples)."""
-    for keys, values in rule.choices:
-        picked = [F.col(env[v][0]) for v in values]
+def first_choices(
+    rule: RulePlan,
+    sources: Sequence[DataFrame],
+    negated: Sequence[DataFrame],
+    a: int,
+    b: int,
+    chosen_before: Sequence[DataFrame],
+) -> list[DataFrame]:
+    """Per ``choose`` of ``rule``, what matches with ``tau`` in ``[a, b)`` choose for keys
+    no earlier epoch chose for (see `chosen`): rows of its table."""
+    df, env = _valid_in(rule, sources, negated, a, b, 0)
+    return chosen(df, rule, env, chosen_before)[1]
+
+
+def _valid_in(
+    rule: RulePlan,
+    sources: Sequence[DataFrame],
+    negated: Sequence[DataFrame],
+    a: int,
+    b: int,
+    combinations: int,
+) -> tuple[DataFrame, Mapping[str, tuple[str, str]]]:
+    """The valid matches of ``rule`` with ``tau`` in ``[a, b)`` (see `valid`)."""
+    m = matches(rule, sources, window=(a, b), combinations=combinations)
+    df = valid(m, rule, negated)
+    return df.filter((F.col("__tau") >= a) & (F.col("__tau") < b)), m.env
+
+
+def chosen(
+    df: DataFrame,
+    rule: RulePlan,
+    env: Mapping[str, tuple[str, str]],
+    before: Sequence[DataFrame] = (),
+) -> tuple[DataFrame, list[DataFrame]]:
+    """The matches each ``choose((keys), (values))`` keeps, a functional dependency across
+    time: per keys, those with the values an earlier epoch chose (``before``, one table
+    per choice, `rules.Choice`), else with the values of the first match (the least values
+    among the matches at the earliest ``tau``); and per choice, the rows of its table for
+    the keys chosen for the first time."""
+    made = []
+    for choice, earlier in zip(rule.choices, before, strict=True):
+        keys = [F.col(env[k][0]) for k in choice.keys]
+        picked = [F.col(env[v][0]) for v in choice.values]
         df = df.filter(_and([c.isNotNull() for c in picked]))
-        least = F.min(F.struct(*picked)).over(
-            Window.partitionBy(*[F.col(env[k][0]) for k in keys], F.col("__tau"))
+        n = len(keys)
+        old = earlier.select(
+            *[F.col(c).alias(f"__ck{i}") for i, c in enumerate(choice.table.columns[:n])],
+            F.struct(
+                *[F.col(c).alias(f"x{j}") for j, c in enumerate(choice.table.columns[n:])]
+            ).alias("__was"),
         )
-        df = df.withColumn("__chosen", least).filter(F.col("__chosen") == F.struct(*picked))
-        df = df.drop("__chosen")
-    return df
+        on = _and([k.eqNullSafe(F.col(f"__ck{i}")) for i, k in enumerate(keys)])
+        mine = F.struct(*[c.alias(f"x{j}") for j, c in enumerate(picked)])
+        first = F.min(F.struct(F.col("__tau").alias("t"), mine.alias("x"))).over(
+            Window.partitionBy(*keys)
+        )
+        df = df.join(F.broadcast(old), on=on, how="left").withColumn("__first", first)
+        new = F.col("__was").isNull()
+        firsts = F.col("__first.x") == mine
+        table = df.filter(new & firsts & (F.col("__tau") == F.col("__first.t")))
+        side = choice.table
+        table = table.select(
+            *[
+                c.cast(SPARK_TYPES[typ]).alias(name)
+                for c, name, typ in zip([*keys, *picked], side.columns, side.types, strict=True)
+            ],
+            F.col("__tau").alias("t"),
+            F.col("__tau").alias("kt"),
+            F.lit(NEVER).cast("long").alias("exp"),
+            F.col("__tau").alias("_tau"),
+        )
+        made.append(table.dropDuplicates())
+        keep = F.when(new, firsts).otherwise(F.col("__was") == mine)
+        drop = [f"__ck{i}" for i in range(n)]
+        df = df.filter(keep).drop(*drop, "__was", "__first")
+    return df, made
 
 
 def derive_next(
