@@ -88,27 +88,6 @@ def cast(vec: Vec, typ: str) -> Vec:
     return vec
 
 
-def supported(expr: ast.Expr, types: Mapping[str, str], alone: bool = False) -> bool:
-    """Whether :func:`value` works ``expr`` out as Spark does: not a float written as text,
-    nor text read as a number (their formats differ between Spark and Python). ``alone``:
-    no Spark to agree with (``--engine local``): every expression, as the reference reads
-    it."""
-    if alone:
-        return True
-    if isinstance(expr, ast.Neg):
-        return supported(expr.operand, types)
-    if isinstance(expr, ast.BinOp):
-        return supported(expr.left, types) and supported(expr.right, types)
-    if isinstance(expr, ast.Call):
-        kinds = [expr_type(a, types) for a in expr.args]
-        if expr.func in ("concat", "str") and any(k not in ("int", "str", "bool") for k in kinds):
-            return False
-        if expr.func in ("int", "float") and kinds[0] not in ("int", "float", "bool"):
-            return False
-        return all(supported(a, types) for a in expr.args)
-    return isinstance(expr, ast.Const | ast.Var)
-
-
 def constant(value: object, typ: str, n: int) -> Vec:
     if typ == "float":
         value = float(value)  # type: ignore[arg-type]

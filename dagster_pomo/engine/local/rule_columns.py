@@ -46,7 +46,6 @@ from dagster_pomo.engine.local.exprs import (
     binop,
     cast,
     present,
-    supported,
     truthy,
     value,
 )
@@ -70,27 +69,16 @@ from dagster_pomo.plan.time import head_times, next_stamp
 from dagster_pomo.timeline import EARLIEST, NEVER, PAST, Epoch
 
 
-def rule_supported(plan: RulePlan, alone: bool = False) -> bool:
-    """Whether this module works a rule out as the Spark plans do: its expressions are
-    :func:`exprs.supported`, its head's values fit their columns, its aggregates are over
-    numbers, the least or greatest text, sets (`collect`) or a lattice's merge. ``alone``:
-    no Spark to agree with (see `exprs.supported`)."""
-    rule, types = plan.rule, plan.types
-    exprs: list[ast.Expr] = [*rule.guards, *(d.expr for d in rule.defs)]
-    for atom in (*rule.positive, *rule.negative):
-        exprs += [a for a in atom.args if not isinstance(a, ast.Var | ast.Wildcard)]
-        exprs += [x for ann in atom.annotations for x in ann.args]
-    exprs += [*rule.head.args, *(x for ann in rule.head.annotations for x in ann.args)]
+def rule_supported(plan: RulePlan) -> bool:
+    """Whether this module works a rule out: its head's values fit their columns, and its
+    aggregates are over numbers, the least or greatest text, sets (`collect`) or a
+    lattice's merge (expressions it works out as the language does, as Spark's plans do)."""
+    types = plan.types
     for agg in plan.body_aggregates:
         local = {**types, **{v: t for v, _, t in agg.scan.binds}}
-        exprs += [x for _, x, _, _ in agg.scan.checks]
         if agg.arg is not None:
-            if not supported(agg.arg, local, alone):
-                return False
             if agg.function not in ("min", "max") and expr_type(agg.arg, local) == "str":
                 return False
-    if not all(supported(e, types, alone) for e in exprs if not isinstance(e, ast.Wildcard)):
-        return False
     for arg, _, typ in plan.head.args:
         found = expr_type(arg, types)
         if found not in (None, typ) and {found, typ} != {"int", "float"}:

@@ -63,7 +63,7 @@ def unsupported(plan: CorpusPlan, stratum: StratumPlan, alone: bool = False) -> 
     if plan.has_next and not alone:
         return "the corpus's `@next` rules run on Spark's plans"
     for rule in stratum.rules:
-        if not R.rule_supported(rule, alone):
+        if not R.rule_supported(rule):
             return (
                 f"the rule at line {rule.rule.span.line} uses what this process does not work "
                 "out (an aggregate over text other than its least or greatest, or a value its "

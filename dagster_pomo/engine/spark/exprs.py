@@ -8,17 +8,22 @@ A null anywhere means "no value": guards treat it as false, heads drop the row.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import reduce
 
+from pyspark import cloudpickle
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from dagster_pomo.lang import ast
+from dagster_pomo.lang import ast, interpret
 from dagster_pomo.lang.kinds import element_of
 from dagster_pomo.plan.schema import expr_type
 
 SPARK_TYPES = {"int": "long", "float": "double", "str": "string", "bool": "boolean"}
+
+# Spark's Python workers get the language's functions with each task (see
+# `_as_the_language_does`), so they need no dagster-pomo of their own.
+cloudpickle.register_pickle_by_value(interpret)
 
 
 def spark_type(typ: str) -> str:
@@ -41,7 +46,30 @@ def _family(typ: str | None) -> str | None:
 def to_text(col: Column, typ: str | None) -> Column:
     if typ == "bool":
         return F.when(col, F.lit("true")).when(~col, F.lit("false"))
+    if typ == "float":  # the JVM writes 1.0E20 where the language writes 1e+20
+        return _as_the_language_does("str", "str")(col)
     return col.cast("string")
+
+
+def _as_the_language_does(function: str, typ: str) -> Callable[[Column], Column]:
+    """The language's own ``function`` (`interpret.FUNCTIONS`) of each value, in Spark's
+    Python workers, for what Spark's casts do otherwise (a float as text, text as a
+    number): one meaning on every engine. Undefined, or an integer past 64 bits, is null."""
+    fn, undefined = interpret.FUNCTIONS[function], interpret.Undefined
+    low, high = -(2**63), 2**63
+
+    def one(value: object) -> object:
+        if value is None:
+            return None
+        try:
+            out = fn(value)
+        except (undefined, OverflowError):
+            return None
+        if typ == "int" and not low <= out < high:  # type: ignore[operator]
+            return None
+        return out
+
+    return F.udf(one, SPARK_TYPES[typ])
 
 
 def literal(value: object, typ: str) -> Column:
@@ -137,10 +165,12 @@ def _call(expr: ast.Call, env: Mapping[str, tuple[str, str]], typ: str | None) -
     if name in ("concat", "str"):
         texts = [to_text(c, k) for c, k in args]
         return (F.concat(*texts) if name == "concat" else texts[0]), "str"
+    if name in ("int", "float") and kinds[0] == "str":  # text read as the language reads it
+        return _as_the_language_does(name, name)(cols[0]), name
     if name == "int":
         if kinds[0] == "bool":
             return _null("int")
-        return cols[0].try_cast("long") if kinds[0] == "str" else cols[0].cast("long"), "int"
+        return cols[0].cast("long"), "int"
     if name == "float":
         if kinds[0] == "bool":
             return _null("float")
