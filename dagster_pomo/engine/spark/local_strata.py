@@ -115,7 +115,8 @@ class LocalStrata:
         whose reads then bring at most ``Policy.lower_rows`` rows each (`ProcessReads`)."""
         store, policy = self.ev.store, self.ev.policy
         if policy.local_only:
-            self.require([stratum])
+            if not self.supported(stratum):  # worked out once a stratum (`supported`)
+                self.require([stratum])
             return True
         if policy.in_process_inputs <= 0 or not self.supported(stratum):
             return False  # 0: never, not even without inputs
