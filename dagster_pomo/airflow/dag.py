@@ -27,6 +27,7 @@ from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from dagster_pomo.engine.actions import Handler, check_handlers, subscriptions
+from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.lattices import Merge, register_lattices
 from dagster_pomo.engine.lattices import require as require_lattices
 from dagster_pomo.engine.lines import DEFAULT_TIMES
@@ -191,7 +192,8 @@ class PomoOperator(BaseOperator):
                 self.log.warning(f"quarantined {q.shown()}")
             keys = [epoch_key(e) for e in run]
             for name in landed.counts:
-                self._tell(context, name, keys, {"events": landed.counts[name]})
+                counts = {"events": landed.counts[name], **_changes(driver, name, keys)}
+                self._tell(context, name, keys, counts)
             return {
                 "epochs": [epoch_key(e) for e in run],
                 "events": dict(landed.counts),
@@ -204,9 +206,8 @@ class PomoOperator(BaseOperator):
         keys = [epoch_key(e) for e in run]
         rows = {n: driver.results.partition_rows(n, keys) for n in self.unit.relations}
         for name, by_epoch in rows.items():
-            self._tell(
-                context, name, keys, {"rows": sum(by_epoch.values()), "rows_by_epoch": by_epoch}
-            )
+            counts = {"rows": sum(by_epoch.values()), "rows_by_epoch": by_epoch}
+            self._tell(context, name, keys, {**counts, **_changes(driver, name, keys)})
         self._check(rows)
         return {"epochs": keys, "rows": rows, "passes": made.passes, "rounds": made.rounds}
 
@@ -351,6 +352,20 @@ def _tasks(shared: PomoCorpus) -> dict[str, BaseOperator]:
                 tasks[owner[r]] >> task
         tasks[task.task_id] = task
     return tasks
+
+
+def _changes(driver: Driver, relation: str, keys: Sequence[str]) -> dict[str, Any]:
+    """The events the interval's versions of ``relation`` added and withdrew, in all and by
+    epoch (the figures of Dagster's ``pomo/added`` and ``pomo/withdrawn``)."""
+    found = driver.results.changes(relation, keys)
+    added = {k: c.added for k, c in found.items()}
+    withdrawn = {k: c.withdrawn for k, c in found.items()}
+    return {
+        "added": sum(added.values()),
+        "withdrawn": sum(withdrawn.values()),
+        "added_by_epoch": added,
+        "withdrawn_by_epoch": withdrawn,
+    }
 
 
 def _rules_doc(program: Program, relations: Sequence[str]) -> str:

@@ -130,8 +130,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from dagster_pomo.engine.run import format_tables, write_outputs
 
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise _Usage(f"--out {args.out} is a file; name a folder to write the results in")
+    for flag, given in (("--out", args.out), ("--changes", args.changes)):
+        if given and Path(given).exists() and not Path(given).is_dir():
+            raise _Usage(f"{flag} {given} is a file; name a folder to write in")
+    if args.engine == "reference" and (args.warehouse or args.changes):
+        raise _Usage("--warehouse and --changes need a warehouse: the reference keeps none")
     done = _evaluate(args, Path(args.out) if args.out else None)
     if isinstance(done, int):
         return done
@@ -142,6 +145,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{Path(args.out) / (name + '.jsonl')}: {n:,} event{'s' if n != 1 else ''}")
     else:
         sys.stdout.write(format_tables(result, limit=50))
+    for name, (added, withdrawn) in (result.changed or {}).items():
+        print(f"{Path(args.changes) / (name + '.jsonl')}: {added:,} added, {withdrawn:,} withdrawn")
     return _report_checks(result)
 
 
@@ -202,6 +207,8 @@ def _evaluate(
                 out=out,
                 settings=settings,
                 progress=progress,
+                warehouse=getattr(args, "warehouse", None),
+                changes=Path(args.changes) if getattr(args, "changes", None) else None,
             )
     except BudgetExceeded as exc:  # said at its rule, in the corpus
         print(exc, file=sys.stderr)
@@ -502,6 +509,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _run_options(run)
     run.add_argument("--out", metavar="DIR", help="write JSON Lines files here")
+    run.add_argument(
+        "--warehouse",
+        metavar="DIR",
+        help="keep the warehouse in DIR (default: a temporary one): a later run on it "
+        "replaces the epochs it evaluates and records what each one changed",
+    )
+    run.add_argument(
+        "--changes",
+        metavar="DIR",
+        help='write DIR/<relation>.jsonl: the events the run\'s epochs added ("op": '
+        '"insert") and withdrew ("op": "delete") against what --warehouse held before',
+    )
     run.set_defaults(func=cmd_run)
 
     explain = sub.add_parser(

@@ -8,24 +8,34 @@ for output.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.ingest import Ingested, landing_files
 from dagster_pomo.engine.inputs import EpochRange, prepare
 from dagster_pomo.engine.lines import DEFAULT_TIMES, TimeWindow
 from dagster_pomo.engine.policy import DEFAULT, DRIVER_ENGINES, Policy
 from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.stats import PassStats
-from dagster_pomo.engine.versions import Version, event_object, merge_versions, output_order
+from dagster_pomo.engine.versions import (
+    Version,
+    event_object,
+    merge_versions,
+    output_order,
+    value_order,
+)
+from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import Program
+from dagster_pomo.lang.catalog import CLOCK
 from dagster_pomo.lang.render import aggregate_key
-from dagster_pomo.timeline import NEVER
+from dagster_pomo.timeline import NEVER, epoch_key
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.driver import Driver, Progress
+    from dagster_pomo.engine.spark.results import Results
 
 # Where a run's strata are worked out (the first is the default): the driver's engines
 # (`policy.ENGINES`), and `reference`, the reference evaluator (the oracle the others are
@@ -45,6 +55,8 @@ class RunResult:
     versions: dict[str, list[Version]] = field(default_factory=dict)
     written: dict[str, int] | None = None
     passes: PassStats | None = None  # how Spark's run went: its passes, where they ran
+    # With `run`'s ``changes``: per stored relation, the events added and withdrawn.
+    changed: dict[str, tuple[int, int]] | None = None
 
     def events(self, relation: str) -> list[Version]:
         """The relation's events, one per identity, sorted by time then arguments."""
@@ -93,6 +105,7 @@ def run(
     out: Path | None = None,
     settings: SparkSettings | None = None,
     progress: Progress | None = None,
+    changes: Path | None = None,
 ) -> RunResult:
     """Evaluate every epoch on ``engine`` (see `ENGINES`); versions of every derived relation
     in the result. On Spark a range of epochs runs in one pass where that stores the same (see
@@ -102,10 +115,14 @@ def run(
     warehouse, merged and sorted by Spark, never all in this process. ``settings``: where
     Spark runs and its configuration (default: the environment's, `SparkSettings.from_env`).
     ``progress`` is told how many of the epochs are done, ``(done, total)``: first with none
-    done once the events are read, then after each pass."""
+    done once the events are read, then after each pass. With ``changes``, what the run's
+    stored epochs added and withdrew is written there (see `write_changes`): against what
+    ``warehouse`` held before, when it is given."""
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
     driven = engine != "reference"
+    if not driven and (changes is not None or warehouse is not None):
+        raise UsageError("the reference evaluator keeps no warehouse: it records no changes")
     if driven:
         policy = policy.for_engine(engine)
     if driven and events is not None:
@@ -117,7 +134,7 @@ def run(
                 program, landing, size, start, until, window, warehouse, policy, settings, progress
             ) as (driver, read):
                 result = RunResult(program, read.epoch_range, read.ingested)
-                _derived(result, driver, out)
+                _derived(result, driver, out, changes)
             return result
     prepared = prepare(program, events, size, start, until, window)
     epochs = prepared.epoch_range
@@ -125,12 +142,14 @@ def run(
     if not epochs.epochs:
         if out is not None:
             write_outputs(result, out)
+        if changes is not None:
+            result.changed = _no_changes(program, changes)
         return result
     if driven:
         from dagster_pomo.engine.driver import evaluated
 
         with evaluated(program, prepared, warehouse, policy, settings, progress) as driver:
-            _derived(result, driver, out)
+            _derived(result, driver, out, changes)
         return result
     evaluator = ReferenceEvaluator(program, prepared.schemas, policy.budgets)
     if progress is not None:
@@ -143,12 +162,15 @@ def run(
     return result
 
 
-def _derived(result: RunResult, driver: Driver, out: Path | None) -> None:
+def _derived(result: RunResult, driver: Driver, out: Path | None, changes: Path | None) -> None:
     """What ``driver`` derived, into ``result``: with ``out``, the output files written
     there (by Spark where it can) and the `.check` relations' versions; else every derived
-    relation's versions."""
+    relation's versions. With ``changes``, what its epochs changed written there."""
     program = result.program
     result.passes = driver.ran
+    if changes is not None:
+        keys = [epoch_key(e) for e in result.epoch_range.epochs]
+        result.changed = write_changes(program, driver.results, keys, changes)
     if out is None:
         derived = [r.name for r in program.catalog if r.derived or r.inductive]
         result.versions = {name: driver.versions(name) for name in derived}
@@ -156,6 +178,54 @@ def _derived(result: RunResult, driver: Driver, out: Path | None) -> None:
     result.written = _write(result, out, driver.events, driver.write_events)
     checks = [r.name for r in program.catalog if r.check is not None]
     result.versions = {name: driver.versions(name) for name in checks}
+
+
+def write_changes(
+    program: Program, results: Results, keys: Sequence[str], out: Path
+) -> dict[str, tuple[int, int]]:
+    """``out/<relation>.jsonl`` per stored relation: what the stored versions of its epochs
+    ``keys`` changed, a line per event added (``"op": "insert"``) or withdrawn (``"op":
+    "delete"``) with its relation, arguments, time, content ID and epoch, epoch by epoch
+    (withdrawals first), then by time and arguments; how many of each per relation."""
+    from dagster_pomo.engine.spark.epoch_changes import WEIGHT
+
+    out.mkdir(parents=True, exist_ok=True)
+    counts: dict[str, tuple[int, int]] = {}
+    for name in _stored(program):
+        added = withdrawn = 0
+        with open(_unlinked(out / f"{name}.jsonl"), "w", encoding="utf-8") as handle:
+            for key in keys:
+                table = results.changed_events(name, key)
+                if table is None or not table.num_rows:
+                    continue
+                rows = [(r.pop(WEIGHT), r.pop("t"), tuple(r.values())) for r in table.to_pylist()]
+                rows.sort(key=lambda r: (r[0], r[1], [value_order(v) for v in r[2]]))
+                for weight, t, args in rows:
+                    line = {
+                        "op": "insert" if weight > 0 else "delete",
+                        "relation": name,
+                        "t": t,
+                        "args": list(args),
+                        "cid": cid(name, args, t),
+                        "epoch": key,
+                    }
+                    handle.write(json.dumps(line) + "\n")
+                    added, withdrawn = added + (weight > 0), withdrawn + (weight < 0)
+        counts[name] = (added, withdrawn)
+    return counts
+
+
+def _no_changes(program: Program, out: Path) -> dict[str, tuple[int, int]]:
+    """`write_changes` of a run with no epoch: an empty file per stored relation."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in _stored(program):
+        _unlinked(out / f"{name}.jsonl").write_text("", encoding="utf-8")
+    return dict.fromkeys(_stored(program), (0, 0))
+
+
+def _stored(program: Program) -> list[str]:
+    """The relations a warehouse stores, in catalogue order (not the clock)."""
+    return [r.name for r in program.catalog if r.name != CLOCK]
 
 
 def event_json(program: Program, relation: str, row: Version) -> dict[str, Any]:

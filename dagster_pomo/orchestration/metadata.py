@@ -29,9 +29,12 @@ def partition_metadata(
     time order; ``history``, every epoch key from the first partition through the run's
     last): its versions (``pomo/new_rows``, ``dagster/partition_row_count``), those stored
     over every epoch up to and including it (``pomo/rows_total``, ``dagster/row_count``:
-    what a run of that partition alone, in time order, reports), and a preview of its
+    what a run of that partition alone, in time order, reports), the events this version of
+    the partition added and withdrew against the one it replaced (``pomo/added``,
+    ``pomo/withdrawn``; a first version adds every event it holds), and a preview of its
     rows. A run over a range attaches each to its own partition."""
     counts = results.partition_rows(relation, history)
+    changes = results.changes(relation, keys)
     wanted = set(keys)
     out: dict[str, dict[str, Any]] = {}
     total = 0
@@ -44,6 +47,8 @@ def partition_metadata(
                 "dagster/partition_row_count": rows,
                 "pomo/rows_total": total,
                 "dagster/row_count": total,
+                "pomo/added": changes[key].added if key in changes else 0,
+                "pomo/withdrawn": changes[key].withdrawn if key in changes else 0,
                 "pomo/preview": preview(results, schema, relation, key),
             }
     return out
@@ -53,7 +58,7 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
     """The first rows of epoch ``key`` of ``relation`` by time, as a table: its columns,
     aggregates by their output names, ``t`` and ``exp`` as UTC times."""
     columns = [*schema.columns, *(name for _, name, _ in schema.aggregates)]
-    stored = [*schema.columns, *(f"_agg_{fn}" for fn, _, _ in schema.aggregates)]
+    stored = [*schema.columns, *schema.aggregate_columns]
     rows = results.preview(relation, key, PREVIEW_ROWS)
     records = [
         TableRecord(

@@ -35,11 +35,12 @@ class Schema:
 
     @property
     def aggregate_columns(self) -> tuple[str, ...]:
-        return tuple(f"_agg_{fn}" for fn, _, _ in self.aggregates)
+        return tuple(f"{AGGREGATE_PREFIX}{fn}" for fn, _, _ in self.aggregates)
 
 
 # What every stored version has besides its columns and aggregates.
 META = ("t", "kt", "exp", "_tau")
+AGGREGATE_PREFIX = "_agg_"  # an aggregate's stored column: the prefix, then its function
 PROV = "_prov"  # a carrier's column of provenance: a sorted list of distinct content IDs
 
 

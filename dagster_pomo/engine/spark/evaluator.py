@@ -151,7 +151,7 @@ class SparkEvaluator:
             elif by_key:
                 rows = [(*record(r, schema), key) for key, part in by_key.items() for r in part]
                 struct = StructType([*struct.fields, StructField("epoch", StringType())])
-                self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct))
+                self.wh.write_partitioned(rel.name, frames.local(self.spark, rows, struct), by_key)
 
     def store_landing(
         self,
@@ -267,7 +267,7 @@ class SparkEvaluator:
         `Driver.evaluate_epoch`)."""
         for name in (n for s in strata for n in (*s.relations, *s.sides)):
             for key in self.keys_of(epoch):
-                self.wh.remove(name, key)
+                self.wh.remove(name, key, recorded=False)
                 self.wh.remove(name, key, deferred=True)
             self.forget_current(epoch, name)
 

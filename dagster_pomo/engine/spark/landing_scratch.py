@@ -28,7 +28,7 @@ from dagster_pomo.engine.versions import (
 )
 from dagster_pomo.lang import Program
 from dagster_pomo.plan.schema import Schema
-from dagster_pomo.timeline import Epoch
+from dagster_pomo.timeline import Epoch, epoch_key
 
 HELD = 1_000  # bad lines this process holds (to show); the quarantine file gets them all
 
@@ -156,7 +156,7 @@ class InScratch(Staged):
         counted = Observation(f"stored-{i}")
         summed = F.sum(F.col("h").cast(DecimalType(38, 0)))
         rows = rows.observe(counted, F.count(F.lit(1)).alias("n"), summed.alias("h"))
-        self.wh.write_partitioned(schema.name, rows.drop("h"))
+        self.wh.write_partitioned(schema.name, rows.drop("h"), [epoch_key(e) for e in epochs])
         n = int(counted.get["n"])
         self.got["repeats"] = self.got.get("repeats", 0) + int(given.get["n"]) - n
         return n, int(counted.get["h"] or 0)

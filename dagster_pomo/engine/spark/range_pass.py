@@ -83,7 +83,7 @@ class RangePass:
         keyed = keyed.observe(
             seen, F.count(F.lit(1)).alias("rows"), F.collect_set("epoch").alias("keys")
         )
-        wh.write_partitioned(name, keyed, deferred)
+        wh.write_partitioned(name, keyed, self.keys, deferred)
         result = seen.get
         written = set(result.get("keys") or ())
         for k in self.keys:

@@ -22,6 +22,8 @@ from pyspark.sql import functions as F
 from dagster_pomo.engine import event_lines
 from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
+from dagster_pomo.engine.spark import epoch_changes
+from dagster_pomo.engine.spark.epoch_changes import Change
 from dagster_pomo.engine.spark.handler_events import range_events
 from dagster_pomo.engine.spark.rule_frames import united
 from dagster_pomo.engine.spark.stored_versions import collect_versions, read_versions, struct_of
@@ -169,7 +171,7 @@ class Results:
         schema = self.schemas[relation]
         df = self.wh.read(relation, struct_of(schema), keys)
         identity = [*schema.columns, "t"]
-        aggs = [f"_agg_{fn}" for fn, _, _ in schema.aggregates]
+        aggs = list(schema.aggregate_columns)
         prov = [PROV] if schema.provenance else []
         if aggregating:
             latest = Window.partitionBy(*identity).orderBy(F.desc("kt"), F.desc("_tau"))
@@ -185,6 +187,17 @@ class Results:
                 *[united(PROV).alias(PROV) for _ in prov],
             )
         return df.select(*schema.columns, *aggs, "t", "kt", "exp", "_tau", *prov)
+
+    def changes(self, relation: str, keys: Sequence[str]) -> dict[str, Change]:
+        """What the stored version of each epoch of ``keys`` added and withdrew, in events
+        (see `epoch_changes`); an epoch not stored is left out."""
+        found = {k: epoch_changes.change_of(self.wh, relation, k) for k in keys}
+        return {k: c for k, c in found.items() if c is not None}
+
+    def changed_events(self, relation: str, key: str) -> pa.Table | None:
+        """The events the stored version of epoch ``key`` of ``relation`` added (``weight``
+        1) and withdrew (-1): its arguments and ``t``; None when the epoch is not stored."""
+        return epoch_changes.changed_events(self.wh, relation, key)
 
     def stored_keys(self, relation: str) -> set[str]:
         """The epochs of ``relation`` the warehouse holds."""

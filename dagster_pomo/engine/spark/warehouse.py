@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dagster_pomo.engine.event_lines import FileTimes
+from dagster_pomo.engine.spark.epoch_changes import dropping, replacing
 from dagster_pomo.engine.spark.frames import empty
 from dagster_pomo.engine.spark.session import refuses_spark
 
@@ -65,12 +66,27 @@ class Warehouse:
         fs, hadoop_path = self._filesystem(path)
         return bool(fs.exists(hadoop_path))
 
-    def write(self, relation: str, key: str, df: DataFrame, deferred: bool = False) -> None:
-        df.write.mode("overwrite").parquet(self.path(relation, key, deferred))
+    def local_path(self, path: str) -> str:
+        """``path`` on this machine's file system, or "" when it is elsewhere."""
+        return _local(path)
 
-    def remove(self, relation: str, key: str, deferred: bool = False) -> None:
-        """Drop one epoch's directory, as writing it with no rows would, without a Spark job."""
-        self.delete(self.path(relation, key, deferred))
+    def write(self, relation: str, key: str, df: DataFrame, deferred: bool = False) -> None:
+        with replacing(self, relation, [key], deferred):
+            df.write.mode("overwrite").parquet(self.path(relation, key, deferred))
+
+    def remove(
+        self, relation: str, key: str, deferred: bool = False, recorded: bool = True
+    ) -> None:
+        """Drop one epoch's directory, as writing it with no rows would, without a Spark job.
+        Not ``recorded``: the epoch is dropped until it is stored again (a failed evaluation),
+        and that version's changes are counted from what stood before the drop."""
+        if recorded:
+            with replacing(self, relation, [key], deferred):
+                self.delete(self.path(relation, key, deferred))
+        else:
+            if not deferred:
+                dropping(self, relation, key)
+            self.delete(self.path(relation, key, deferred))
 
     def scratch(self, purpose: str) -> str:
         """A new folder's path (not made yet) for one run's intermediate files, under
@@ -114,9 +130,10 @@ class Warehouse:
         target = Path(_local(self.path(relation, key, deferred)))
         target.parent.mkdir(parents=True, exist_ok=True)
         old = Path(staging).with_name(Path(staging).name + ".old")
-        if target.exists():
-            target.rename(old)
-        Path(staging).rename(target)
+        with replacing(self, relation, [key], deferred):
+            if target.exists():
+                target.rename(old)
+            Path(staging).rename(target)
         shutil.rmtree(old, ignore_errors=True)
         _tidy(Path(staging).parent)
 
@@ -237,6 +254,18 @@ class Warehouse:
             return schema.empty_table()
         return pa.concat_tables([t.select(schema.names).cast(schema) for t in parts])
 
+    def copy_folder(self, source: str, target: str) -> None:
+        """Copy the folder ``source`` and what it holds to ``target`` (on Spark's file
+        systems; a local one is copied by this process)."""
+        if _local(source) and _local(target):
+            shutil.copytree(_local(source), _local(target), dirs_exist_ok=True)
+            return
+        fs, src = self._filesystem(source)
+        _, dst = self._filesystem(target)
+        jvm = self.spark.sparkContext._jvm  # type: ignore[attr-defined]
+        conf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        jvm.org.apache.hadoop.fs.FileUtil.copy(fs, src, fs, dst, False, conf)
+
     def discard(self, staging: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         _tidy(Path(staging).parent)
@@ -244,7 +273,10 @@ class Warehouse:
     def write_text(self, name: str, text: str) -> str:
         """Replace the file ``<root>/<corpus>/<name>`` with ``text``; its path (any scheme
         Spark writes, so bad lines are kept wherever the warehouse is)."""
-        path = self.path(name)
+        return self.write_file(self.path(name), text)
+
+    def write_file(self, path: str, text: str) -> str:
+        """Replace the file ``path`` (in the warehouse) with ``text``; see `write_text`."""
         if _local(path):
             local = Path(_local(path))
             local.parent.mkdir(parents=True, exist_ok=True)
@@ -266,7 +298,10 @@ class Warehouse:
 
     def read_text(self, name: str) -> str | None:
         """The file ``<root>/<corpus>/<name>`` written by :meth:`write_text`, or None."""
-        path = self.path(name)
+        return self.read_file(self.path(name))
+
+    def read_file(self, path: str) -> str | None:
+        """The file ``path`` written by :meth:`write_file`, or None."""
         if _local(path):
             local = Path(_local(path))
             return local.read_text(encoding="utf-8") if local.is_file() else None
@@ -281,15 +316,18 @@ class Warehouse:
             stream.close()
         return bytes(data).decode("utf-8")
 
-    def write_partitioned(self, relation: str, df: DataFrame, deferred: bool = False) -> None:
+    def write_partitioned(
+        self, relation: str, df: DataFrame, keys: Iterable[str], deferred: bool = False
+    ) -> None:
         """Rows with an ``epoch`` column, the directory of each epoch among them replaced (one
-        Spark job)."""
-        (
-            df.write.mode("overwrite")
-            .option("partitionOverwriteMode", "dynamic")
-            .partitionBy("epoch")
-            .parquet(self.path(relation, deferred=deferred))
-        )
+        Spark job); ``keys``, every epoch they may hold."""
+        with replacing(self, relation, keys, deferred):
+            (
+                df.write.mode("overwrite")
+                .option("partitionOverwriteMode", "dynamic")
+                .partitionBy("epoch")
+                .parquet(self.path(relation, deferred=deferred))
+            )
 
     def read_all(self, relation: str, schema: StructType) -> DataFrame:
         """Every stored epoch of ``relation``."""

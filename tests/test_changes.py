@@ -1,0 +1,230 @@
+"""What each new version of an epoch changed: the events it added and withdrew.
+
+A warehouse is evaluated over the water tanks' readings, then again after a late file (a
+maintenance window that silences alerts already raised, and a reading of the first hour):
+every stored relation's changes, epoch by epoch, are what two runs from scratch of the
+reference evaluator, over the events before and after, tell apart. On each engine, through
+`pomo run --changes` as documented, and when a replacement failed half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from dagster_pomo.engine.driver import _without_spark
+from dagster_pomo.engine.run import run
+from dagster_pomo.engine.spark import epoch_changes
+from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.examples import DEFAULT_START, HOUR, water_tank_events
+from dagster_pomo.lang import load_program
+from tests.conftest import RULES
+
+CORPUS = RULES / "water_tanks.pomo"
+POMO = Path(sys.executable).with_name("pomo")
+HOURS = 2
+# Per relation, per epoch key: the events it holds, (arguments, t).
+Stored = dict[str, dict[str, set[tuple[tuple[object, ...], int]]]]
+# (relation, op, arguments, t, epoch key)
+Changed = set[tuple[str, str, tuple[object, ...], int, str]]
+
+
+def _landing(folder: Path) -> Path:
+    """Two hours of readings, and north over its capacity from 23:30 to 23:40 (alerts)."""
+    folder.mkdir(parents=True)
+    water_tank_events(folder / "readings.jsonl", 2_000, hours=HOURS)
+    second = DEFAULT_START + HOUR
+    high = [
+        {"relation": "water_level", "t": t, "args": {"tank": "north", "level": 120.0}}
+        for t in range(second + 1_800_000, second + 2_400_000, 2_000)
+    ]
+    (folder / "high.jsonl").write_text("".join(json.dumps(e) + "\n" for e in high))
+    return folder
+
+
+def _late(folder: Path) -> None:
+    """A maintenance window of north from 23:15 (its alerts withdrawn) and a reading of the
+    first hour."""
+    lines = [
+        {"relation": "maintenance", "t": DEFAULT_START + HOUR + 900_000, "args": ["north", "x"]},
+        {"relation": "water_level", "t": DEFAULT_START + 60_001, "args": ["south", 12.5]},
+    ]
+    (folder / "late.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+def _stored(landing: Path) -> Stored:
+    """What an engine stores from ``landing``, by the reference evaluator: each version's
+    event in the epoch of the time it became known (earlier times in the first). Worked
+    out once per content of the landing folder."""
+    content = tuple(sorted((f.name, f.read_text()) for f in landing.iterdir()))
+    if content not in _REFERENCE:
+        _REFERENCE[content] = _by_reference(landing)
+    return _REFERENCE[content]
+
+
+_REFERENCE: dict[tuple, Stored] = {}
+
+
+def _by_reference(landing: Path) -> Stored:
+    program = load_program(CORPUS)
+    end = DEFAULT_START + HOURS * HOUR
+    done = run(program, landing, HOUR, DEFAULT_START, end, engine="reference")
+    out: Stored = defaultdict(lambda: defaultdict(set))
+    for name, versions in {**done.ingested.events, **done.versions}.items():
+        for v in versions:
+            if v.kt < end:
+                start = max(DEFAULT_START, v.kt // HOUR * HOUR)
+                out[name][str(start)].add((tuple(v.args), v.t))
+    return out
+
+
+def _difference(before: Stored, after: Stored) -> Changed:
+    out: Changed = set()
+    for name in set(before) | set(after):
+        for key in set(before.get(name, {})) | set(after.get(name, {})):
+            old, new = before.get(name, {}).get(key, set()), after.get(name, {}).get(key, set())
+            out |= {(name, "insert", a, t, key) for a, t in new - old}
+            out |= {(name, "delete", a, t, key) for a, t in old - new}
+    return out
+
+
+def _same(got: Changed, expected: Changed) -> None:
+    """``got`` is ``expected``, floats alike to 1e-9 of their size: engines sum an average's
+    terms in different orders, and the last bit of a value carried into a head may differ."""
+
+    def grouped(changes: Changed) -> dict[tuple, list[tuple[float, ...]]]:
+        out: dict[tuple, list[tuple[float, ...]]] = defaultdict(list)
+        for name, op, args, t, key in changes:
+            exact = tuple(a for a in args if not isinstance(a, float))
+            out[(name, op, t, key, exact)].append(tuple(a for a in args if isinstance(a, float)))
+        return out
+
+    mine, theirs = grouped(got), grouped(expected)
+    assert set(mine) == set(theirs), set(mine) ^ set(theirs)
+    for k, floats in mine.items():
+        pairs = zip(sorted(floats), sorted(theirs[k]), strict=True)
+        assert all(all(map(math.isclose, a, b)) for a, b in pairs), (k, floats, theirs[k])
+
+
+def _read(folder: Path) -> Changed:
+    """The changes `pomo run --changes` wrote to ``folder``."""
+    return {
+        (e["relation"], e["op"], tuple(e["args"]), e["t"], e["epoch"])
+        for f in folder.glob("*.jsonl")
+        for e in map(json.loads, f.read_text().splitlines())
+    }
+
+
+@pytest.mark.parametrize("engine", ["auto", "local", "spark"])
+def test_a_late_file_adds_and_withdraws_what_runs_from_scratch_tell_apart(
+    tmp_path: Path, engine: str
+) -> None:
+    program = load_program(CORPUS)
+    landing = _landing(tmp_path / "landing")
+    warehouse, end = str(tmp_path / "warehouse"), DEFAULT_START + HOURS * HOUR
+    first = run(
+        program, landing, HOUR, DEFAULT_START, end, engine, warehouse, changes=tmp_path / "c1"
+    )
+    before = _stored(landing)
+    # A first version adds every event it holds.
+    _same(_read(tmp_path / "c1"), _difference({}, before))
+    assert first.changed is not None and first.changed["overflow_alert"][0] > 0
+    _late(landing)
+    second = run(
+        program, landing, HOUR, DEFAULT_START, end, engine, warehouse, changes=tmp_path / "c2"
+    )
+    expected = _difference(before, _stored(landing))
+    _same(_read(tmp_path / "c2"), expected)
+    withdrawn = {c for c in expected if c[0] == "overflow_alert" and c[1] == "delete"}
+    assert withdrawn and all(c[2][0] == "north" for c in withdrawn), "the case must withdraw"
+    assert (
+        "water_level",
+        "insert",
+        ("south", 12.5),
+        DEFAULT_START + 60_001,
+        str(DEFAULT_START),
+    ) in expected
+    counts = {
+        n: (
+            sum(c[0] == n and c[1] == "insert" for c in expected),
+            sum(c[0] == n and c[1] == "delete" for c in expected),
+        )
+        for n in second.changed or {}
+    }
+    assert second.changed == counts
+    # The warehouse says the same per epoch, and keeps nothing aside once recorded.
+    wh = Warehouse(_without_spark(warehouse), warehouse, program.name)
+    for name, (added, withdrawn_n) in counts.items():
+        keys = [str(DEFAULT_START + i * HOUR) for i in range(HOURS)]
+        found = [epoch_changes.change_of(wh, name, k) for k in keys]
+        assert sum(c.added for c in found if c) == added
+        assert sum(c.withdrawn for c in found if c) == withdrawn_n
+    assert not (tmp_path / "warehouse" / program.name / epoch_changes.BEFORE).exists()
+
+
+def test_pomo_run_changes_as_documented(tmp_path: Path) -> None:
+    """`pomo run --warehouse DIR --changes DIR`, twice, as docs/semantics.md shows it."""
+    landing = _landing(tmp_path / "landing")
+    args = [str(POMO), "run", str(CORPUS), "--events", str(landing), "--engine", "local"]
+    args += ["--start", str(DEFAULT_START), "--until", str(DEFAULT_START + HOURS * HOUR)]
+    args += ["--warehouse", str(tmp_path / "wh"), "--quiet"]
+    first = subprocess.run(
+        [*args, "--changes", str(tmp_path / "c1")], capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr
+    _late(landing)
+    done = subprocess.run(
+        [*args, "--changes", str(tmp_path / "c2")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{tmp_path / 'c2' / 'maintenance.jsonl'}: 1 added, 0 withdrawn" in done.stdout
+    alerts = [
+        json.loads(x) for x in (tmp_path / "c2" / "overflow_alert.jsonl").read_text().splitlines()
+    ]
+    assert alerts and {a["op"] for a in alerts} == {"delete"}
+    line = next(a for a in alerts)
+    assert set(line) == {"op", "relation", "t", "args", "cid", "epoch"}
+    refused = subprocess.run(
+        [*args[:-3], "--engine", "reference", "--changes", str(tmp_path / "c3")],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and "reference" in refused.stderr
+
+
+def test_a_replacement_that_failed_is_recorded_by_the_next_against_what_stood_before(
+    tmp_path: Path,
+) -> None:
+    """A version stored, then a replacement dropped half-way (the old files kept aside and
+    the epoch removed, as a failed evaluation leaves it), then a third version: its changes
+    are counted from the first, and the kept files are gone."""
+    wh = Warehouse(_without_spark(str(tmp_path)), str(tmp_path), "c")
+    schema = pa.schema([("a", pa.string()), ("t", pa.int64()), ("kt", pa.int64())])
+
+    def table(*names: str) -> pa.Table:
+        return pa.table({"a": list(names), "t": [1] * len(names), "kt": [1] * len(names)}, schema)
+
+    wh.put("r", "0", table("x", "y"))
+    assert epoch_changes.change_of(wh, "r", "0") == epoch_changes.Change(2, 0, True)
+    wh.remove("r", "0", recorded=False)  # a failed evaluation drops what it stored
+    assert epoch_changes.change_of(wh, "r", "0") is None
+    wh.put("r", "0", table("y", "z", "z"))
+    assert epoch_changes.change_of(wh, "r", "0") == epoch_changes.Change(1, 1, False)
+    rows = epoch_changes.changed_events(wh, "r", "0")
+    assert rows is not None and sorted(
+        zip(rows["a"].to_pylist(), rows["weight"].to_pylist(), strict=True)
+    ) == [("x", -1), ("z", 1)]
+    assert not (tmp_path / "c" / epoch_changes.BEFORE).exists()
+    wh.put("r", "0", table("y", "z"))  # the same events again: nothing changed
+    assert epoch_changes.change_of(wh, "r", "0") == epoch_changes.Change(0, 0, False)
+    wh.remove("r", "0")  # an epoch that now holds nothing
+    assert epoch_changes.change_of(wh, "r", "0") == epoch_changes.Change(0, 2, False)
+    wh.put("r", "0", table("q"))  # stored anew: a first version, no stale record
+    assert epoch_changes.change_of(wh, "r", "0") == epoch_changes.Change(1, 0, True)
