@@ -7,14 +7,17 @@ the top-level package stays cheap: it pulls in neither Spark nor Dagster.
 
 from __future__ import annotations
 
+from dagster_pomo.engine.actions import ActionEvent, Listener
 from dagster_pomo.engine.emit import Emitted
 from dagster_pomo.errors import PomoError, UsageError
 from dagster_pomo.lang import Program, compile_corpus, load_program
 from dagster_pomo.lang.errors import CorpusError
 
 __all__ = [
+    "ActionEvent",
     "CorpusError",
     "Emitted",
+    "Listener",
     "PomoError",
     "Program",
     "UsageError",

@@ -173,7 +173,8 @@ def test_each_interval_stores_what_pomo_run_and_a_dagster_run_store(
 
 def test_each_asset_event_carries_the_rows_its_task_stored(scenario: tuple[Path, dict]) -> None:
     """An interval's asset events say what its task stored of the relation, per epoch, as
-    Dagster's materializations do: the warehouse's rows of that relation in that epoch."""
+    Dagster's materializations do: the warehouse's rows of that relation in that epoch, and
+    the events its version added and withdrew."""
     work, report = scenario
     events = [e for e in report["asset_events"] if e["asset"] == "water_tanks.level_10m"]
     assert len(events) == HOURS + 1, "one per run: three intervals, then one again"
@@ -181,11 +182,19 @@ def test_each_asset_event_carries_the_rows_its_task_stored(scenario: tuple[Path,
     for folder in (work / "warehouse" / "water_tanks" / "level_10m").glob("epoch=*"):
         rows = sum(pq.read_metadata(f).num_rows for f in folder.glob("*.parquet"))
         stored_rows[folder.name.removeprefix("epoch=")] = rows
-    for event in events:
+    distinct = {}  # events (tank, t) per epoch: what a first version adds
+    for folder in (work / "warehouse" / "water_tanks" / "level_10m").glob("epoch=*"):
+        table = pq.read_table(folder, columns=["tank", "t"])
+        distinct[folder.name.removeprefix("epoch=")] = len(set(zip(*table.to_pydict().values())))
+    for i, event in enumerate(events):
         extra = event["extra"]
         assert extra["corpus"] == "water_tanks" and extra["relation"] == "level_10m"
         (key,) = extra["epochs"]
         assert extra["rows_by_epoch"] == {key: stored_rows[key]} and extra["rows"] > 0
+        # A first run of its interval adds every event; the run again changes nothing.
+        added = distinct[key] if i < HOURS else 0
+        assert extra["added_by_epoch"] == {key: added} and extra["withdrawn_by_epoch"] == {key: 0}
+        assert (extra["added"], extra["withdrawn"]) == (added, 0)
     readings = [e for e in report["asset_events"] if e["asset"] == "water_tanks.water_level"]
     assert readings and all(e["extra"]["events"] > 0 for e in readings)
 

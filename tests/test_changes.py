@@ -19,12 +19,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from dagster_pomo.engine.actions import ActionEvent, Listener, insert_key, withdrawal_key
 from dagster_pomo.engine.driver import _without_spark
+from dagster_pomo.engine.pipeline import Pipeline, Storage
 from dagster_pomo.engine.run import run
 from dagster_pomo.engine.spark import epoch_changes
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.examples import DEFAULT_START, HOUR, water_tank_events
 from dagster_pomo.lang import load_program
+from dagster_pomo.plan.units import units
+from dagster_pomo.timeline import epochs
 from tests.conftest import RULES
 
 CORPUS = RULES / "water_tanks.pomo"
@@ -228,3 +232,146 @@ def test_a_replacement_that_failed_is_recorded_by_the_next_against_what_stood_be
     assert epoch_changes.change_of(wh, "r", "0") == epoch_changes.Change(0, 2, False)
     wh.put("r", "0", table("q"))  # stored anew: a first version, no stale record
     assert epoch_changes.change_of(wh, "r", "0") == epoch_changes.Change(1, 0, True)
+
+
+class _Told:
+    """A `Listener` that records what it is told: (op, key, relation, args, t)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, tuple, int]] = []
+
+    def listener(self) -> Listener:
+        return Listener(self._record, self._record)
+
+    def _record(self, event: ActionEvent) -> None:
+        self.calls.append(
+            (event.op, event.key, event.relation, tuple(event.args.values()), event.t)
+        )
+
+    def since(self, mark: int) -> list[tuple[str, str, str, tuple, int]]:
+        return self.calls[mark:]
+
+
+def _pipeline_run(pipeline: Pipeline, handlers: dict) -> None:
+    """Both hours through the pipeline's steps, as a Dagster or Airflow run of them does:
+    the inputs, each unit, each handler."""
+    history = epochs(DEFAULT_START, DEFAULT_START + HOURS * HOUR, HOUR)
+    driver, run_epochs = pipeline.driver(history, len(history))
+    pipeline.land(driver, run_epochs)
+    for unit in units(pipeline.program):
+        pipeline.evaluate(driver, unit, run_epochs)
+    for name, handler in handlers.items():
+        pipeline.act(name, handler, run_epochs)
+
+
+def test_a_listener_is_told_once_of_each_withdrawal_and_of_each_event_derived_again(
+    tmp_path: Path,
+) -> None:
+    """Alerts handed over, then withdrawn by a late maintenance window: the listener is told
+    of each withdrawal once (not again on a re-run); the late file corrected (the window was
+    another tank's), the alerts are derived again and handed over again, once, under keys
+    of their own. A plain handler is never told of withdrawals."""
+    program = load_program(CORPUS)
+    landing = _landing(tmp_path / "landing")
+    pipeline = Pipeline(program, Storage(str(tmp_path / "wh"), str(landing)))
+    alerts, log = _Told(), _Told()
+    handlers = {"notify_operator": alerts.listener(), "log_maintenance": log._record}
+    _pipeline_run(pipeline, handlers)
+    first = {(c[2], c[3], c[4]): c[1] for c in alerts.calls}
+    assert first and {c[0] for c in alerts.calls} == {"insert"}
+    before = _stored(landing)["overflow_alert"]
+    _late(landing)
+    mark = len(alerts.calls)
+    _pipeline_run(pipeline, handlers)
+    after = _stored(landing)["overflow_alert"]
+    gone = {e for events in before.values() for e in events} - {
+        e for events in after.values() for e in events
+    }
+    told = alerts.since(mark)
+    assert gone and {c[0] for c in told} == {"delete"}
+    assert _close({(c[3], c[4]) for c in told}, gone)
+    assert all(c[1] == withdrawal_key(first[(c[2], c[3], c[4])], 1) for c in told)
+    assert [c[0] for c in log.calls] == ["insert"], "the window is logged"
+    mark = len(alerts.calls)
+    _pipeline_run(pipeline, handlers)
+    assert alerts.since(mark) == [], "a re-run tells nothing again"
+    # The late file corrected: the window was east's.
+    text = (landing / "late.jsonl").read_text()
+    (landing / "late.jsonl").write_text(text.replace('"north", "x"', '"east", "x"'))
+    _pipeline_run(pipeline, handlers)
+    again = alerts.since(mark)
+    assert {c[0] for c in again} == {"insert"} and _close({(c[3], c[4]) for c in again}, gone)
+    assert all(c[1] == insert_key(first[(c[2], c[3], c[4])], 2) for c in again)
+    assert [c[0] for c in log.calls] == ["insert", "insert"], "not told of north's withdrawal"
+    mark = len(alerts.calls)
+    _pipeline_run(pipeline, handlers)
+    assert alerts.since(mark) == []
+
+
+def _close(got: set[tuple[tuple, int]], expected: set[tuple[tuple, int]]) -> bool:
+    """The same events, floats alike to 1e-9 of their size (see `_same`)."""
+    changes = {("r", "delete", args, t, "0") for args, t in got}
+    _same(changes, {("r", "delete", args, t, "0") for args, t in expected})
+    return True
+
+
+def test_dagster_partitions_say_what_a_late_file_added_and_withdrew(tmp_path: Path) -> None:
+    """Both hours materialized, the late file landed, both materialized again (as the
+    landing sensor replays them): each relation's partition carries the events its new
+    version added and withdrew (`pomo/added`, `pomo/withdrawn`), which two runs from
+    scratch tell apart, and the listener's action partition how many withdrawals it told."""
+    from dagster import (
+        AssetKey,
+        AssetRecordsFilter,
+        DagsterInstance,
+        HourlyPartitionsDefinition,
+        materialize,
+    )
+
+    from dagster_pomo.orchestration import pomo_definitions
+
+    landing = _landing(tmp_path / "landing")
+    told = _Told()
+    handlers = {"notify_operator": told.listener(), "log_maintenance": lambda event: None}
+    partitions = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
+    defs = pomo_definitions(
+        CORPUS, partitions, str(tmp_path / "wh"), str(landing), handlers=handlers
+    )
+    (tmp_path / "home").mkdir()
+    instance = DagsterInstance.local_temp(str(tmp_path / "home"))
+    keys = {"2023-11-14-22:00": str(DEFAULT_START), "2023-11-14-23:00": str(DEFAULT_START + HOUR)}
+
+    def materialize_both() -> None:
+        for key in keys:
+            done = materialize(
+                list(defs.assets),
+                instance=instance,
+                resources=dict(defs.resources),
+                partition_key=key,
+            )
+            assert done.success
+
+    def metadata(asset: list[str], partition: str) -> dict[str, object]:
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[partition]), limit=1
+        ).records
+        return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+
+    materialize_both()
+    before = _stored(landing)
+    _late(landing)
+    materialize_both()
+    expected = _difference(before, _stored(landing))
+    withdrawn_alerts = 0
+    for relation in ("water_level", "maintenance", "level_10m", "overflow_alert"):
+        for partition, start in keys.items():
+            mine = [c for c in expected if c[0] == relation and c[4] == start]
+            found = metadata(["water_tanks", relation], partition)
+            assert found["pomo/added"] == sum(c[1] == "insert" for c in mine), (relation, start)
+            assert found["pomo/withdrawn"] == sum(c[1] == "delete" for c in mine), (relation, start)
+            if relation == "overflow_alert":
+                withdrawn_alerts += found["pomo/withdrawn"]
+    assert withdrawn_alerts > 0, "the case must withdraw alerts"
+    actions = [metadata(["water_tanks", "action", "notify_operator"], p) for p in keys]
+    assert sum(m["pomo/actions_withdrawn"] for m in actions) == withdrawn_alerts
+    assert sum(c[0] == "delete" for c in told.calls) == withdrawn_alerts

@@ -248,6 +248,7 @@ class PomoOperator(BaseOperator):
         total = acted.total
         return {
             "ran": total.ran,
+            "withdrawn": total.withdrawn,
             "done_before": total.skipped,
             "held": total.held,
             "emitted": total.emitted,

@@ -19,6 +19,12 @@ or PostgreSQL for runs on several machines) makes it so:
   once its claim is free: at once when its handler raised or its owner's process
   on this machine has died, else when the lease ends. A crash therefore repeats
   at most the call that was in flight.
+
+A handler may also be told when an event it was handed is withdrawn (a recomputation no
+longer derives it; see `Listener`). The ledger then keeps, per handler and event, how many
+times the event was handed over and withdrawn, each under a key of its own (`insert_key`,
+`withdrawal_key`): a withdrawal goes only to a handler that finished with the event, once,
+and an event derived again after its withdrawal is handed over again, once.
 """
 
 from __future__ import annotations
@@ -27,17 +33,21 @@ import json
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dagster_pomo.engine.ledger import LEASE, Ledger, idempotency_key, new_owner, open_ledger
 from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.constant_defs import constant_values
 
+INSERT, DELETE = "insert", "delete"
+
 
 @dataclass(frozen=True)
 class ActionEvent:
-    """What a handler receives: one distinct event and its idempotency key."""
+    """What a handler receives: one distinct event and its idempotency key; ``op`` says
+    whether it is derived (``"insert"``) or withdrawn (``"delete"``, see `Listener`), and
+    ``epoch`` the epoch that derived or withdrew it."""
 
     key: str
     handler: str
@@ -45,13 +55,77 @@ class ActionEvent:
     args: Mapping[str, Value]
     t: int
     epoch: str
+    op: str = INSERT
 
     def describe(self) -> str:
         values = ", ".join(json.dumps(v) for v in self.args.values())
-        return f"{self.relation}({values}) @ t={self.t} [key {self.key[:16]}]"
+        withdrawn = " withdrawn" if self.op == DELETE else ""
+        return f"{self.relation}({values}) @ t={self.t}{withdrawn} [key {self.key[:16]}]"
 
 
 Handler = Callable[[ActionEvent], object]
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A handler that is also told of withdrawals: ``inserted`` is called with each event it
+    listens to, as a plain handler is; ``withdrawn`` with each of those events that a later
+    recomputation no longer derives (a late event, a correction), once, after ``inserted``
+    finished with it. Register it under the handler's name, as a plain callable."""
+
+    inserted: Handler
+    withdrawn: Handler
+
+    def __call__(self, event: ActionEvent) -> object:
+        return (self.withdrawn if event.op == DELETE else self.inserted)(event)
+
+
+def hears_withdrawals(handler: Handler) -> bool:
+    """Whether ``handler`` is told of withdrawals (a `Listener`)."""
+    return isinstance(handler, Listener)
+
+
+def insert_key(base: str, generation: int) -> str:
+    """The key of the ``generation``-th time an event is handed over: its idempotency key,
+    then ``<key>:2``, ``<key>:3``, ... for each time it is derived again after a withdrawal."""
+    return base if generation == 1 else f"{base}:{generation}"
+
+
+def withdrawal_key(base: str, generation: int) -> str:
+    """The key of the withdrawal of the ``generation``-th handing over of an event:
+    ``<key>:withdrawn``, then ``<key>:withdrawn:2``, ..."""
+    return f"{base}:withdrawn" if generation == 1 else f"{base}:withdrawn:{generation}"
+
+
+def withdrawals_done(ledger: Ledger, bases: Iterable[str]) -> dict[str, int]:
+    """How many withdrawals of each event (by its idempotency key) the ledger holds as done:
+    a query per generation, so usually one."""
+    count = dict.fromkeys(bases, 0)
+    pending = list(count)
+    while pending:
+        asked = {withdrawal_key(b, count[b] + 1): b for b in pending}
+        pending = [asked[k] for k in ledger.done(list(asked))]
+        for base in pending:
+            count[base] += 1
+    return count
+
+
+def current(
+    ledger: Ledger, inserted: list[ActionEvent], withdrawn: list[ActionEvent]
+) -> list[ActionEvent]:
+    """For a handler told of withdrawals: the events derived now, each keyed by the handing
+    over it is due (the first, or the next after its last withdrawal), and the withdrawals
+    due (an event handed over, not yet withdrawn since, and derived no longer), keyed so;
+    withdrawals first, then in the order given."""
+    done = withdrawals_done(ledger, [e.key for e in [*inserted, *withdrawn]])
+    handed = set(ledger.done([insert_key(e.key, done[e.key] + 1) for e in withdrawn]))
+    out = []
+    for event in withdrawn:
+        generation = done[event.key] + 1
+        if insert_key(event.key, generation) in handed:
+            out.append(replace(event, key=withdrawal_key(event.key, generation), op=DELETE))
+    out += [replace(e, key=insert_key(e.key, done[e.key] + 1)) for e in inserted]
+    return out
 
 
 @dataclass(frozen=True)
@@ -102,9 +176,11 @@ class ActionReport:
     failed: list[tuple[ActionEvent, str]] = field(default_factory=list)
     seconds: float = 0.0
     emitted: int = 0  # events the handler returned, landed (see `emit`)
+    withdrawn: int = 0  # of those that ran, withdrawals (see `Listener`)
 
     def merge(self, other: ActionReport) -> None:
         self.ran += other.ran
+        self.withdrawn += other.withdrawn
         self.skipped += other.skipped
         self.held += other.held
         self.failed += other.failed
@@ -161,6 +237,7 @@ def run_actions(
                     hook("after_effect", event)
                 ledger.finish([event.key])
                 report.ran += 1
+                report.withdrawn += event.op == DELETE
                 if hook:
                     hook("after_ledger", event)
             except BaseException:
@@ -206,13 +283,21 @@ def check_handlers(program: Program, handlers: Mapping[str, Handler]) -> list[st
 __all__ = [
     "ActionEvent",
     "ActionReport",
+    "DELETE",
     "Handler",
+    "INSERT",
+    "Listener",
     "Hook",
     "Ledger",
     "Subscription",
     "check_handlers",
+    "current",
+    "hears_withdrawals",
     "idempotency_key",
+    "insert_key",
     "open_ledger",
     "run_actions",
     "subscriptions",
+    "withdrawal_key",
+    "withdrawals_done",
 ]

@@ -10,15 +10,23 @@ evaluating or acting again.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from dagster_pomo.engine.actions import ActionReport, Handler, run_actions
+from dagster_pomo.engine.actions import (
+    ActionEvent,
+    ActionReport,
+    Handler,
+    current,
+    hears_withdrawals,
+    run_actions,
+)
 from dagster_pomo.engine.actions import subscriptions as handler_subscriptions
 from dagster_pomo.engine.driver import Driver, PassStats, open_results
 from dagster_pomo.engine.emit import Emitter, generation_of_epochs
@@ -371,6 +379,9 @@ class Pipeline:
         try:
             by_key = {epoch_key(e): e for e in epochs}
             events = results.handler_events(subs, list(by_key))  # the range in one read
+            if hears_withdrawals(handler):
+                gone = results.withdrawn_handler_events(subs, list(by_key))
+                events = _with_withdrawals(ledger, events, gone)
             reports = {at: ActionReport(name) for at in by_key}
             total = ActionReport(name)
             files = landing_index(results, str(self.storage.window()))
@@ -387,6 +398,7 @@ class Pipeline:
                         f"{show_epoch(by_key[at])}: {report.ran} ran, {report.skipped} done "
                         f"before, {len(report.failed)} failed"
                         + (f", {report.held} held by another run" if report.held else "")
+                        + (f"; {report.withdrawn} of them withdrawals" if report.withdrawn else "")
                     )
                 reports[at] = report
                 total.merge(report)
@@ -394,6 +406,30 @@ class Pipeline:
         finally:
             ledger.close()
         return Acted(reports, total, done, emitter.held_back, emitter.max_generation)
+
+
+def _with_withdrawals(
+    ledger: Ledger, inserted: Iterable[ActionEvent], withdrawn: list[ActionEvent]
+) -> Iterator[ActionEvent]:
+    """A `Listener`'s events epoch by epoch: in each, the withdrawals due, then the events
+    derived, each keyed by the handing over it is due (`actions.current`), asked of the
+    ledger a batch at a time."""
+    by_epoch: dict[str, list[ActionEvent]] = {}
+    for event in withdrawn:
+        by_epoch.setdefault(event.epoch, []).append(event)
+    marks = ((int(k), 0, k, None) for k in sorted(by_epoch, key=int))
+    events = ((int(e.epoch), 1, e.epoch, e) for e in inserted)
+    batch: list[ActionEvent] = []
+    for _, _, epoch, event in heapq.merge(marks, events, key=lambda m: (m[0], m[1])):
+        if batch and (event is None or batch[0].epoch != epoch or len(batch) == 1024):
+            yield from current(ledger, batch, [])
+            batch = []
+        if event is None:
+            yield from current(ledger, [], by_epoch[epoch])
+        else:
+            batch.append(event)
+    if batch:
+        yield from current(ledger, batch, [])
 
 
 __all__ = [

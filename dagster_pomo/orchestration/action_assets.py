@@ -95,6 +95,8 @@ def _action_asset(  # noqa: ANN202 - an AssetsDefinition
             context.add_asset_metadata(
                 {
                     "pomo/actions_ran": report.ran,
+                    # Of those, withdrawals of events handed over before (a `Listener`).
+                    "pomo/actions_withdrawn": report.withdrawn,
                     "pomo/actions_done_before": report.skipped,
                     "pomo/actions_failed": len(report.failed),
                     # Claimed by an overlapping run at the time, which hands them over.

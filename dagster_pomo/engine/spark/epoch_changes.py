@@ -249,6 +249,18 @@ def changed_events(wh: Warehouse, relation: str, key: str) -> pa.Table | None:
     return events.append_column(WEIGHT, pa.array([1] * events.num_rows, pa.int8()))
 
 
+def withdrawn_events(wh: Warehouse, relation: str, key: str) -> pa.Table | None:
+    """The events the latest version of epoch ``key`` of ``relation`` withdrew (its
+    arguments and ``t``), or None when it withdrew none (a first version withdraws none)."""
+    target = _changes(wh, relation, key)
+    text = wh.read_file(f"{target}/{SUMMARY}")
+    if text is None or not json.loads(text)["withdrawn"]:
+        return None
+    local = wh.local_path(f"{target}/{ROWS}")
+    rows = pq.read_table(local) if local else wh.spark.read.parquet(f"{target}/{ROWS}").toArrow()
+    return rows.filter(pc.equal(rows[WEIGHT], -1)).drop_columns([WEIGHT])
+
+
 def _distinct_events(wh: Warehouse, relation: str, key: str) -> int:
     local = wh.local_path(wh.path(relation, key))
     if local:

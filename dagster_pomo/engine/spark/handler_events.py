@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from dagster_pomo.engine.actions import ActionEvent, Subscription, idempotency_key
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
+from dagster_pomo.engine.spark import epoch_changes
 from dagster_pomo.engine.spark.stored_versions import struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import value_order
@@ -87,6 +88,51 @@ def _read_here(
     found = sorted(first.items(), key=lambda i: (i[1], i[0][1], [value_order(v) for v in i[0][0]]))
     for (args, t), epoch in found:
         yield _event(subs[0], columns, args, int(t), str(epoch))
+
+
+def withdrawn_events(
+    wh: Warehouse,
+    schemas: Mapping[str, Schema],
+    subs: Sequence[Subscription],
+    keys: Sequence[str],
+) -> list[ActionEvent]:
+    """Each distinct event that ``subs`` (all of one handler) match, withdrawn by the latest
+    version of one of the epochs ``keys`` (see `epoch_changes`) and stored in no epoch now
+    (an event may move to another epoch), with the epoch that withdrew it; in the order of
+    `range_events`. Keyed by its idempotency key."""
+    out: list[ActionEvent] = []
+    ordered = sorted(subs, key=lambda s: s.relation)
+    for relation, group in groupby(ordered, key=lambda s: s.relation):
+        mine, columns = list(group), list(schemas[relation].columns)
+        found: dict[tuple[tuple, int], str] = {}
+        for key in sorted(keys, key=int):
+            table = epoch_changes.withdrawn_events(wh, relation, key)
+            for row in [] if table is None else table.to_pylist():
+                if any(_holds(s, row) for s in mine):
+                    found.setdefault((tuple(row[c] for c in columns), row["t"]), key)
+        stored = _stored(wh, schemas[relation], relation, {t for _, t in found})
+        gone = sorted(
+            ((key, t, args) for (args, t), key in found.items() if (args, t) not in stored),
+            key=lambda g: (int(g[0]), g[1], [value_order(v) for v in g[2]]),
+        )
+        out += [_event(mine[0], columns, args, t, key) for key, t, args in gone]
+    return sorted(out, key=lambda e: int(e.epoch))
+
+
+def _stored(wh: Warehouse, schema: Schema, relation: str, times: set[int]) -> set[tuple]:
+    """The events ``(args, t)`` of ``relation`` stored now, in any epoch, at ``times``."""
+    if not times:
+        return set()
+    columns = [*schema.columns, "t"]
+    if wh.is_local:
+        keys = wh.stored_keys(relation)
+        span = (min(times), max(times) + 1)
+        table = wh.read_table(relation, keys, arrow_schema(schema), times=span).select(columns)
+        rows = [tuple(r.values()) for r in table.to_pylist()]
+    else:
+        df = wh.read_all(relation, struct_of(schema)).filter(F.col("t").isin(sorted(times)))
+        rows = [tuple(r) for r in df.select(*columns).distinct().collect()]
+    return {(r[:-1], r[-1]) for r in rows if r[-1] in times}
 
 
 def _holds(sub: Subscription, row: Mapping[str, object]) -> bool:

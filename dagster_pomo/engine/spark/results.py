@@ -24,7 +24,7 @@ from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.spark import epoch_changes
 from dagster_pomo.engine.spark.epoch_changes import Change
-from dagster_pomo.engine.spark.handler_events import range_events
+from dagster_pomo.engine.spark.handler_events import range_events, withdrawn_events
 from dagster_pomo.engine.spark.rule_frames import united
 from dagster_pomo.engine.spark.stored_versions import collect_versions, read_versions, struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
@@ -66,6 +66,14 @@ class Results:
         """Each event of the epochs ``keys`` that ``subs`` (one handler's) listen to, once,
         epoch by epoch (see `handler_events.range_events`)."""
         return range_events(self.wh, self.schemas, subs, keys)
+
+    def withdrawn_handler_events(
+        self, subs: Sequence[Subscription], keys: Sequence[str]
+    ) -> list[ActionEvent]:
+        """Each event ``subs`` (one handler's) listen to that the latest versions of the
+        epochs ``keys`` withdrew and no epoch holds now, with the epoch that withdrew it
+        (see `handler_events.withdrawn_events`)."""
+        return withdrawn_events(self.wh, self.schemas, subs, keys)
 
     def versions_where(
         self,
