@@ -148,3 +148,16 @@ def test_the_check_benchmark_checks_each_corpus_and_its_peer(capsys) -> None:  #
         [" 120 rules, PomoLogic ", " dagster-pomo "],
         [" 120 broken rules ", " dagster-pomo "],
     ]
+
+
+def test_the_late_events_benchmark_stores_what_a_run_from_scratch_stores(capsys) -> None:  # noqa: ANN001
+    """`python -m bench.w6_late` times the late epochs against the whole history and checks
+    that evaluating the late epoch and every later one again stores what a run from scratch
+    stores (it fails otherwise); the late readings show in the changes it reports."""
+    from bench.w6_late import main as late
+
+    assert late(["--readings", "2400", "--hours", "4", "--repeat", "1"]) == 0
+    printed = capsys.readouterr().out
+    for case in ("late, to the end", "late, what it reaches", "from scratch"):
+        assert case in printed
+    assert "water_level +6 -0" in printed, "the late readings are the inputs' changes"
