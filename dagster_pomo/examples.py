@@ -15,7 +15,7 @@ import threading
 from contextlib import closing
 from pathlib import Path
 
-from dagster_pomo.engine.actions import ActionEvent
+from dagster_pomo.engine.actions import ActionEvent, Handler
 
 CORPORA = Path(__file__).resolve().parent / "rules"
 HOUR = 3_600_000
@@ -79,8 +79,9 @@ def water_tank_events(
 
 class SqliteOutbox:
     """An example action handler: records each event in a SQLite table ``effects``, keyed by
-    the idempotency key, so handing it the same event twice has one effect. (A real handler
-    passes the key to the system it calls, as an idempotency key or a message id.)"""
+    the idempotency key, so handing it the same event twice has one effect (a real handler
+    passes the key to the system it calls, as an idempotency key or a message id); as a
+    `Listener`'s ``withdrawn`` (:meth:`withdraw`), each withdrawal in ``withdrawals``."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -97,18 +98,26 @@ class SqliteOutbox:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             with db:
-                db.execute(
-                    "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, handler TEXT, "
-                    "relation TEXT, args TEXT, t INTEGER)"
-                )
+                for table in ("effects", "withdrawals"):
+                    db.execute(
+                        f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, "
+                        "handler TEXT, relation TEXT, args TEXT, t INTEGER)"
+                    )
             self._local.db = db
         return db
 
     def __call__(self, event: ActionEvent) -> None:
+        self._record("effects", event)
+
+    def withdraw(self, event: ActionEvent) -> None:
+        """Record that ``event``, handed over before, is withdrawn."""
+        self._record("withdrawals", event)
+
+    def _record(self, table: str, event: ActionEvent) -> None:
         db = self._db()
         with db:  # committed before the call returns: the ledger then marks it done
             db.execute(
-                "INSERT INTO effects VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                f"INSERT INTO {table} VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
                 (event.key, event.handler, event.relation, json.dumps(dict(event.args)), event.t),
             )
 
@@ -128,13 +137,27 @@ class SqliteOutbox:
                 "SELECT handler, relation, args, t FROM effects ORDER BY t, handler, args"
             ).fetchall()
 
+    def withdrawn(self) -> list[tuple[str, str, str, int]]:
+        """``(handler, relation, args JSON, t)`` of every recorded withdrawal, in time order."""
+        if not self.path.exists():
+            return []
+        with closing(sqlite3.connect(self.path)) as db:
+            return db.execute(
+                "SELECT handler, relation, args, t FROM withdrawals ORDER BY t, handler, args"
+            ).fetchall()
 
-def outbox_handlers(corpus: str | Path, outbox: str | Path) -> dict[str, SqliteOutbox]:
-    """A :class:`SqliteOutbox` at ``outbox`` for every handler the corpus file names."""
-    from dagster_pomo.engine.actions import subscriptions
+
+def outbox_handlers(
+    corpus: str | Path, outbox: str | Path, withdrawals: bool = False
+) -> dict[str, Handler]:
+    """A :class:`SqliteOutbox` at ``outbox`` for every handler the corpus file names; with
+    ``withdrawals``, as a `Listener` that also records the withdrawals of what it recorded."""
+    from dagster_pomo.engine.actions import Listener, subscriptions
     from dagster_pomo.lang import load_program
 
-    return {name: SqliteOutbox(outbox) for name in subscriptions(load_program(corpus))}
+    box = SqliteOutbox(outbox)
+    handler: Handler = Listener(box, box.withdraw) if withdrawals else box
+    return dict.fromkeys(subscriptions(load_program(corpus)), handler)
 
 
 def flags(a: int, b: int) -> int:

@@ -25,7 +25,13 @@ from dagster_pomo.engine.pipeline import Pipeline, Storage
 from dagster_pomo.engine.run import run
 from dagster_pomo.engine.spark import epoch_changes
 from dagster_pomo.engine.spark.warehouse import Warehouse
-from dagster_pomo.examples import DEFAULT_START, HOUR, water_tank_events
+from dagster_pomo.examples import (
+    DEFAULT_START,
+    HOUR,
+    SqliteOutbox,
+    outbox_handlers,
+    water_tank_events,
+)
 from dagster_pomo.lang import load_program
 from dagster_pomo.plan.units import units
 from dagster_pomo.timeline import epochs
@@ -375,3 +381,24 @@ def test_dagster_partitions_say_what_a_late_file_added_and_withdrew(tmp_path: Pa
     actions = [metadata(["water_tanks", "action", "notify_operator"], p) for p in keys]
     assert sum(m["pomo/actions_withdrawn"] for m in actions) == withdrawn_alerts
     assert sum(c[0] == "delete" for c in told.calls) == withdrawn_alerts
+
+
+def test_the_example_outbox_records_the_withdrawals_of_what_it_recorded(tmp_path: Path) -> None:
+    """The example code locations' handlers (`outbox_handlers(..., withdrawals=True)`) keep
+    each withdrawal beside the effects, once."""
+    landing = _landing(tmp_path / "landing")
+    pipeline = Pipeline(load_program(CORPUS), Storage(str(tmp_path / "wh"), str(landing)))
+    handlers = outbox_handlers(CORPUS, tmp_path / "outbox.sqlite", withdrawals=True)
+    _pipeline_run(pipeline, handlers)
+    before = _stored(landing)["overflow_alert"]
+    _late(landing)
+    _pipeline_run(pipeline, handlers)
+    _pipeline_run(pipeline, handlers)
+    gone = {e for es in before.values() for e in es} - {
+        e for es in _stored(landing)["overflow_alert"].values() for e in es
+    }
+    withdrawn = SqliteOutbox(tmp_path / "outbox.sqlite").withdrawn()
+    assert len(withdrawn) == len(gone) and {r[:2] for r in withdrawn} == {
+        ("notify_operator", "overflow_alert")
+    }
+    assert _close({(tuple(json.loads(a).values()), t) for *_, a, t in withdrawn}, gone)

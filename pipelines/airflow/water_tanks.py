@@ -34,7 +34,10 @@ dag = pomo_dag(
     landing=str(landing),
     start=start,
     epoch="1h",
-    handlers=outbox_handlers(corpus, Path(warehouse) / "water_tanks" / "outbox.sqlite"),
+    # Each handler records its events and their withdrawals (a `Listener`) in the outbox.
+    handlers=outbox_handlers(
+        corpus, Path(warehouse) / "water_tanks" / "outbox.sqlite", withdrawals=True
+    ),
     end_date=start + timedelta(hours=hours) - timedelta(seconds=1),
     poll_seconds=float(os.environ.get("POMO_AIRFLOW_POLL_SECONDS", "30")),
 )
