@@ -60,11 +60,14 @@ def _landing(folder: Path) -> Path:
 
 
 def _late(folder: Path) -> None:
-    """A maintenance window of north from 23:15 (its alerts withdrawn) and a reading of the
-    first hour."""
+    """A maintenance window of north from 23:15 (its alerts withdrawn), a reading of the
+    first hour, and a correction of the first reading (a delete line and an insert)."""
+    first = json.loads((folder / "readings.jsonl").read_text().splitlines()[0])
     lines = [
         {"relation": "maintenance", "t": DEFAULT_START + HOUR + 900_000, "args": ["north", "x"]},
         {"relation": "water_level", "t": DEFAULT_START + 60_001, "args": ["south", 12.5]},
+        {**first, "op": "delete"},
+        {**first, "args": {**first["args"], "level": first["args"]["level"] + 1.0}},
     ]
     (folder / "late.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
 
@@ -161,6 +164,8 @@ def test_a_late_file_adds_and_withdraws_what_runs_from_scratch_tell_apart(
         DEFAULT_START + 60_001,
         str(DEFAULT_START),
     ) in expected
+    corrected = {c[1] for c in expected if c[0] == "water_level" and c[3] == DEFAULT_START}
+    assert corrected == {"insert", "delete"}, "the correction: one reading out, one in"
     counts = {
         n: (
             sum(c[0] == n and c[1] == "insert" for c in expected),
@@ -195,6 +200,7 @@ def test_pomo_run_changes_as_documented(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert f"{tmp_path / 'c2' / 'maintenance.jsonl'}: 1 added, 0 withdrawn" in done.stdout
+    assert "(1 event withdrawn by delete lines)" in done.stderr, "the correction's delete"
     alerts = [
         json.loads(x) for x in (tmp_path / "c2" / "overflow_alert.jsonl").read_text().splitlines()
     ]
@@ -274,9 +280,9 @@ def test_a_listener_is_told_once_of_each_withdrawal_and_of_each_event_derived_ag
     tmp_path: Path,
 ) -> None:
     """Alerts handed over, then withdrawn by a late maintenance window: the listener is told
-    of each withdrawal once (not again on a re-run); the late file corrected (the window was
-    another tank's), the alerts are derived again and handed over again, once, under keys
-    of their own. A plain handler is never told of withdrawals."""
+    of each withdrawal once (not again on a re-run); a correction landed (a delete line: the
+    window was another tank's), the alerts are derived again and handed over again, once,
+    under keys of their own. A plain handler is never told of withdrawals."""
     program = load_program(CORPUS)
     landing = _landing(tmp_path / "landing")
     pipeline = Pipeline(program, Storage(str(tmp_path / "wh"), str(landing)))
@@ -301,9 +307,10 @@ def test_a_listener_is_told_once_of_each_withdrawal_and_of_each_event_derived_ag
     mark = len(alerts.calls)
     _pipeline_run(pipeline, handlers)
     assert alerts.since(mark) == [], "a re-run tells nothing again"
-    # The late file corrected: the window was east's.
-    text = (landing / "late.jsonl").read_text()
-    (landing / "late.jsonl").write_text(text.replace('"north", "x"', '"east", "x"'))
+    # A correction lands: the window was east's (a delete line and an insert).
+    window = {"relation": "maintenance", "t": DEFAULT_START + HOUR + 900_000}
+    fixed = [{**window, "args": ["north", "x"], "op": "delete"}, {**window, "args": ["east", "x"]}]
+    (landing / "fix.jsonl").write_text("".join(json.dumps(e) + "\n" for e in fixed))
     _pipeline_run(pipeline, handlers)
     again = alerts.since(mark)
     assert {c[0] for c in again} == {"insert"} and _close({(c[3], c[4]) for c in again}, gone)

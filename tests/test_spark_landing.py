@@ -380,3 +380,63 @@ def test_a_repeated_event_counts_once_whoever_reads_the_landing(
         assert got.lines_read == 300 and got.quarantined_count == 0, name
         for file in ("stats.jsonl", "tanks.jsonl"):
             assert (out / file).read_bytes() == (expected / file).read_bytes(), (name, file)
+
+
+@pytest.mark.parametrize("place", ["in-place", "scratch"])
+def test_a_delete_line_withdraws_its_event_whoever_reads_the_landing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str
+) -> None:
+    """Delete lines (``"op": "delete"``, in any of the forms an event is written, before or
+    after the line that adds the event, some repeated) withdraw their events: read by this
+    process, by Spark's tasks writing the epochs in place and into a scratch folder, and by
+    the reference, the outputs are those of the landing without those events, byte for
+    byte. A delete line that names no event (nor a fact of the corpus) is quarantined with
+    its reason, the same lines whoever reads; the counts agree."""
+    from dagster_pomo.engine.ingest import NOTHING_TO_DELETE
+    from dagster_pomo.engine.spark import landing
+
+    if place == "scratch":
+        monkeypatch.setattr(landing, "runs_here", lambda spark: False)
+    monkeypatch.setattr(landing, "PIECE_BYTES", 2048)
+    t0 = 1_700_000_000_000
+    events = [("north" if i % 3 else "south", float(i % 7 - 3), t0 + i * 37_000) for i in range(90)]
+    gone = events[::4]  # each fourth event withdrawn
+    kept, full = tmp_path / "kept", tmp_path / "full"
+    kept.mkdir()
+    full.mkdir()
+    (kept / "a.jsonl").write_text("".join(_forms(*e)[0] + "\n" for e in events if e not in gone))
+    (full / "a.jsonl").write_text("".join(_forms(*e)[0] + "\n" for e in events))
+
+    def delete(line: str) -> str:
+        obj = json.loads(line)
+        return json.dumps({**obj, "op": "delete"})
+
+    deletes = [delete(_forms(*e)[i % 3]) for i, e in enumerate(gone)]
+    deletes += deletes[:5]  # repeated
+    deletes.append(delete(_forms("east", 1.0, t0)[0]))  # no such event
+    deletes.append(delete(_forms("north", 0.0, t0)[4]))  # a fact of the corpus
+    (full / "0-early.jsonl").write_text("\n".join(deletes[:12]) + "\n")  # before the adds
+    (full / "z-late.jsonl").write_text("\n".join(deletes[12:]) + "\n")
+    program = compile_corpus(REPEATS_CORPUS, "repeats.pomo")
+    expected = tmp_path / "expected"
+    run(program, kept, 3_600_000, policy=HERE, out=expected)
+    seen = {}
+    for name, engine, policy in (
+        ("here", "auto", HERE),
+        ("spark", "auto", SPARK),
+        ("reference", "reference", HERE),
+    ):
+        out = tmp_path / name
+        got = run(program, full, 3_600_000, engine=engine, policy=policy, out=out).ingested
+        seen[name] = (got.lines_read, got.accepted, got.repeats, got.withdrawn)
+        assert got.withdrawn == len(gone) and got.repeats == 5, name
+        bad = [json.loads(x) for x in (out / "_quarantine.jsonl").read_text().splitlines()]
+        assert [(Path(b["file"]).name, b["line"], b["reason"]) for b in bad] == [
+            ("z-late.jsonl", len(deletes) - 12 - 1, NOTHING_TO_DELETE),
+            ("z-late.jsonl", len(deletes) - 12, NOTHING_TO_DELETE),
+        ], name
+        for file in ("stats.jsonl", "tanks.jsonl"):
+            assert (out / file).read_bytes() == (expected / file).read_bytes(), (name, file)
+    assert seen["here"] == seen["spark"] == seen["reference"]
+    lines_read, accepted, *_ = seen["here"]
+    assert lines_read == accepted - 1 + 2, "the fact is accepted from no line; two are bad"

@@ -223,7 +223,8 @@ def _evaluate(
         f"{path}: {_epochs_summary(plan, size, ingested.accepted > 0)}; "
         f"{ingested.lines_read:,} line{'s' if ingested.lines_read != 1 else ''} read, "
         f"{ingested.lines_read - bad:,} accepted, {bad:,} quarantined"
-        f"{_repeats_summary(ingested.repeats)}{_passes_summary(result.passes)}",
+        f"{_repeats_summary(ingested.repeats)}{_withdrawn_summary(ingested.withdrawn)}"
+        f"{_passes_summary(result.passes)}",
         file=sys.stderr,
     )
     _note_facts_before(program, plan)
@@ -331,6 +332,13 @@ def _note_facts_before(program: Program, plan: EpochRange) -> None:
             "the epochs between; pass --start to begin earlier",
             file=sys.stderr,
         )
+
+
+def _withdrawn_summary(withdrawn: int) -> str:
+    """How many events delete lines withdrew (each an insert and a delete line)."""
+    if not withdrawn:
+        return ""
+    return f" ({withdrawn:,} event{'s' if withdrawn != 1 else ''} withdrawn by delete lines)"
 
 
 def _repeats_summary(repeats: int) -> str:

@@ -28,6 +28,7 @@ from dagster_pomo.engine.lines import (
     BadLine,
     Piece,
     TimeWindow,
+    deletes,
     event_time,
     printable,
     read_events,
@@ -127,6 +128,9 @@ class Ingested:
     # Accepted lines that repeat an event already accepted (the same relation, arguments
     # and time once normalised): each event is kept once (see `add`).
     repeats: int = 0
+    # Events withdrawn by delete lines (``"op": "delete"``, see `withdraw`): each is two
+    # accepted lines, its insert and its delete.
+    withdrawn: int = 0
     lines_kept: int = 0  # of `lines_read`, those of files known unchanged and not read again
     _seen: dict[str, set[tuple[int, tuple[Value, ...]]]] = field(
         default_factory=dict, repr=False, compare=False
@@ -167,7 +171,7 @@ class Ingested:
         """Events accepted: landed (held here or stored by Spark) and the corpus's facts,
         an event repeated as often as it came."""
         held = sum(len(rows) for rows in self.events.values())
-        return self.accepted_by_spark + held + self.repeats
+        return self.accepted_by_spark + held + self.repeats + 2 * self.withdrawn
 
     @property
     def times(self) -> list[int]:
@@ -419,9 +423,17 @@ def ingest_files(
     signatures, lines = {}, Counter[str]()
     spans: dict[str, tuple[int, int]] = {}
 
-    def accept(file: str, rel: Relation, values: tuple[Value, ...], t: int) -> None:
-        # Repeats are dropped once every line is read (`_each_once`).
-        out.events.setdefault(rel.name, []).append(Version(t, values, t, expiry(t, rel.lifetime)))
+    deletions: list[Deletion] = []
+
+    def accept(
+        file: str, rel: Relation, values: tuple[Value, ...], t: int, deleting: Deletion | None
+    ) -> None:
+        # Repeats are dropped, and deletions applied, once every line is read.
+        if deleting is not None:
+            deletions.append(deleting)
+        else:
+            version = Version(t, values, t, expiry(t, rel.lifetime))
+            out.events.setdefault(rel.name, []).append(version)
         spans[file] = (min(t, spans[file][0]), max(t, spans[file][1])) if file in spans else (t, t)
 
     for path in paths:
@@ -434,30 +446,34 @@ def ingest_files(
             lines[file] += 1
             try:
                 rel, args, t = _parse_event(program, obj, window, inputs)
+                deleting = deletes(obj)  # type: ignore[arg-type]
                 types = declared.get(rel.name)
                 if types is None:
                     _check_kinds(rel, args)  # before its values count for the types
-                    pending.append((file, number, shown, rel, args, t))
+                    pending.append((file, number, shown, rel, args, t, deleting))
                     continue
                 values = _coerce_args(rel, args, types)
             except ValueError as exc:
                 out.quarantined.append(_quarantined(file, number, str(exc), shown))
                 continue
-            accept(file, rel, values, t)
+            gone = Deletion(file, number, shown, rel.name, values, t) if deleting else None
+            accept(file, rel, values, t, gone)
     by_rel: dict[str, list[tuple[Any, ...]]] = {}
-    for *_, rel, args, _t in pending:
+    for *_, rel, args, _t, _deleting in pending:
         by_rel.setdefault(rel.name, []).append(args)
     rels = program.catalog
     types = input_types(program, {n: kind_counts(rels[n], got) for n, got in by_rel.items()})
     out.types = stored_types(types)
-    for file, number, text, rel, args, t in pending:
+    for file, number, text, rel, args, t, deleting in pending:
         try:
             values = _coerce_args(rel, args, types[rel.name])
         except ValueError as exc:
             out.quarantined.append(_quarantined(file, number, str(exc), text))
             continue
-        accept(file, rel, values, t)
+        gone = Deletion(file, number, text, rel.name, values, t) if deleting else None
+        accept(file, rel, values, t, gone)
     _each_once(out)
+    withdraw(out, deletions)
     out.quarantined.sort(key=lambda q: (q.file, q.line))
     bad: dict[str, list[Quarantined]] = {}
     for q in out.quarantined:
@@ -495,6 +511,56 @@ def _each_once(out: Ingested) -> None:
         if dropped:
             out.repeats += len(dropped)
             out.events[name] = [r for i, r in enumerate(rows) if i not in dropped]
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A landing line that withdraws an input event (``"op": "delete"``): where it is, its
+    text, and the event it names (typed)."""
+
+    file: str
+    line: int
+    text: str
+    relation: str
+    values: tuple[Value, ...]
+    t: int
+
+    @property
+    def identity(self) -> tuple[int, tuple[Value, ...]]:
+        return (self.t, self.values)
+
+    def unmatched(self) -> Quarantined:
+        """The line quarantined: no line of the landing holds its event."""
+        return _quarantined(self.file, self.line, NOTHING_TO_DELETE, self.text)
+
+
+NOTHING_TO_DELETE = (
+    "deletes an event no line of the landing holds (this relation, arguments and time): "
+    "nothing to withdraw"
+)
+
+
+def withdraw(out: Ingested, deletions: Iterable[Deletion]) -> None:
+    """The events ``deletions`` name taken out of ``out`` (docs/semantics.md, "Input
+    events"): a delete line withdraws its event whichever file or line holds it, before or
+    after; a repeated delete line is a repeat; one that names no event read is quarantined."""
+    by_rel: dict[str, dict[tuple[int, tuple[Value, ...]], Deletion]] = {}
+    for d in deletions:
+        mine = by_rel.setdefault(d.relation, {})
+        if d.identity in mine:
+            out.repeats += 1
+        else:
+            mine[d.identity] = d
+    for name, wanted in by_rel.items():
+        rows = out.events.get(name, [])
+        found = {r.identity for r in rows if r.identity in wanted}
+        if found:
+            out.events[name] = [r for r in rows if r.identity not in found]
+            out._seen.pop(name, None)
+        out.withdrawn += len(found)
+        out.quarantined += [d.unmatched() for i, d in wanted.items() if i not in found]
+    if by_rel:
+        out.quarantined.sort(key=lambda q: (q.file, q.line))
 
 
 def _quarantined(file: str, line: int, reason: str, text: str) -> Quarantined:
@@ -590,19 +656,24 @@ def read_piece(
     piece: Piece,
     types: Mapping[str, tuple[str, ...]],
     window: TimeWindow = DEFAULT_TIMES,
-) -> Iterator[tuple[Relation, tuple[Value, ...], int, int] | Quarantined]:
+) -> Iterator[tuple[Relation, tuple[Value, ...], int, int] | Deletion | Quarantined]:
     """Each line of ``piece`` as an accepted event (relation, values typed as ``types``
-    says, time, line number) or as the `Quarantined` line: what `ingest_files` makes of
-    it, once the types are known. What a Spark task reads (see `engine.spark.landing`)."""
+    says, time, line number), a `Deletion` or the `Quarantined` line: what `ingest_files`
+    makes of it, once the types are known. What a Spark task reads (see
+    `engine.spark.landing`)."""
     inputs = input_relations(program)
     for number, obj, shown in read_events(Path(piece.file), piece):
         try:
             rel, args, t = _parse_event(program, obj, window, inputs)
+            deleting = deletes(obj)  # type: ignore[arg-type]
             values = _coerce_args(rel, args, types[rel.name])
         except ValueError as exc:
             yield _quarantined(piece.file, number, str(exc), shown)
             continue
-        yield rel, values, t, number
+        if deleting:
+            yield Deletion(piece.file, number, shown, rel.name, values, t)
+        else:
+            yield rel, values, t, number
 
 
 def count_kinds(
@@ -616,6 +687,7 @@ def count_kinds(
     for _, obj, _ in read_events(Path(piece.file), piece):
         try:
             rel, args, _t = _parse_event(program, obj, window, inputs)
+            deletes(obj)  # type: ignore[arg-type]  # a bad op: the line is quarantined
             if rel.name not in open_types:
                 continue
             _check_kinds(rel, args)
@@ -638,7 +710,7 @@ def origins(
     found: dict[tuple[str, tuple[Value, ...], int], tuple[str, int]] = {}
     for path in paths:
         for event in read_piece(program, Piece(str(path)), types, window):
-            if not isinstance(event, Quarantined):  # a bad line has no event to explain
+            if not isinstance(event, Quarantined | Deletion):  # no event to explain
                 rel, values, t, number = event
                 found.setdefault((rel.name, values, t), (str(path), number))
     return found

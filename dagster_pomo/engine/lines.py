@@ -26,7 +26,8 @@ import orjson
 
 from dagster_pomo.timeline import parse_time, show_time
 
-KEYS = ("relation", "t", "args")  # what an event line may hold
+KEYS = ("relation", "t", "args", "op")  # what an event line may hold
+OPS = ("insert", "delete")  # an event line's `op`: add the event (the default), withdraw it
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # an `int` column holds 64-bit integers
 NUMBER_DIGITS = 30  # digits a number literal may have: more cannot be an int64 or a float
 
@@ -318,7 +319,7 @@ def numbered(pieces: list[Piece], counts: dict[Piece, int]) -> list[Piece]:
 
 def _row_event(row: dict[str, Any]) -> dict[str, Any]:
     """A Parquet row as an event object: its arguments from ``args``, else from every
-    column but ``relation`` and ``t`` that is not null."""
+    column but ``relation``, ``t`` and ``op`` that is not null."""
     t = row.get("t")
     if isinstance(t, datetime):  # a timestamp column; without a time zone, UTC
         t = t if t.tzinfo else t.replace(tzinfo=UTC)
@@ -336,7 +337,10 @@ def _row_event(row: dict[str, Any]) -> dict[str, Any]:
     for value in values:
         if isinstance(value, float) and not math.isfinite(value):
             raise BadLine(f"number `{value}` is not finite: send a finite number")
-    return {"relation": _plain(row.get("relation"), "relation"), "t": _plain(t, "t"), "args": args}
+    event = {"relation": _plain(row.get("relation"), "relation"), "t": _plain(t, "t"), "args": args}
+    if row.get("op") is not None:
+        event["op"] = _plain(row["op"], "op")
+    return event
 
 
 def _plain(value: Any, column: str) -> Any:
@@ -458,7 +462,7 @@ def decode(text: str) -> dict[str, Any]:
     extra = [k for k in obj if k not in KEYS]
     if extra:
         shown = ", ".join(f"`{k[:40]}`" for k in extra[:3])
-        raise BadLine(f"unknown key {shown}: an event has only relation, t and args")
+        raise BadLine(f"unknown key {shown}: an event has only relation, t, args and op")
     return obj
 
 
@@ -497,6 +501,18 @@ def text_value(value: str) -> str:
         shown = json.dumps(value)[:40]
         raise BadLine(f"text {shown} holds a lone surrogate: not Unicode text") from None
     return value
+
+
+def deletes(obj: dict[str, Any]) -> bool:
+    """Whether the event line withdraws its event (``"op": "delete"``) rather than adds it
+    (``"insert"``, the default), or :class:`BadLine`."""
+    op = obj.get("op", "insert")
+    if op == "insert":
+        return False
+    if op == "delete":
+        return True
+    shown = json.dumps(op)[:40] if isinstance(op, str | int | float | bool) else type(op).__name__
+    raise BadLine(f'"op" is {shown}: an event line\'s op is "insert" (the default) or "delete"')
 
 
 def event_time(obj: dict[str, Any], window: TimeWindow) -> int:

@@ -4,6 +4,7 @@ and what the driver makes of its tallies (`InPlace`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from dagster_pomo.engine.arrow_lines import Layout, read_piece_arrow
 from dagster_pomo.engine.ingest import (
+    NOTHING_TO_DELETE,
+    Deletion,
     Quarantined,
     read_piece,
 )
@@ -39,6 +42,7 @@ from dagster_pomo.engine.spark.landing_tasks import (
     BAD_COLUMNS,
     BAD_LINE,
     Grid,
+    deleting,
     expiries,
     facts_by_epoch,
     facts_hash,
@@ -59,8 +63,10 @@ from dagster_pomo.timeline import Epoch
 # per relation and epoch (the task's number in ``f``) how many events it wrote, each once,
 # the sum of their hashes, their first and last time and how many repeats it left out
 # (`WROTE`), and per piece of a JSON Lines file that another follows, its newlines
-# (`NEWLINES`: where the next piece's lines begin).
-LINE, READ, WROTE, NEWLINES = 0, 1, 2, 3
+# (`NEWLINES`: where the next piece's lines begin), and each delete line (`DELETE`: the
+# relation, its epoch, time in ``first``, the event's values as JSON, where it is; tallied
+# in `READ` under `landing_tasks.deleting`).
+LINE, READ, WROTE, NEWLINES, DELETE = 0, 1, 2, 3, 4
 TALLY = pa.schema(
     [
         pa.field("kind", pa.int8()),
@@ -74,6 +80,7 @@ TALLY = pa.schema(
         pa.field("last", pa.int64()),
         pa.field("repeats", pa.int64()),
         *BAD_LINE,
+        pa.field("values", pa.string()),
     ]
 )
 
@@ -182,6 +189,27 @@ def writer(
                 continue
             size = 0
             for event in read_piece(program, piece, types, window):
+                if isinstance(event, Deletion):
+                    r = deleting(index[event.relation])
+                    seen = read.setdefault((f, r), [0, None, None])
+                    seen[0] += 1
+                    seen[1] = event.t if seen[1] is None else min(seen[1], event.t)
+                    seen[2] = event.t if seen[2] is None else max(seen[2], event.t)
+                    rows.append(
+                        {
+                            "kind": DELETE,
+                            "f": f,
+                            "piece": at,
+                            "r": index[event.relation],
+                            "epoch": grid.key(event.t),
+                            "first": event.t,
+                            "file": given.get(event.file, event.file),
+                            "line": event.line,
+                            "text": event.text,
+                            "values": json.dumps(list(event.values)),
+                        }
+                    )
+                    continue
                 if isinstance(event, Quarantined):
                     shown = given.get(event.file, event.file)
                     line = {"file": shown, "line": event.line, "reason": event.reason}
@@ -246,6 +274,8 @@ class InPlace(Staged):
     roots: list[str]  # each input relation's folder of epochs written
     wrote: dict[tuple[int, int], list[Written]]  # by relation and epoch: each task's file
     read: dict[int, tuple[int, int | None, int | None]]  # by file: lines, first, last
+    # By relation and epoch: the delete lines, in order of file and line (`DELETE`).
+    deletions: dict[tuple[int, int], list[Deletion]]
 
     @classmethod
     def of(
@@ -264,11 +294,16 @@ class InPlace(Staged):
         read: dict[int, list[Any]] = {}
         got: dict[str, Any] = {"lines": 0, "bad": 0, "first": None, "last": None, "repeats": 0}
         got.update({f"n{i}": 0 for i in range(relations)})
+        got.update({f"d{i}": 0 for i in range(relations)})
         counts: dict[Piece, int] = {}
+        deleted: list[Any] = []
         for row in rows.where(F.col("kind") != LINE).collect():
             r, n = row["r"], row["n"]
             if row["kind"] == NEWLINES:
                 counts[pieces[row["piece"]]] = n
+                continue
+            if row["kind"] == DELETE:
+                deleted.append(row)
                 continue
             if row["kind"] == WROTE:
                 file = Written(n, int(row["h"] or 0), row["first"], row["last"])
@@ -281,10 +316,13 @@ class InPlace(Staged):
             if r == BAD:
                 got["bad"] += n
                 continue
-            got[f"n{r}"] += n
             first, last = row["first"], row["last"]
             per[1] = first if per[1] is None else min(per[1], first)
             per[2] = last if per[2] is None else max(per[2], last)
+            if r < BAD:  # delete lines: their file holds those times, no event
+                got[f"d{deleting(r)}"] += n
+                continue
+            got[f"n{r}"] += n
             got["first"] = first if got["first"] is None else min(got["first"], first)
             got["last"] = last if got["last"] is None else max(got["last"], last)
         # A Parquet piece's rows are numbered from its file's start already (`cut`).
@@ -297,7 +335,14 @@ class InPlace(Staged):
             bad = bad.withColumn("line", F.col("line") + offset)
         bad = bad.select(*BAD_COLUMNS)
         per_file = {f: (v[0], v[1], v[2]) for f, v in read.items()}
-        return cls(*known, got, bad, roots, wrote, per_file)
+        deletions: dict[tuple[int, int], list[Deletion]] = {}
+        for row in sorted(deleted, key=lambda row: (row["f"], before[row["piece"]] + row["line"])):
+            line = before[row["piece"]] + row["line"]
+            values = tuple(json.loads(row["values"]))
+            name = known[5][row["r"]].name  # `Staged.inputs`
+            gone = Deletion(row["file"], line, row["text"], name, values, row["first"])
+            deletions.setdefault((row["r"], row["epoch"]), []).append(gone)
+        return cls(*known, got, bad, roots, wrote, per_file, deletions)
 
     def store(
         self, epochs: list[Epoch], facts: Mapping[str, list[Version]], first_of_all: bool = True
@@ -307,6 +352,7 @@ class InPlace(Staged):
         hold times in common, the epoch is read and written again with each event once
         (`_one_each`): a landing sorted by time has none such."""
         out: dict[str, tuple[int, int]] = {}
+        self._withdraw()
         if not epochs:
             return out
         starts = {e.start for e in epochs}
@@ -337,6 +383,60 @@ class InPlace(Staged):
                 self.wh.promote(folder, schema.name, str(key))
             out[schema.name] = (n, total)
         return out
+
+    def _withdraw(self) -> None:
+        """The events delete lines name taken out of the tasks' files of their epochs, as
+        `ingest.withdraw` takes them (the corpus's facts are not the landing's: none is
+        withdrawn); a repeated delete line counted as a repeat, one that names no event
+        the tasks wrote quarantined. Read and written by this process, epoch by epoch."""
+        unmatched: list[tuple[str, int, str, str]] = []
+        self.got["withdrawn"] = 0
+        for (i, key), lines in sorted(self.deletions.items()):
+            schema = self.inputs[i]
+            first: dict[tuple[Any, ...], Deletion] = {}
+            for d in lines:
+                first.setdefault((*d.values, d.t), d)
+            self.got["repeats"] += len(lines) - len(first)
+            folder = os.path.join(self.roots[i], str(key))
+            names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            keys = [*schema.columns, "t"]
+            found: set[tuple[Any, ...]] = set()
+            if names:
+                whole = pa.concat_tables([pq.read_table(os.path.join(folder, x)) for x in names])
+                gone = pa.Table.from_pylist([dict(zip(keys, k, strict=True)) for k in first])
+                gone = gone.cast(whole.select(keys).schema)
+                rows = pa.array(np.arange(whole.num_rows))
+                hit = whole.select(keys).append_column("_row", rows)
+                hit = hit.join(gone, keys, join_type="left semi")
+                found = {tuple(r.values()) for r in hit.select(keys).to_pylist()}
+                if found:  # the others kept in the order of their lines
+                    dropped = pc.is_in(rows, value_set=hit.column("_row").combine_chunks())
+                    kept = whole.filter(pc.invert(dropped))
+                    for x in names:
+                        os.remove(os.path.join(folder, x))
+                    pq.write_table(kept, os.path.join(folder, "part-kept.parquet"))
+                    arity = len(schema.columns)
+                    times = kept.column("t")
+                    self.wrote[(i, key)] = [
+                        Written(
+                            kept.num_rows,
+                            hashes(kept, arity),
+                            pc.min(times).as_py() if kept.num_rows else key,
+                            pc.max(times).as_py() if kept.num_rows else key,
+                        )
+                    ]
+            self.got["withdrawn"] += len(found)
+            unmatched += [
+                (d.file, d.line, NOTHING_TO_DELETE, d.text)
+                for k, d in first.items()
+                if k not in found
+            ]
+        if unmatched:
+            self.got["bad"] += len(unmatched)
+            more = self.spark.createDataFrame(
+                unmatched, "file string, line long, reason string, text string"
+            )
+            self.bad_lines = self.bad_lines.unionByName(more)
 
     def _one_each(self, folder: str, arity: int) -> tuple[int, int]:
         """The epoch's files in ``folder`` made one, each event once (the facts' first, then

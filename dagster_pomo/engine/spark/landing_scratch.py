@@ -13,13 +13,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DecimalType, LongType, StringType, StructField, StructType
 
-from dagster_pomo.engine.ingest import (
-    Ingested,
-    Quarantined,
-)
+from dagster_pomo.engine.ingest import NOTHING_TO_DELETE, Ingested, Quarantined
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.spark import frames
-from dagster_pomo.engine.spark.landing_tasks import facts_by_epoch, signed
+from dagster_pomo.engine.spark.landing_tasks import BAD, deleting, facts_by_epoch, signed
 from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import (
     Version,
@@ -87,7 +84,9 @@ class Staged:
         ingested.files_read = len(self.files)
         ingested.lines_read = self.lines
         ingested.repeats = int(self.got.get("repeats") or 0)
-        ingested.accepted_by_spark = self.lines - self.bad - ingested.repeats
+        ingested.withdrawn = int(self.got.get("withdrawn") or 0)
+        repeated = ingested.repeats + 2 * ingested.withdrawn
+        ingested.accepted_by_spark = self.lines - self.bad - repeated
         if not self.bad:
             return
         bad = self.quarantined()
@@ -110,22 +109,51 @@ class InScratch(Staged):
     def store(
         self, epochs: list[Epoch], facts: Mapping[str, list[Version]], first_of_all: bool = True
     ) -> dict[str, tuple[int, int]]:
-        """One Spark job a relation that has any events to store."""
+        """One Spark job a relation that has any events to store (and two more for one with
+        delete lines, see `_deletions`)."""
         out: dict[str, tuple[int, int]] = {}
+        gone = {i: self._deletions(i, s) for i, s in enumerate(self.inputs) if self.got[f"d{i}"]}
         for i, schema in enumerate(self.inputs):
             mine = facts.get(schema.name, [])
             if epochs and (self.got[f"n{i}"] or mine):
-                out[schema.name] = self._store(i, schema, mine, epochs, first_of_all)
+                out[schema.name] = self._store(i, schema, mine, epochs, first_of_all, gone.get(i))
         return out
 
+    def _deletions(self, i: int, schema: Schema) -> DataFrame:
+        """The events the delete lines of input relation ``i`` name, each once; as
+        `ingest.withdraw` judges them over every line read: the first line naming an event
+        no line inserts quarantined, the others repeats (counted in ``got``)."""
+        keys = [*(f"c{i}_{j}" for j in range(len(schema.columns))), "t"]
+        lines = self.rows.where(F.col("r") == deleting(i))
+        first = lines.groupBy(*keys).agg(F.min(F.struct("f", "line", "file", "text")).alias("w"))
+        first = first.select(*keys, "w.*").cache()
+        inserted = self.rows.where(F.col("r") == i).select(*keys).distinct()
+        unmatched = first.join(inserted, [*keys], "left_anti")
+        reason = F.lit(NOTHING_TO_DELETE).alias("reason")
+        bad = unmatched.select("file", "line", reason, "text").cache()
+        named, nothing = first.count(), bad.count()
+        self.got["repeats"] = self.got.get("repeats", 0) + self.got[f"d{i}"] - named
+        self.got["withdrawn"] = self.got.get("withdrawn", 0) + named - nothing
+        self.got["bad"] += nothing
+        self.bad_lines = self.bad_lines.unionByName(bad)
+        return first.select(*keys)
+
     def _store(
-        self, i: int, schema: Schema, facts: list[Version], epochs: list[Epoch], earlier: bool
+        self,
+        i: int,
+        schema: Schema,
+        facts: list[Version],
+        epochs: list[Epoch],
+        earlier: bool,
+        gone: DataFrame | None = None,
     ) -> tuple[int, int]:
         first, last, end = epochs[0].start, epochs[-1].start, epochs[-1].end
         columns = [F.col(f"c{i}_{j}").alias(c) for j, c in enumerate(schema.columns)]
         kt, tau = F.col("t").alias("kt"), F.lit(0).cast("long").alias("_tau")
         chosen = (F.col("t") < end) & F.col("epoch").between(first, last)
         rows = self.rows.where((F.col("r") == i) & chosen)
+        if gone is not None:  # the events delete lines name, withdrawn
+            rows = rows.join(gone, [*gone.columns], "left_anti")
         rows = rows.select(*columns, "t", kt, "exp", tau, F.col("epoch").cast("string"), "h")
         placed = facts_by_epoch(facts, epochs, earlier)
         if placed:
@@ -163,7 +191,7 @@ class InScratch(Staged):
 
     def per_file(self) -> dict[str, tuple[int, int | None, int | None]]:
         """One Spark job."""
-        accepted = F.col("r") >= 0
+        accepted = F.col("r") != BAD
         by_file = self.rows.groupBy("f").agg(
             F.count(F.lit(1)).alias("lines"),
             F.min(F.when(accepted, F.col("t"))).alias("first"),

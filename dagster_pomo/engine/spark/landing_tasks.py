@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from dagster_pomo.engine.ingest import (
+    Deletion,
     Quarantined,
     count_kinds,
     expiry,
@@ -42,6 +43,12 @@ from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import NEVER, Epoch
 
 BAD = -1  # the relation index of a bad line in the rows tasks return
+
+
+def deleting(i: int) -> int:
+    """The relation index, in the rows tasks return, of a delete line of input relation
+    ``i`` (``"op": "delete"``; see `ingest.withdraw`): -2, -3, ..."""
+    return -2 - i
 
 
 @dataclass(frozen=True)
@@ -213,6 +220,9 @@ def reader(
         for i, s in enumerate(inputs)
     }
     names[BAD] = ["file", "line", "reason", "text"]
+    for i, s in enumerate(inputs):  # a delete line: where it is and the event it names
+        names[deleting(i)] = ["epoch", "t", "file", "line", "text"]
+        names[deleting(i)] += [f"c{i}_{j}" for j in range(len(s.columns))]
 
     def batch(r: int, f: int, columns: list[list[Any]]) -> pa.RecordBatch:
         n = len(columns[0])
@@ -242,6 +252,16 @@ def reader(
                     columns[1].append(event.line)
                     columns[2].append(event.reason)
                     columns[3].append(event.text)
+                elif isinstance(event, Deletion):
+                    r = deleting(index[event.relation])
+                    columns = held.get(r) or held.setdefault(r, [[] for _ in names[r]])
+                    columns[0].append(grid.key(event.t))
+                    columns[1].append(event.t)
+                    columns[2].append(given.get(event.file, event.file))
+                    columns[3].append(event.line)
+                    columns[4].append(event.text)
+                    for j, value in enumerate(event.values, start=5):
+                        columns[j].append(value)
                 else:
                     rel, values, t, _ = event
                     r = index[rel.name]
@@ -282,6 +302,8 @@ def hashes(table: pa.Table, arity: int) -> int:
 
 
 def metrics(inputs: Sequence[Schema]) -> list[Any]:
+    """The counts of the rows tasks return: lines, bad lines, the first and last time of an
+    event, and per input relation its events (``n<i>``) and delete lines (``d<i>``)."""
     accepted = F.col("r") >= 0
     return [
         F.count(F.lit(1)).alias("lines"),
@@ -289,6 +311,7 @@ def metrics(inputs: Sequence[Schema]) -> list[Any]:
         F.min(F.when(accepted, F.col("t"))).alias("first"),
         F.max(F.when(accepted, F.col("t"))).alias("last"),
         *(F.count_if(F.col("r") == i).alias(f"n{i}") for i in range(len(inputs))),
+        *(F.count_if(F.col("r") == deleting(i)).alias(f"d{i}") for i in range(len(inputs))),
     ]
 
 
