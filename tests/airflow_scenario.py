@@ -7,7 +7,9 @@ DAG file goes there: ``dag.test`` finds the DAG in it). In ``WORKDIR``: ``landin
 first file already there); it writes ``snap-<stage>/`` (a copy of the warehouse after each
 stage), ``calls.txt`` (each handler call's key) and ``report.json``.
 
-Stages: ``three``, the first three epochs in time order; ``rerun``, the second again.
+Stages: ``three``, the first three epochs in time order; ``rerun``, the second again;
+``late``, a late file (maintenance of every tank from the third hour's start, and a
+reading of it deleted) and the third hour again. The handlers hear withdrawals.
 (The landing watcher re-running late epochs runs under a real scheduler, in
 tests/test_airflow_ui.py.)
 """
@@ -25,15 +27,19 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from dagster_pomo.airflow import pomo_dag
-from dagster_pomo.engine.actions import ActionEvent, Handler
-from dagster_pomo.examples import DEFAULT_START, outbox_handlers
+from dagster_pomo.engine.actions import ActionEvent, Handler, Listener
+from dagster_pomo.examples import DEFAULT_START, outbox_handlers, tank_names
 from tests.conftest import RULES
 
 HOURS = 3
+TANKS = tank_names(3)
 
 
 def _counting(calls: Path, handler: Callable[[ActionEvent], object]) -> Handler:
-    """``handler``, every call of it recorded (its key) in ``calls``, one line per call."""
+    """``handler``, every call of it recorded (its key) in ``calls``, one line per call (a
+    `Listener`'s withdrawals too)."""
+    if isinstance(handler, Listener):
+        return Listener(_counting(calls, handler.inserted), _counting(calls, handler.withdrawn))
 
     def call(event: ActionEvent) -> object:
         with calls.open("a", encoding="utf-8") as out:
@@ -60,7 +66,8 @@ def build(work: Path) -> DAG:
     warehouse, landing = work / "warehouse", work / "landing"
     corpus = RULES / "water_tanks.pomo"
     outbox, calls = work / "outbox.sqlite", work / "calls.txt"
-    handlers = {n: _counting(calls, h) for n, h in outbox_handlers(corpus, outbox).items()}
+    found = outbox_handlers(corpus, outbox, withdrawals=True)
+    handlers = {n: _counting(calls, h) for n, h in found.items()}
     return pomo_dag(
         corpus,
         warehouse=str(warehouse),
@@ -111,6 +118,16 @@ def main(work: Path) -> None:
     shutil.copytree(warehouse, work / "snap-rerun")
     report["calls"]["rerun"] = _calls(calls)  # type: ignore[index]
     report["asset_events"] = _asset_events()
+
+    third = DEFAULT_START + 2 * 3_600_000
+    readings = (work / "landing" / "tanks.jsonl").read_text().splitlines()
+    reading = next(json.loads(x) for x in readings if json.loads(x)["t"] >= third)
+    late = [{"relation": "maintenance", "t": third, "args": [tank, "late"]} for tank in TANKS]
+    late.append({**reading, "op": "delete"})
+    (work / "landing" / "late.jsonl").write_text("".join(json.dumps(e) + "\n" for e in late))
+    run("late", logical_date=start + timedelta(hours=3))
+    report["calls"]["late"] = _calls(calls)  # type: ignore[index]
+    report["late_events"] = _asset_events()[len(report["asset_events"]) :]  # type: ignore[arg-type]
 
     (work / "report.json").write_text(json.dumps(report, indent=1))
 

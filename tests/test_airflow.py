@@ -178,14 +178,12 @@ def test_each_asset_event_carries_the_rows_its_task_stored(scenario: tuple[Path,
     work, report = scenario
     events = [e for e in report["asset_events"] if e["asset"] == "water_tanks.level_10m"]
     assert len(events) == HOURS + 1, "one per run: three intervals, then one again"
-    stored_rows = {}
-    for folder in (work / "warehouse" / "water_tanks" / "level_10m").glob("epoch=*"):
+    stored_rows = {}  # the warehouse as those runs left it
+    for folder in (work / "snap-rerun" / "water_tanks" / "level_10m").glob("epoch=*"):
         rows = sum(pq.read_metadata(f).num_rows for f in folder.glob("*.parquet"))
         stored_rows[folder.name.removeprefix("epoch=")] = rows
-    distinct = {}  # events (tank, t) per epoch: what a first version adds
-    for folder in (work / "warehouse" / "water_tanks" / "level_10m").glob("epoch=*"):
-        table = pq.read_table(folder, columns=["tank", "t"])
-        distinct[folder.name.removeprefix("epoch=")] = len(set(zip(*table.to_pydict().values())))
+    # Events (tank, t) per epoch: what a first version adds.
+    distinct = {k: len(_events(work / "snap-rerun", "level_10m", k)) for k in stored_rows}
     for i, event in enumerate(events):
         extra = event["extra"]
         assert extra["corpus"] == "water_tanks" and extra["relation"] == "level_10m"
@@ -197,6 +195,41 @@ def test_each_asset_event_carries_the_rows_its_task_stored(scenario: tuple[Path,
         assert (extra["added"], extra["withdrawn"]) == (added, 0)
     readings = [e for e in report["asset_events"] if e["asset"] == "water_tanks.water_level"]
     assert readings and all(e["extra"]["events"] > 0 for e in readings)
+
+
+def _events(warehouse: Path, relation: str, key: str) -> set[tuple]:
+    """The events (arguments, then t) epoch ``key`` of ``relation`` holds in ``warehouse``."""
+    folder = warehouse / "water_tanks" / relation / f"epoch={key}"
+    if not folder.exists():
+        return set()
+    columns = [*PROGRAM.catalog[relation].columns, "t"]
+    return set(zip(*pq.read_table(folder, columns=columns).to_pydict().values(), strict=True))
+
+
+def test_a_late_file_s_run_says_what_it_added_and_withdrew_and_tells_the_listeners(
+    scenario: tuple[Path, dict],
+) -> None:
+    """A late file (maintenance of every tank from the third hour, a reading of it deleted)
+    and the third hour run again: its asset events carry what the new versions added and
+    withdrew, as the warehouse before and after tell apart; the alerts handed over before
+    and now withdrawn are told to the listener, once each."""
+    work, report = scenario
+    third = str(DEFAULT_START + 2 * HOUR)
+    extra = {e["asset"].removeprefix("water_tanks."): e["extra"] for e in report["late_events"]}
+    before = _events(work / "snap-rerun", "overflow_alert", third)
+    after = _events(work / "warehouse", "overflow_alert", third)
+    assert before - after, "the case must withdraw alerts"
+    alerts = extra["overflow_alert"]
+    assert alerts["withdrawn_by_epoch"] == {third: len(before - after)}
+    assert alerts["added_by_epoch"] == {third: len(after - before)}
+    assert (extra["maintenance"]["added"], extra["maintenance"]["withdrawn"]) == (3, 0)
+    assert (extra["water_level"]["added"], extra["water_level"]["withdrawn"]) == (0, 1)
+    told = report["calls"]["late"][len(report["calls"]["rerun"]) :]
+    withdrawals = [k for k in told if k.startswith("notify_operator:") and k.endswith(":withdrawn")]
+    gone = {
+        idempotency_key("notify_operator", "overflow_alert", e[:-1], e[-1]) for e in before - after
+    }
+    assert sorted(withdrawals) == sorted(f"{k}:withdrawn" for k in gone)
 
 
 def test_running_an_interval_again_stores_the_same_and_repeats_no_action(
