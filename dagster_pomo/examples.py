@@ -130,20 +130,18 @@ class SqliteOutbox:
 
     def effects(self) -> list[tuple[str, str, str, int]]:
         """``(handler, relation, args JSON, t)`` of every recorded effect, in time order."""
-        if not self.path.exists():
-            return []
-        with closing(sqlite3.connect(self.path)) as db:
-            return db.execute(
-                "SELECT handler, relation, args, t FROM effects ORDER BY t, handler, args"
-            ).fetchall()
+        return self._rows("effects")
 
     def withdrawn(self) -> list[tuple[str, str, str, int]]:
         """``(handler, relation, args JSON, t)`` of every recorded withdrawal, in time order."""
+        return self._rows("withdrawals")
+
+    def _rows(self, table: str) -> list[tuple[str, str, str, int]]:
         if not self.path.exists():
             return []
         with closing(sqlite3.connect(self.path)) as db:
             return db.execute(
-                "SELECT handler, relation, args, t FROM withdrawals ORDER BY t, handler, args"
+                f"SELECT handler, relation, args, t FROM {table} ORDER BY t, handler, args"
             ).fetchall()
 
 

@@ -207,6 +207,28 @@ def test_pomo_run_changes_as_documented(tmp_path: Path) -> None:
     assert alerts and {a["op"] for a in alerts} == {"delete"}
     line = next(a for a in alerts)
     assert set(line) == {"op", "relation", "t", "args", "cid", "epoch"}
+    # `pomo explain --warehouse` says why each was withdrawn.
+    explain = [str(POMO), "explain", str(CORPUS), "--warehouse", str(tmp_path / "wh")]
+    explain += ["--events", str(landing), "--quiet"]
+    alert = alerts[0]
+    said = subprocess.run(
+        [*explain, f'overflow_alert("north", {alert["args"][1]!r})', "--at", str(alert["t"])],
+        capture_output=True,
+        text=True,
+    )
+    assert said.returncode == 0, said.stderr
+    assert "withdrawn by the version of epoch 2023-11-14T23:00:00Z" in said.stdout
+    assert 'but maintenance("north", _) now holds' in said.stdout
+    assert f'maintenance("north", "x") at 2023-11-14T23:15:00Z  input, {landing}' in said.stdout
+    first = json.loads((landing / "readings.jsonl").read_text().splitlines()[0])
+    tank, level = first["args"]["tank"], first["args"]["level"]
+    said = subprocess.run(
+        [*explain, f'water_level("{tank}", {level!r})', "--at", str(first["t"])],
+        capture_output=True,
+        text=True,
+    )
+    assert said.returncode == 0, said.stderr
+    assert f"deleted by the line at {landing / 'late.jsonl'}:3" in said.stdout
     refused = subprocess.run(
         [*args[:-3], "--engine", "reference", "--changes", str(tmp_path / "c3")],
         capture_output=True,

@@ -114,6 +114,9 @@ class Derivation:
     premises: list[Derivation] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)
     note: str | None = None  # e.g. an aggregate's count of matches
+    # Withdrawn (``how``): the events of the negated atoms that hold now, which a match
+    # that made it before no longer passes.
+    blocked: list[Derivation] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,6 +132,7 @@ class Derivation:
             "note": self.note,
             "absent": list(self.absent),
             "premises": [p.to_json() for p in self.premises],
+            "blocked": [b.to_json() for b in self.blocked],
         }
 
     @classmethod
@@ -146,6 +150,7 @@ class Derivation:
             [cls.from_json(p) for p in obj["premises"]],
             list(obj["absent"]),
             obj["note"],
+            [cls.from_json(b) for b in obj.get("blocked", [])],
         )
 
     def walk(self) -> Iterator[Derivation]:
@@ -169,6 +174,8 @@ class Derivation:
             line += f"  fact, {self.source}"
         elif self.how == "clock":
             line += "  clock tick"
+        elif self.how == "withdrawn":
+            line += f"  withdrawn by {self.source}" + (f", rule {self.rule}" if self.rule else "")
         else:
             line += f"  unexplained: {self.source}"
         out = [line]
@@ -182,6 +189,10 @@ class Derivation:
             out += p.render(indent + "  ", most)
         if len(self.premises) > most:
             out.append(f"{indent}  ... and {len(self.premises) - most} more (--json lists all)")
+        if self.blocked:
+            out.append(f"{indent}    but now:")
+        for b in self.blocked[:most]:
+            out += b.render(indent + "  ", most)
         return out
 
 
@@ -263,6 +274,70 @@ class Explainer:
             earliest.setdefault(v.identity, v)
         events = sorted(earliest.values(), key=lambda v: (v.t, v.kt))
         return [self._explain(relation, v, frozenset(), 0) for v in events]
+
+    def why_withdrawn(
+        self, relation: str, args: tuple[Value, ...], t: int, by: str, deleted: str | None
+    ) -> Derivation:
+        """Why the event ``relation(args)`` at ``t``, which the version of an epoch (``by``)
+        withdrew, is derived no more: an input, by the delete line at ``deleted`` (or no
+        line adds it now); a derived event, by the negated atom that holds now where a
+        match of a rule's positive atoms still makes it (those events, and the ones that
+        hold), else because no match makes it now (an event it rested on is gone)."""
+        base = Derivation(relation, args, t, t, "withdrawn", source=by)
+        rel = self.program.catalog[relation]
+        if rel.is_input or not (rel.derived or rel.inductive):
+            base.note = f"deleted by the line at {deleted}" if deleted else "no line adds it now"
+            return base
+        event = Version(t, args, t, t + 1)
+        rules = [r for r in self.program.corpus.rules if r.head.relation == relation and r.body]
+        for rule in rules:
+            if rule.is_inductive or rule.aggregates or not rule.negative:
+                continue
+            db = self._db(rule, lambda name: self._around(name, t))
+            for match in self.reference.matches(rule, db):
+                tau = max((r.kt for r in match.rows), default=t)
+                if not all(r.alive_at(tau) for r in match.rows):
+                    continue
+                if not self._same_head(rule, match, tau, event):
+                    continue
+                holding = [
+                    a
+                    for a in rule.negative
+                    if not self.reference.negation_holds(a, match.env, db, (tau, tau + 1))
+                ]
+                if not holding:
+                    continue
+                base.rule = f"{self.file}:{rule.span.line}"
+                base.text = self.program.rule_text(rule) or render_rule(rule)
+                base.note = (
+                    "its match holds as before, but "
+                    + ", ".join(
+                        self._absent(rule, match.env)[rule.negative.index(a)] for a in holding
+                    )
+                    + " now holds"
+                )
+                premises = _paired(rule, match)
+                base.premises = [self._explain(a.relation, r, frozenset(), 1) for a, r in premises]
+                base.blocked = [
+                    self._explain(a.relation, r, frozenset(), 1)
+                    for a in holding
+                    for r in self._holding(a, match.env, db, tau)
+                ]
+                return base
+        base.note = "no match of its rules makes it now: an event it rested on is gone"
+        return base
+
+    def _holding(self, atom: ast.Atom, env: Env, db: Db, tau: int) -> list[Version]:
+        """The versions of the negated ``atom`` that agree with ``env`` and are alive at
+        ``tau``: why the negation fails."""
+        out = []
+        for row in db.get(atom.relation, {}).values():
+            try:
+                if row.alive_at(tau) and self.reference.unify(atom, row, dict(env), final=True):
+                    out.append(row)
+            except Undefined:
+                continue
+        return sorted(out, key=lambda r: (r.t, r.kt))
 
     # ------------------------------------------------------------------ one event
 
@@ -492,10 +567,14 @@ def explain_run(
 
 
 def landed_at(
-    program: Program, schemas: Mapping[str, Schema], events: str | Path, window: Any
+    program: Program,
+    schemas: Mapping[str, Schema],
+    events: str | Path,
+    window: Any,
+    deletions: bool = False,
 ) -> Callable[[str, tuple[Value, ...], int], str | None]:
     """Where an input event was landed, ``file:line``, found in the landing files ``events``
-    (read once, when first asked)."""
+    (read once, when first asked); with ``deletions``, where a delete line withdrew it."""
     from dagster_pomo.engine.ingest import landing_files, origins
 
     found: dict[tuple[str, tuple[Value, ...], int], tuple[str, int]] = {}
@@ -505,7 +584,7 @@ def landed_at(
         nonlocal read
         if not read:
             types = {n: s.types for n, s in schemas.items()}
-            found.update(origins(program, landing_files(events), types, window))
+            found.update(origins(program, landing_files(events), types, window, deletions))
             read = True
         place = found.get((name, args, t))
         return None if place is None else f"{place[0]}:{place[1]}"
@@ -570,7 +649,26 @@ def explain_warehouse(
     epochs: list[Epoch] = []
     for start in starts:
         epochs.append(Epoch(start, start + size, epochs[-1] if epochs else None))
-    store = WarehouseStore(probe.results, [str(s) for s in starts])
+    keys = [str(s) for s in starts]
+    store = WarehouseStore(probe.results, keys)
     origin = landed_at(program, schemas, events, window)
-
-    return Explainer(program, schemas, store, origin, epochs).explain(relation, pattern, at)
+    explainer = Explainer(program, schemas, store, origin, epochs)
+    found = explainer.explain(relation, pattern, at)
+    if found:
+        return found
+    # Not held now: withdrawn by a new version of an epoch (see `epoch_changes`)?
+    deleted = landed_at(program, schemas, events, window, deletions=True)
+    gone = {}
+    for args, t, key in probe.results.withdrawn(relation, keys):
+        if agrees(pattern, args) and (at is None or t == at) and not store.find(relation, args, t):
+            gone.setdefault((args, t), key)
+    return [
+        explainer.why_withdrawn(
+            relation,
+            args,
+            t,
+            f"the version of epoch {show_time(int(key))}",
+            deleted(relation, args, t),
+        )
+        for (args, t), key in gone.items()
+    ]

@@ -703,14 +703,18 @@ def origins(
     paths: Iterable[Path],
     types: Mapping[str, tuple[str, ...]],
     window: TimeWindow = DEFAULT_TIMES,
+    deletions: bool = False,
 ) -> dict[tuple[str, tuple[Value, ...], int], tuple[str, int]]:
     """Where each event of the landing files ``paths`` comes from: its file and line (the
     first, for an event landed twice), by relation, typed arguments (``types``: each input
-    relation's stored column types) and time. For explanations: one pass, read again."""
+    relation's stored column types) and time; with ``deletions``, where each event a delete
+    line withdraws is deleted. For explanations: one pass, read again."""
     found: dict[tuple[str, tuple[Value, ...], int], tuple[str, int]] = {}
     for path in paths:
         for event in read_piece(program, Piece(str(path)), types, window):
-            if not isinstance(event, Quarantined | Deletion):  # no event to explain
+            if isinstance(event, Deletion) and deletions:
+                found.setdefault((event.relation, event.values, event.t), (str(path), event.line))
+            elif not isinstance(event, Quarantined | Deletion) and not deletions:
                 rel, values, t, number = event
                 found.setdefault((rel.name, values, t), (str(path), number))
     return found

@@ -202,6 +202,17 @@ class Results:
         found = {k: epoch_changes.change_of(self.wh, relation, k) for k in keys}
         return {k: c for k, c in found.items() if c is not None}
 
+    def withdrawn(self, relation: str, keys: Sequence[str]) -> list[tuple[tuple, int, str]]:
+        """The events (arguments, time) the latest versions of the epochs ``keys`` of
+        ``relation`` withdrew, each with its epoch, in time order."""
+        out = []
+        columns = list(self.schemas[relation].columns)
+        for key in keys:
+            table = epoch_changes.withdrawn_events(self.wh, relation, key)
+            for row in [] if table is None else table.to_pylist():
+                out.append((tuple(row[c] for c in columns), int(row["t"]), key))
+        return sorted(out, key=lambda w: (w[1], int(w[2])))
+
     def changed_events(self, relation: str, key: str) -> pa.Table | None:
         """The events the stored version of epoch ``key`` of ``relation`` added (``weight``
         1) and withdrew (-1): its arguments and ``t``; None when the epoch is not stored."""
