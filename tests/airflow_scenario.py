@@ -39,7 +39,8 @@ def _counting(calls: Path, handler: Callable[[ActionEvent], object]) -> Handler:
     """``handler``, every call of it recorded (its key) in ``calls``, one line per call (a
     `Listener`'s withdrawals too)."""
     if isinstance(handler, Listener):
-        return Listener(_counting(calls, handler.inserted), _counting(calls, handler.withdrawn))
+        inserted = handler.inserted and _counting(calls, handler.inserted)
+        return Listener(inserted, _counting(calls, handler.withdrawn))
 
     def call(event: ActionEvent) -> object:
         with calls.open("a", encoding="utf-8") as out:

@@ -431,3 +431,23 @@ def test_the_example_outbox_records_the_withdrawals_of_what_it_recorded(tmp_path
         ("notify_operator", "overflow_alert")
     }
     assert _close({(tuple(json.loads(a).values()), t) for *_, a, t in withdrawn}, gone)
+
+
+def test_a_listener_may_hear_withdrawals_only(tmp_path: Path) -> None:
+    """`Listener(None, withdrawn)`: the events are recorded as handed over without a call,
+    and their withdrawals reach ``withdrawn``, once."""
+    landing = _landing(tmp_path / "landing")
+    pipeline = Pipeline(load_program(CORPUS), Storage(str(tmp_path / "wh"), str(landing)))
+    told = _Told()
+    handlers = {"notify_operator": Listener(None, told._record), "log_maintenance": _ignore}
+    _pipeline_run(pipeline, handlers)
+    assert told.calls == [], "no insertion is told"
+    _late(landing)
+    _pipeline_run(pipeline, handlers)
+    _pipeline_run(pipeline, handlers)
+    assert told.calls and {c[0] for c in told.calls} == {"delete"}
+    assert len({c[1] for c in told.calls}) == len(told.calls), "each once"
+
+
+def _ignore(event: ActionEvent) -> None:
+    """A handler that does nothing."""

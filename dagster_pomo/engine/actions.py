@@ -71,13 +71,18 @@ class Listener:
     """A handler that is also told of withdrawals: ``inserted`` is called with each event it
     listens to, as a plain handler is; ``withdrawn`` with each of those events that a later
     recomputation no longer derives (a late event, a correction), once, after ``inserted``
-    finished with it. Register it under the handler's name, as a plain callable."""
+    finished with it. Register it under the handler's name, as a plain callable. With
+    ``inserted`` None it hears withdrawals only (the events are still recorded as handed
+    over, so that their withdrawals are due): the listener of seed 004, a relation and a
+    pattern (the corpus's ``pattern ~ handler;``), a callback, insertions or deletions."""
 
-    inserted: Handler
+    inserted: Handler | None
     withdrawn: Handler
 
     def __call__(self, event: ActionEvent) -> object:
-        return (self.withdrawn if event.op == DELETE else self.inserted)(event)
+        if event.op == DELETE:
+            return self.withdrawn(event)
+        return None if self.inserted is None else self.inserted(event)
 
 
 def hears_withdrawals(handler: Handler) -> bool:
