@@ -277,8 +277,12 @@ def test_the_airflow_ui_shows_the_tasks_and_the_relations_lineage(standalone: St
         page.get_by_text("water_tanks.near_capacity", exact=True).first.click()
         page.get_by_text("Producing Tasks").first.wait_for()
         page.get_by_text("rerun_late_epochs").first.wait_for()
-        body = page.inner_text("body")
+        # The counts come after the page (0 until the asset's details arrive).
+        tasks = re.compile(r"Producing Tasks\s+1 Task\s+Consuming Tasks\s+1 Task")
+        deadline = time.monotonic() + 60
+        while not tasks.search(body := page.inner_text("body")) and time.monotonic() < deadline:
+            page.wait_for_timeout(500)
         page.screenshot(path=str(tmp_path / "airflow_lineage.png"), full_page=True)
         for shown in ("water_tanks__landing", *(f"water_tanks.{r}" for r in RELATIONS)):
             assert shown in body, (shown, body)
-        assert re.search(r"Producing Tasks\s+1 Task\s+Consuming Tasks\s+1 Task", body), body
+        assert tasks.search(body), body

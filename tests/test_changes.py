@@ -355,15 +355,10 @@ def test_dagster_partitions_say_what_a_late_file_added_and_withdrew(tmp_path: Pa
     landing sensor replays them): each relation's partition carries the events its new
     version added and withdrew (`pomo/added`, `pomo/withdrawn`), which two runs from
     scratch tell apart, and the listener's action partition how many withdrawals it told."""
-    from dagster import (
-        AssetKey,
-        AssetRecordsFilter,
-        DagsterInstance,
-        HourlyPartitionsDefinition,
-        materialize,
-    )
+    from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, HourlyPartitionsDefinition
 
     from dagster_pomo.orchestration import pomo_definitions
+    from tests.test_dagster_assets import materialize_each
 
     landing = _landing(tmp_path / "landing")
     told = _Told()
@@ -376,26 +371,16 @@ def test_dagster_partitions_say_what_a_late_file_added_and_withdrew(tmp_path: Pa
     instance = DagsterInstance.local_temp(str(tmp_path / "home"))
     keys = {"2023-11-14-22:00": str(DEFAULT_START), "2023-11-14-23:00": str(DEFAULT_START + HOUR)}
 
-    def materialize_both() -> None:
-        for key in keys:
-            done = materialize(
-                list(defs.assets),
-                instance=instance,
-                resources=dict(defs.resources),
-                partition_key=key,
-            )
-            assert done.success
-
     def metadata(asset: list[str], partition: str) -> dict[str, object]:
         records = instance.fetch_materializations(
             AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[partition]), limit=1
         ).records
         return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
 
-    materialize_both()
+    materialize_each(defs, instance, keys)
     before = _stored(landing)
     _late(landing)
-    materialize_both()
+    materialize_each(defs, instance, keys)
     expected = _difference(before, _stored(landing))
     withdrawn_alerts = 0
     for relation in ("water_level", "maintenance", "level_10m", "overflow_alert"):

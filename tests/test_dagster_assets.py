@@ -299,6 +299,15 @@ def test_next_rules_carry_state_across_daily_partitions(tmp_path: Path) -> None:
     assert (("bob", 1), start + day) in streaks and (("bob", 2), start + 2 * day) not in streaks
 
 
+def materialize_each(defs, instance: DagsterInstance, keys) -> None:  # noqa: ANN001
+    """Every asset of ``defs``, each partition of ``keys`` in a run of its own, in order."""
+    for key in keys:
+        done = materialize(
+            list(defs.assets), instance=instance, resources=dict(defs.resources), partition_key=key
+        )
+        assert done.success
+
+
 def _materialize_range(defs, instance: DagsterInstance, keys: list[str]):
     result = materialize(
         list(defs.assets),
@@ -613,14 +622,7 @@ def test_a_range_run_reports_each_partition_as_epoch_by_epoch_runs_do(tmp_path: 
             _materialize_range(defs, instance, KEYS)
             assert len(instance.get_runs()) == 1
         else:
-            for key in KEYS:
-                done = materialize(
-                    list(defs.assets),
-                    instance=instance,
-                    resources=dict(defs.resources),
-                    partition_key=key,
-                )
-                assert done.success
+            materialize_each(defs, instance, KEYS)
         seen[way] = _partition_metadata(instance, defs, KEYS)
     assert seen["range"] == seen["one by one"]
     level = [seen["range"][("water_tanks/level_10m", k)] for k in KEYS]

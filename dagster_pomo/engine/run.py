@@ -121,7 +121,7 @@ def run(
     from dagster_pomo.engine.reference import ReferenceEvaluator
 
     driven = engine != "reference"
-    if not driven and (changes is not None or warehouse is not None):
+    if not driven and changes is not None:
         raise UsageError("the reference evaluator keeps no warehouse: it records no changes")
     if driven:
         policy = policy.for_engine(engine)
