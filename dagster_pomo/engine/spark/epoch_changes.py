@@ -232,18 +232,10 @@ def changed_events(wh: Warehouse, relation: str, key: str) -> pa.Table | None:
     `change_of`."""
     target = _changes(wh, relation, key)
     if wh.read_file(f"{target}/{SUMMARY}") is not None:
-        local = wh.local_path(f"{target}/{ROWS}")
-        if local:
-            return pq.read_table(local)
-        return wh.spark.read.parquet(f"{target}/{ROWS}").toArrow()
+        return _recorded(wh, target)
     if not wh.exists(wh.path(relation, key)):
         return None
-    local = wh.local_path(wh.path(relation, key))
-    if local:
-        events = _events(Path(local))
-    else:
-        df = wh.spark.read.parquet(wh.path(relation, key))
-        events = df.select(*identity(df.columns)).distinct().toArrow()
+    events = _epoch_events(wh, relation, key)
     if events is None:
         return None
     return events.append_column(WEIGHT, pa.array([1] * events.num_rows, pa.int8()))
@@ -256,15 +248,31 @@ def withdrawn_events(wh: Warehouse, relation: str, key: str) -> pa.Table | None:
     text = wh.read_file(f"{target}/{SUMMARY}")
     if text is None or not json.loads(text)["withdrawn"]:
         return None
-    local = wh.local_path(f"{target}/{ROWS}")
-    rows = pq.read_table(local) if local else wh.spark.read.parquet(f"{target}/{ROWS}").toArrow()
+    rows = _recorded(wh, target)
     return rows.filter(pc.equal(rows[WEIGHT], -1)).drop_columns([WEIGHT])
 
 
-def _distinct_events(wh: Warehouse, relation: str, key: str) -> int:
+def _recorded(wh: Warehouse, target: str) -> pa.Table:
+    """The weighted events of the record at ``target``, read by this process."""
+    local = wh.local_path(f"{target}/{ROWS}")
+    return pq.read_table(local) if local else wh.spark.read.parquet(f"{target}/{ROWS}").toArrow()
+
+
+def _epoch_events(wh: Warehouse, relation: str, key: str) -> pa.Table | None:
+    """The distinct events of stored epoch ``key`` of ``relation``, read by this process
+    (by Spark's reader where the warehouse is elsewhere); None when it holds no file."""
     local = wh.local_path(wh.path(relation, key))
     if local:
-        events = _events(Path(local))
+        return _events(Path(local))
+    df = wh.spark.read.parquet(wh.path(relation, key))
+    return df.select(*identity(df.columns)).distinct().toArrow()
+
+
+def _distinct_events(wh: Warehouse, relation: str, key: str) -> int:
+    """How many distinct events stored epoch ``key`` of ``relation`` holds (counted by a
+    Spark job where the warehouse is elsewhere: none comes to this process)."""
+    if wh.local_path(wh.path(relation, key)):
+        events = _epoch_events(wh, relation, key)
         return 0 if events is None else events.num_rows
     df = wh.spark.read.parquet(wh.path(relation, key))
     return int(df.select(*identity(df.columns)).distinct().count())
