@@ -16,7 +16,7 @@ same epochs stores, and hands the ledger the same keys, so a re-run repeats no a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -207,9 +207,16 @@ class PomoOperator(BaseOperator):
         rows = {n: driver.results.partition_rows(n, keys) for n in self.unit.relations}
         for name, by_epoch in rows.items():
             counts = {"rows": sum(by_epoch.values()), "rows_by_epoch": by_epoch}
-            self._tell(context, name, keys, {**counts, **_changes(driver, name, keys)})
+            changes = _changes(driver, name, keys, made.kept)
+            self._tell(context, name, keys, {**counts, **changes, "kept": list(made.kept)})
         self._check(rows)
-        return {"epochs": keys, "rows": rows, "passes": made.passes, "rounds": made.rounds}
+        return {
+            "epochs": keys,
+            "kept": list(made.kept),
+            "rows": rows,
+            "passes": made.passes,
+            "rounds": made.rounds,
+        }
 
     def _tell(
         self, context: Any, relation: str, keys: Sequence[str], counts: Mapping[str, Any]
@@ -355,10 +362,13 @@ def _tasks(shared: PomoCorpus) -> dict[str, BaseOperator]:
     return tasks
 
 
-def _changes(driver: Driver, relation: str, keys: Sequence[str]) -> dict[str, Any]:
+def _changes(
+    driver: Driver, relation: str, keys: Sequence[str], kept: Collection[str] = ()
+) -> dict[str, Any]:
     """The events the interval's versions of ``relation`` added and withdrew, in all and by
-    epoch (the figures of Dagster's ``pomo/added`` and ``pomo/withdrawn``)."""
-    found = driver.results.changes(relation, keys)
+    epoch (the figures of Dagster's ``pomo/added`` and ``pomo/withdrawn``; none in the
+    epochs ``kept`` as stored)."""
+    found = driver.results.changes(relation, keys, kept)
     added = {k: c.added for k, c in found.items()}
     withdrawn = {k: c.withdrawn for k, c in found.items()}
     return {

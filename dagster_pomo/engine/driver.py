@@ -16,14 +16,17 @@ engine import this module, never the backend's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager
+from functools import cached_property
+from itertools import takewhile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_pomo.engine.budgets import BudgetExceeded
 from dagster_pomo.engine.policy import DEFAULT, Policy
+from dagster_pomo.engine.reach import Records, must_evaluate, plan_digest
 from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.stats import EpochScope, EpochStats, PassStats, StratumStats
 from dagster_pomo.engine.versions import Version
@@ -89,7 +92,19 @@ class Backend(Protocol):
         that stops half-way leaves nothing of itself."""
         ...
 
-    def write_inputs(self, events: Mapping[str, list[Version]]) -> None: ...
+    def passing(self, plan: str) -> AbstractContextManager[None]:
+        """The block of one pass: what it stores records that pass and ``plan`` (a
+        `reach.plan_digest`)."""
+        ...
+
+    def stored_versions(self, relations: Iterable[str]) -> Records | None:
+        """The records of the stored versions of ``relations``' epochs, by relation and
+        epoch key; None where the warehouse keeps none."""
+        ...
+
+    def write_inputs(
+        self, events: Mapping[str, list[Version]], keys: Collection[str] = ()
+    ) -> None: ...
 
     def store_landing(
         self,
@@ -180,6 +195,11 @@ class Driver:
 
     # ------------------------------------------------------------------ what it knows
 
+    @cached_property
+    def digest(self) -> str:
+        """What the versions this driver stores are evaluated by (`reach.plan_digest`)."""
+        return plan_digest(self.plan)
+
     @property
     def plan(self) -> CorpusPlan:
         return self.backend.plan
@@ -188,9 +208,11 @@ class Driver:
     def epochs(self) -> list[Epoch]:
         return self.backend.epochs
 
-    def write_inputs(self, events: Mapping[str, list[Version]]) -> None:
-        """Store each input relation's events in the partitions of their epochs."""
-        self.backend.write_inputs(events)
+    def write_inputs(self, events: Mapping[str, list[Version]], keys: Collection[str] = ()) -> None:
+        """Store each input relation's events in the partitions of their epochs; an epoch
+        of ``keys`` where a relation has none holds none of it (a delete line may have
+        withdrawn the last)."""
+        self.backend.write_inputs(events, keys)
 
     def key_for(self, t: int) -> str | None:
         """The name of the epoch holding time ``t`` (earlier times go to the first epoch)."""
@@ -240,7 +262,7 @@ class Driver:
         more than the policy's budgets; nothing of the epoch is stored then."""
         stats = EpochStats(epoch)
         started = time.perf_counter()
-        with self._within_budgets(epoch, self.plan.strata):
+        with self._within_budgets(epoch, self.plan.strata), self.backend.passing(self.digest):
             with self.backend.epoch_scope(epoch) as scope:
                 with self.backend.plans_for(epoch, self.plan.strata) as stats.interpreted:
                     carried = self.backend.evaluate_next(epoch)
@@ -333,6 +355,50 @@ class Driver:
             out = out + made
         return out
 
+    def evaluate_reached(
+        self,
+        strata: Sequence[StratumPlan],
+        epochs: Sequence[Epoch],
+        carries: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> PassStats:
+        """`evaluate_strata` over those of ``epochs`` that something stored since their
+        versions reaches (`reach.must_evaluate`), in passes of consecutive epochs, each
+        decided once the pass before is stored; the others keep their versions (listed in
+        `PassStats.kept`). Every epoch where that cannot be told: the policy says so
+        (`Policy.reach` False), the strata carry ``@next`` results, defer events to later
+        epochs or choose, or the warehouse keeps no records."""
+        own = [n for s in strata for n in s.relations]
+        reads = {r for s in strata for r in s.reads}
+        told = (
+            self.backend.policy.reach
+            and not carries
+            and not any(s.sides for s in strata)
+            and not set(own) & self.plan.defers
+            and not any(r.startswith("_") for r in reads)
+        )
+        records = self.backend.stored_versions({*own, *reads}) if told else None
+        if records is None:
+            return self.evaluate_strata(strata, epochs, carries, log)
+        out = PassStats({n: 0 for n in own})
+        pending, kept = list(epochs), []
+        while pending:
+            due = [must_evaluate(e, own, reads, records, self.digest) for e in pending]
+            first = due.index(True) if True in due else len(due)
+            last = first + len(list(takewhile(bool, due[first:])))
+            kept += pending[:first]
+            run, pending = pending[first:last], pending[last:]
+            if run:
+                out = out + self.evaluate_strata(strata, run, carries, log)
+                records = {**records, **(self.backend.stored_versions(own) or {})}
+        out.kept = tuple(epoch_key(e) for e in kept)
+        if kept and log is not None:
+            log(
+                f"{len(kept)} of the run's {len(epochs)} epochs kept as stored: nothing stored "
+                "since they were evaluated reaches them"
+            )
+        return out
+
     def _pass(
         self,
         strata: Sequence[StratumPlan],
@@ -342,7 +408,8 @@ class Driver:
     ) -> PassStats:
         """``strata`` over ``epoch`` (see `evaluate_strata`), in one pass."""
         out = PassStats({n: 0 for s in strata for n in s.relations})
-        with self.backend.plans_for(epoch, strata) as without_codegen:
+        passing = self.backend.passing(self.digest)
+        with passing, self.backend.plans_for(epoch, strata) as without_codegen:
             here = True  # whether every stratum of the pass was worked out in process
             carried = None
             if carries:

@@ -344,7 +344,7 @@ class Pipeline:
                 ]
                 for rel in self.program.catalog.inputs
             }
-            driver.write_inputs(selected)
+            driver.write_inputs(selected, chosen)
             digests = {name: digest(rows) for name, rows in selected.items()}
             counts = {name: len(rows) for name, rows in selected.items()}
         files = {file: entry.to_json() for file, entry in ingested.landed.items()}
@@ -355,10 +355,12 @@ class Pipeline:
     def evaluate(
         self, driver: Driver, unit: Unit, epochs: Sequence[Epoch], log: Log | None = None
     ) -> PassStats:
-        """A unit's step: its strata over ``epochs`` (a range at once where that stores what
-        epoch by epoch stores; see `Driver.evaluate_strata`)."""
+        """A unit's step: its strata over those of ``epochs`` that something stored since
+        their versions reaches (a late event's epoch and the epochs its consequences live
+        into; see `Driver.evaluate_reached`), a range at once where that stores what epoch
+        by epoch stores."""
         strata = [driver.plan.stratum(s.index) for s in unit.strata]
-        return driver.evaluate_strata(strata, epochs, bool(unit.carries), log)
+        return driver.evaluate_reached(strata, epochs, bool(unit.carries), log)
 
     def act(
         self,

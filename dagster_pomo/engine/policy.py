@@ -51,6 +51,10 @@ class Policy:
     # A landing of more bytes than this is read by Spark's tasks, not by this process (see
     # `engine.spark.landing`); below 0: never.
     spark_landing_bytes: int = 256 << 20
+    # A pipeline's step evaluates, of its run's epochs, only those that something stored
+    # since their versions reaches (see `engine.reach`); False: every epoch of the run
+    # (after changing a registered lattice function, which the records cannot see).
+    reach: bool = True
     # How much one epoch may ask for before the run stops with a located error.
     budgets: Budgets = Budgets()
     # Every stratum of every epoch worked out in this process, epoch by epoch, and Spark

@@ -46,6 +46,7 @@ class PassStats:
     seconds: float = 0.0
     interpreted: int = 0  # passes whose Spark plans ran without generated code
     in_process: int = 0  # passes worked out wholly in this process
+    kept: tuple[str, ...] = ()  # epoch keys not evaluated again (`Driver.evaluate_reached`)
 
     def count(self, stratum: StratumStats) -> None:
         """Add what one stratum of a pass made."""
@@ -73,4 +74,5 @@ class PassStats:
             self.seconds + other.seconds,
             self.interpreted + other.interpreted,
             self.in_process + other.in_process,
+            (*self.kept, *other.kept),
         )

@@ -12,7 +12,7 @@ evaluating it epoch after epoch.
 """
 
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,7 @@ def _report_partitions(
     driver: Driver,
     relations: Sequence[str],
     epochs: Sequence[Epoch],
+    kept: Collection[str] = (),
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Attach to each partition of the run what that partition holds of each of
     ``relations`` (see `metadata.partition_metadata`): a range run reports each partition
@@ -144,7 +145,7 @@ def _report_partitions(
     out = {}
     for name in relations:
         schema = shared.schemas[name]
-        found = partition_metadata(driver.results, schema, name, keys, history)
+        found = partition_metadata(driver.results, schema, name, keys, history, kept)
         for partition, key in zip(context.partition_keys, keys, strict=True):
             context.add_asset_metadata(
                 found[key], asset_key=shared.key(name), partition_key=partition
@@ -189,7 +190,7 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
                 metadata={"pomo/budget": exc.budget, "pomo/budget_limit": exc.limit},
                 allow_retries=False,
             ) from None
-        found = _report_partitions(context, shared, driver, unit.relations, epochs)
+        found = _report_partitions(context, shared, driver, unit.relations, epochs, made.kept)
         for name in unit.relations:
             yield MaterializeResult(
                 asset_key=shared.key(name),
@@ -198,6 +199,7 @@ def _unit_asset(shared: CorpusAssets, unit: Unit):  # noqa: ANN202
                 metadata={
                     **lineages[name],
                     "pomo/run_partitions": len(epochs),
+                    "pomo/run_partitions_evaluated": len(epochs) - len(made.kept),
                     "pomo/run_passes": made.passes,
                     "pomo/run_fixpoint_rounds_max": made.rounds,
                     "pomo/run_evaluation_seconds": round(made.seconds, 3),

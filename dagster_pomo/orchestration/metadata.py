@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
@@ -24,6 +24,7 @@ def partition_metadata(
     relation: str,
     keys: Sequence[str],
     history: Sequence[str],
+    kept: Collection[str] = (),
 ) -> dict[str, dict[str, Any]]:
     """What each partition of a run holds, by epoch key (``keys``, the run's partitions in
     time order; ``history``, every epoch key from the first partition through the run's
@@ -31,10 +32,11 @@ def partition_metadata(
     over every epoch up to and including it (``pomo/rows_total``, ``dagster/row_count``:
     what a run of that partition alone, in time order, reports), the events this version of
     the partition added and withdrew against the one it replaced (``pomo/added``,
-    ``pomo/withdrawn``; a first version adds every event it holds), and a preview of its
-    rows. A run over a range attaches each to its own partition."""
+    ``pomo/withdrawn``; a first version adds every event it holds; none where the run
+    ``kept`` the partition as stored, ``pomo/evaluated`` false), and a preview of its rows.
+    A run over a range attaches each to its own partition."""
     counts = results.partition_rows(relation, history)
-    changes = results.changes(relation, keys)
+    changes = results.changes(relation, keys, kept)
     wanted = set(keys)
     out: dict[str, dict[str, Any]] = {}
     total = 0
@@ -49,6 +51,7 @@ def partition_metadata(
                 "dagster/row_count": total,
                 "pomo/added": changes[key].added if key in changes else 0,
                 "pomo/withdrawn": changes[key].withdrawn if key in changes else 0,
+                "pomo/evaluated": key not in kept,
                 "pomo/preview": preview(results, schema, relation, key),
             }
     return out

@@ -69,6 +69,14 @@ class SparkResource(ConfigurableResource):
         "process holding none of their events (below 0: never)",
     )
 
+    reach: bool = Field(
+        default=DEFAULT.reach,
+        description="a run evaluates, of its partitions, only those that something stored "
+        "since their versions reaches (a late event's epoch and the epochs its consequences "
+        "live into), keeping the others as stored; false: every partition of the run (after "
+        "changing a registered lattice function, which the records cannot see)",
+    )
+
     budgets: dict[str, int] = Field(
         default_factory=dict,
         description="how much one epoch may ask for, by name (rounds, versions, text, "
@@ -82,6 +90,7 @@ class SparkResource(ConfigurableResource):
         return Policy(
             budgets=DEFAULT.budgets.with_settings(self.budgets),
             one_pass=self.one_pass,
+            reach=self.reach,
             in_process_inputs=self.in_process_inputs,
             in_process_epochs=self.in_process_epochs,
             interpret_inputs=self.interpret_inputs,

@@ -613,7 +613,9 @@ def chosen(
         n = len(keys)
         # Keys an earlier epoch chose for: the matches with its values.
         known = np.zeros(height(df), dtype=bool)
-        if height(earlier) and height(df):
+        if height(earlier) and height(df) and not keys:
+            known[:] = True  # one choice of all: made already
+        elif height(earlier) and height(df):
             mine, _ = pairs_on([df[c] for c in keys], [earlier[c] for c in side.columns[:n]])
             known[mine] = True
         was = {c: earlier[s] for c, s in zip([*keys, *picked], side.columns, strict=True)}

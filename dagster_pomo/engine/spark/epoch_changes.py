@@ -30,6 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dagster_pomo.engine.reach import EVER
+from dagster_pomo.engine.spark import epoch_versions
 from dagster_pomo.plan.schema import AGGREGATE_PREFIX
 
 if TYPE_CHECKING:
@@ -52,6 +54,9 @@ class Change:
 
     def as_metadata(self) -> dict[str, int]:
         return {"added": self.added, "withdrawn": self.withdrawn}
+
+
+UNCHANGED = Change(0, 0, False)  # an epoch a run kept as stored
 
 
 def recorded(relation: str, deferred: bool) -> bool:
@@ -92,6 +97,7 @@ def dropping(wh: Warehouse, relation: str, key: str) -> None:
     if recorded(relation, False):
         keep_before(wh, relation, key)
         wh.delete(_changes(wh, relation, key))
+        epoch_versions.forget(wh, relation, key)
 
 
 def _link_aside(epoch: Path, base: Path) -> None:
@@ -119,12 +125,15 @@ def record(wh: Warehouse, relation: str, key: str) -> Change | None:
     base, target = _before(wh, relation, key), _changes(wh, relation, key)
     if not wh.exists(base):
         wh.delete(target)
+        epoch_versions.note(wh, relation, key, EVER)
         return None
     if wh.local_path(base):
-        old = _events(Path(wh.local_path(base)))
-        rows = _difference(old, _events(Path(wh.local_path(wh.path(relation, key)))))
+        old = _rows(Path(wh.local_path(base)))
+        new = _rows(Path(wh.local_path(wh.path(relation, key))))
+        rows = _difference(_distinct(old), _distinct(new))
         change = Change(_count(rows, 1), _count(rows, -1), False)
         _store_local(Path(wh.local_path(target)), rows, change)
+        epoch_versions.note(wh, relation, key, epoch_versions.touches(old, new))
     else:
         change = _record_with_spark(wh, base, wh.path(relation, key), target)
     wh.delete(base)
@@ -138,6 +147,12 @@ def record(wh: Warehouse, relation: str, key: str) -> Change | None:
 def _events(folder: Path | None) -> pa.Table | None:
     """The distinct events of an epoch's Parquet files (their columns up to ``t``), or None
     when it holds no file."""
+    return _distinct(_rows(folder, events_only=True))
+
+
+def _rows(folder: Path | None, events_only: bool = False) -> pa.Table | None:
+    """The rows of an epoch's Parquet files (only the columns that make an event with
+    ``events_only``), or None when it holds no file."""
     if folder is None or not folder.is_dir():
         return None
     files = sorted(
@@ -145,9 +160,16 @@ def _events(folder: Path | None) -> pa.Table | None:
     )
     if not files:
         return None
-    columns = identity(pq.read_schema(files[0]).names)
-    table = pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
-    return table.group_by(columns, use_threads=False).aggregate([])
+    columns = identity(pq.read_schema(files[0]).names) if events_only else None
+    return pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
+
+
+def _distinct(rows: pa.Table | None) -> pa.Table | None:
+    """The distinct events of an epoch's rows."""
+    if rows is None:
+        return None
+    columns = identity(rows.column_names)
+    return rows.select(columns).group_by(columns, use_threads=False).aggregate([])
 
 
 def _difference(old: pa.Table | None, new: pa.Table | None) -> pa.Table | None:

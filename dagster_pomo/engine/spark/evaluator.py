@@ -14,8 +14,8 @@ from __future__ import annotations
 import bisect
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from functools import reduce
 from pathlib import Path
@@ -33,7 +33,8 @@ from pyspark.sql.types import (
 from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.engine.local.column_joins import TooLarge
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.spark import frames
+from dagster_pomo.engine.reach import Records
+from dagster_pomo.engine.spark import epoch_versions, frames
 from dagster_pomo.engine.spark import rule_frames as R
 from dagster_pomo.engine.spark.epoch_jobs import JobCount, counted_jobs, interpreted
 from dagster_pomo.engine.spark.epoch_store import EpochStore
@@ -132,17 +133,21 @@ class SparkEvaluator:
             return None
         return epoch_key(self.epochs[bisect.bisect_right(self._ends, t)])
 
-    def write_inputs(self, events: Mapping[str, list[Version]]) -> None:
-        """Store each input relation's events in the partitions of their epochs. Where Spark
-        runs in this machine and the warehouse is on its disk, this process writes each
-        epoch's file itself, with no Spark job (a quarter of the time at a million rows);
-        elsewhere one Spark job per relation, the rows going to the JVM as Arrow columns."""
+    def write_inputs(self, events: Mapping[str, list[Version]], keys: Collection[str] = ()) -> None:
+        """Store each input relation's events in the partitions of their epochs, and remove
+        the partitions of ``keys`` where it has none. Where Spark runs in this machine and
+        the warehouse is on its disk, this process writes each epoch's file itself, with no
+        Spark job (a quarter of the time at a million rows); elsewhere one Spark job per
+        relation, the rows going to the JVM as Arrow columns."""
         here = self.local_spark() and self.wh.is_local
         for rel in self.catalog.inputs:
             by_key: dict[str, list[Version]] = {}
             for r in events.get(rel.name, []):
                 if (key := self.key_for(r.kt)) is not None:
                     by_key.setdefault(key, []).append(r)
+            for key in sorted(set(keys) - set(by_key)):
+                if self.wh.exists(self.wh.path(rel.name, key)):
+                    self.wh.remove(rel.name, key)
             struct, schema = self.structs[rel.name], self.schemas[rel.name]
             if here:
                 for key, part in by_key.items():
@@ -261,6 +266,15 @@ class SparkEvaluator:
     def forget_current(self, epoch: Epoch, name: str) -> None:
         """``epoch``'s versions of ``name`` were stored anew: rules read them again."""
         self._epoch.current.pop((epoch_slot(epoch), name), None)
+
+    def passing(self, plan: str) -> AbstractContextManager[None]:
+        """The block of one pass: what it stores records the pass and ``plan``."""
+        return epoch_versions.passing(self.wh, plan)
+
+    def stored_versions(self, relations: Iterable[str]) -> Records | None:
+        """The records of the stored versions of ``relations``' epochs (`reach.Stored`);
+        None where the warehouse keeps none."""
+        return epoch_versions.records(self.wh, relations)
 
     def discard(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> None:
         """Remove what ``strata`` stored of ``epoch``, its deferred events too (see

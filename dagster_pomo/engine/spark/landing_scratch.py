@@ -183,8 +183,13 @@ class InScratch(Staged):
         rows = rows.sortWithinPartitions("_at").select(*order)
         counted = Observation(f"stored-{i}")
         summed = F.sum(F.col("h").cast(DecimalType(38, 0)))
-        rows = rows.observe(counted, F.count(F.lit(1)).alias("n"), summed.alias("h"))
-        self.wh.write_partitioned(schema.name, rows.drop("h"), [epoch_key(e) for e in epochs])
+        written = F.collect_set("epoch").alias("keys")
+        rows = rows.observe(counted, F.count(F.lit(1)).alias("n"), summed.alias("h"), written)
+        keys = [epoch_key(e) for e in epochs]
+        self.wh.write_partitioned(schema.name, rows.drop("h"), keys)
+        for key in set(keys) - set(counted.get.get("keys") or ()):
+            if self.wh.exists(self.wh.path(schema.name, key)):
+                self.wh.remove(schema.name, key)  # its last event withdrawn by a delete line
         n = int(counted.get["n"])
         self.got["repeats"] = self.got.get("repeats", 0) + int(given.get["n"]) - n
         return n, int(counted.get["h"] or 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from dagster_pomo.engine import event_lines
 from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.spark import epoch_changes
-from dagster_pomo.engine.spark.epoch_changes import Change
+from dagster_pomo.engine.spark.epoch_changes import UNCHANGED, Change
 from dagster_pomo.engine.spark.handler_events import range_events, withdrawn_events
 from dagster_pomo.engine.spark.rule_frames import united
 from dagster_pomo.engine.spark.stored_versions import collect_versions, read_versions, struct_of
@@ -196,10 +196,16 @@ class Results:
             )
         return df.select(*schema.columns, *aggs, "t", "kt", "exp", "_tau", *prov)
 
-    def changes(self, relation: str, keys: Sequence[str]) -> dict[str, Change]:
+    def changes(
+        self, relation: str, keys: Sequence[str], kept: Collection[str] = ()
+    ) -> dict[str, Change]:
         """What the stored version of each epoch of ``keys`` added and withdrew, in events
-        (see `epoch_changes`); an epoch not stored is left out."""
-        found = {k: epoch_changes.change_of(self.wh, relation, k) for k in keys}
+        (see `epoch_changes`); nothing for those ``kept`` (a run that did not evaluate them
+        again changed nothing there); an epoch not stored is left out."""
+        found = {
+            k: epoch_changes.change_of(self.wh, relation, k) if k not in kept else UNCHANGED
+            for k in keys
+        }
         return {k: c for k, c in found.items() if c is not None}
 
     def withdrawn(self, relation: str, keys: Sequence[str]) -> list[tuple[tuple, int, str]]:

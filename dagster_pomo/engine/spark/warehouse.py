@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 
 from dagster_pomo.engine.event_lines import FileTimes
 from dagster_pomo.engine.spark.epoch_changes import dropping, replacing
+from dagster_pomo.engine.spark.epoch_versions import Pass
 from dagster_pomo.engine.spark.frames import empty
 from dagster_pomo.engine.spark.session import refuses_spark
 
@@ -43,6 +44,7 @@ class Warehouse:
         # workers have folders of their own, so every part is given the same full path.
         self.root = (os.path.abspath(root) if _local(root) == root else root).rstrip("/")
         self.corpus = corpus
+        self.passing: Pass | None = None  # the pass storing versions now (`epoch_versions`)
 
     @property
     def is_local(self) -> bool:
