@@ -1,14 +1,24 @@
 """A process that hands events to a recording handler through the ledger, for the tests
 that kill it with SIGKILL or run two of it at once: ``python -m tests.action_worker
-LEDGER EFFECTS COUNT [SLEEP_S]``."""
+LEDGER EFFECTS COUNT [SLEEP_S [PHASE]]``. PHASE: ``insert`` (the events, the default),
+``withdraw`` (their withdrawals, to a handler told of them) or ``again`` (the events
+derived again after their withdrawal), each keyed as `actions.current` says."""
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from dagster_pomo.engine.actions import ActionEvent, idempotency_key, open_ledger, run_actions
+from dagster_pomo.engine.actions import (
+    DELETE,
+    ActionEvent,
+    current,
+    idempotency_key,
+    open_ledger,
+    run_actions,
+)
 from tests.test_actions import Recorder
 
 
@@ -28,8 +38,14 @@ def main() -> None:
         record(event)
         time.sleep(pause)
 
+    phase = sys.argv[5] if len(sys.argv) > 5 else "insert"
     book = open_ledger(ledger, "tests")
-    report = run_actions(handler, events(count), book, batch=32)
+    due = events(count)
+    if phase == "withdraw":
+        due = current(book, [], [replace(e, op=DELETE) for e in due])
+    elif phase == "again":
+        due = current(book, due, [])
+    report = run_actions(handler, due, book, batch=32)
     book.close()
     print(f"ran={report.ran} skipped={report.skipped} held={report.held}")
 

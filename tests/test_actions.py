@@ -29,9 +29,11 @@ from dagster_pomo.engine.actions import (
     Ledger,
     check_handlers,
     idempotency_key,
+    insert_key,
     open_ledger,
     run_actions,
     subscriptions,
+    withdrawal_key,
 )
 from dagster_pomo.engine.cid import cid
 from dagster_pomo.engine.emit import MAX_GENERATION, EmitError, Emitted, Emitter, generation
@@ -548,10 +550,12 @@ def test_a_range_hands_each_event_once_with_its_first_epoch_in_order(tmp_path: P
     assert len({e.key for e in range_events(wh, schemas, subs, ["10"])}) == 2
 
 
-def _worker(ledger: Path, effects: Path, count: int, pause: float) -> subprocess.Popen[str]:
+def _worker(
+    ledger: Path, effects: Path, count: int, pause: float, phase: str = "insert"
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.action_worker", str(ledger), str(effects), str(count)]
-        + [str(pause)],
+        + [str(pause), phase],
         cwd=Path(__file__).resolve().parent.parent,
         stdout=subprocess.PIPE,
         text=True,
@@ -587,6 +591,44 @@ def test_sigkill_at_random_points_repeats_at_most_the_call_in_flight(
     assert len(calls) <= count + kills, "each kill repeats at most the call in flight"
     with closing(open_ledger(ledger, "tests")) as led:
         assert led.counts("h") == {"done": count}
+
+
+def test_sigkill_while_withdrawing_tells_each_withdrawal_once(
+    tmp_path: Path, ledger_at: str
+) -> None:
+    """Events handed over, then their withdrawals to a handler told of them by a process
+    killed with SIGKILL at random points, then the events derived again: each withdrawal
+    and each new handing over has exactly one effect, every kill repeats at most the call
+    in flight, and a withdrawal's key is never handed over once the ledger holds it."""
+    rng = random.Random(59)
+    ledger, effects, count = ledger_at, tmp_path / "effects.sqlite", 600
+    assert _worker(ledger, effects, count, 0.0).wait(timeout=300) == 0
+    kills = 0
+    for _ in range(8):
+        worker = _worker(ledger, effects, count, 0.01, "withdraw")
+        time.sleep(rng.uniform(0.3, 1.2))
+        if worker.poll() is not None:
+            break
+        worker.send_signal(signal.SIGKILL)
+        kills += 1
+        worker.wait()
+    if worker.returncode is not None and worker.returncode < 0:
+        worker = _worker(ledger, effects, count, 0.01, "withdraw")
+    assert worker.wait(timeout=300) == 0
+    # Told again: nothing is due twice.
+    assert _worker(ledger, effects, count, 0.0, "withdraw").wait(timeout=300) == 0
+    assert _worker(ledger, effects, count, 0.0, "again").wait(timeout=300) == 0
+    recorder = Recorder(effects, ledger)
+    bases = [e.key for e in _events(count)]
+    expected = [*bases, *(withdrawal_key(b, 1) for b in bases), *(insert_key(b, 2) for b in bases)]
+    assert sorted(recorder.table("effects")) == sorted(expected)
+    assert recorder.table("violations") == []
+    told = [k for k in recorder.table("calls") if k.endswith(":withdrawn")]
+    print(f"{kills} SIGKILLs, {len(told)} withdrawal calls for {count} events")
+    assert kills >= 3
+    assert len(told) <= count + kills, "each kill repeats at most the call in flight"
+    with closing(open_ledger(ledger, "tests")) as led:
+        assert led.counts("h") == {"done": 3 * count}
 
 
 def test_two_overlapping_runs_never_hand_an_event_over_twice(

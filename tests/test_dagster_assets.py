@@ -23,6 +23,7 @@ from dagster_pomo.errors import UsageError
 from dagster_pomo.examples import DEFAULT_START, HOUR, outbox_handlers, water_tank_events
 from dagster_pomo.lang import compile_corpus, load_program
 from dagster_pomo.orchestration import epochs_through, pomo_definitions
+from dagster_pomo.orchestration.resources import SparkResource
 from dagster_pomo.plan.schema import infer_schemas
 from tests.compare import rounded, window_versions
 from tests.conftest import GOLDEN, RULES
@@ -167,11 +168,21 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     again = materialize(assets, instance=instance, resources=resources, partition_key=KEYS[1])
     assert again.success
     assert stored(program, warehouse) == got, "re-materializing a partition changes nothing"
-    # One small partition: its strata worked out in the run's process, no plan interpreted.
+    # Nothing stored since reaches it: the partition is kept as stored, and says so.
     for node in ("water_tanks__level_10m", "water_tanks__overflow_alert"):
         meta = again.asset_materializations_for_node(node)[0].metadata
+        assert meta["pomo/run_partitions_evaluated"].value == 0, node
+        assert meta["pomo/evaluated"].value is False and meta["pomo/added"].value == 0, node
+    # Evaluated all the same with `reach` off: one small partition, its strata worked out
+    # in the run's process, no plan interpreted.
+    every = {**resources, "spark": SparkResource(reach=False)}
+    forced = materialize(assets, instance=instance, resources=every, partition_key=KEYS[1])
+    assert forced.success and stored(program, warehouse) == got
+    for node in ("water_tanks__level_10m", "water_tanks__overflow_alert"):
+        meta = forced.asset_materializations_for_node(node)[0].metadata
         ran = (meta["pomo/run_passes_in_process"].value, meta["pomo/run_passes_interpreted"].value)
         assert ran == (1, 0), node
+        assert meta["pomo/evaluated"].value is True, node
 
     # An input partition is versioned by its events: reading unchanged landing files again
     # is no new data, an added event is, and only then is what reads it stale.
@@ -380,7 +391,6 @@ def test_multi_assets_without_recursion_run_small_epochs_interpreted(tmp_path: P
     the multi-assets of the strata without recursion run their small epochs' plans
     interpreted, the recursive one keeps generated code, each says so in its metadata, and
     the range equals `pomo run`."""
-    from dagster_pomo.orchestration.resources import SparkResource
     from dagster_pomo.plan.units import units
 
     corpus = RULES / "access_control.pomo"
@@ -545,7 +555,6 @@ def _files(metadata) -> tuple[int, int]:  # noqa: ANN001
 def test_the_spark_resource_follows_the_same_variables_as_pomo_run(monkeypatch) -> None:
     """A deployment points its runs at a Spark Connect server or a cluster by environment,
     as `pomo run` is pointed; a master or URL given to the resource wins."""
-    from dagster_pomo.orchestration.resources import SparkResource
 
     monkeypatch.delenv("POMO_SPARK_MASTER", raising=False)
     monkeypatch.delenv("POMO_SPARK_REMOTE", raising=False)
@@ -567,7 +576,6 @@ def test_short_runs_start_spark_with_the_quick_compiler_only() -> None:
     tier pays for itself (bench/cold_start.py); longer runs, remote Spark and Java options
     the user sets are left as they are."""
     from dagster_pomo.engine.settings import JAVA_OPTIONS, QUICK_JIT
-    from dagster_pomo.orchestration.resources import SparkResource
 
     local = SparkResource()
     assert local.settings(1).conf[JAVA_OPTIONS] == QUICK_JIT
@@ -903,7 +911,6 @@ def test_a_landing_that_repeats_its_events_stores_what_one_copy_stores(
     offset, arguments as a list, ``-0.0`` for ``0.0``): a Dagster run over the range, its
     landing read in the run's process or by Spark's tasks, stores what the landing with one
     copy stores: every aggregate counts each reading once."""
-    from dagster_pomo.orchestration.resources import SparkResource
 
     once, twice = tmp_path / "once", tmp_path / "twice"
     once.mkdir()
