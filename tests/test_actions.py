@@ -562,6 +562,32 @@ def _worker(
     )
 
 
+def _killed_until_done(
+    ledger: Path,
+    effects: Path,
+    count: int,
+    rng: random.Random,
+    tries: int,
+    after: tuple[float, float],
+    phase: str = "insert",
+) -> int:
+    """Start a worker over ``phase`` and SIGKILL it a random time ``after`` its start, up to
+    ``tries`` times, then let one get to the end by itself; how many were killed."""
+    kills = 0
+    for _ in range(tries):
+        worker = _worker(ledger, effects, count, 0.01, phase)
+        time.sleep(rng.uniform(*after))
+        if worker.poll() is not None:
+            break
+        worker.send_signal(signal.SIGKILL)
+        kills += 1
+        worker.wait()
+    if worker.returncode is not None and worker.returncode < 0:
+        worker = _worker(ledger, effects, count, 0.01, phase)
+    assert worker.wait(timeout=300) == 0
+    return kills
+
+
 def test_sigkill_at_random_points_repeats_at_most_the_call_in_flight(
     tmp_path: Path, ledger_at: str
 ) -> None:
@@ -570,18 +596,7 @@ def test_sigkill_at_random_points_repeats_at_most_the_call_in_flight(
     and a handler that records keys has exactly one effect per event."""
     rng = random.Random(35)
     ledger, effects, count = ledger_at, tmp_path / "effects.sqlite", 1500
-    kills = 0
-    for _ in range(16):  # then one left to get to the end by itself
-        worker = _worker(ledger, effects, count, 0.01)
-        time.sleep(rng.uniform(0.2, 1.5))
-        if worker.poll() is not None:
-            break
-        worker.send_signal(signal.SIGKILL)
-        kills += 1
-        worker.wait()
-    if worker.returncode is not None and worker.returncode < 0:
-        worker = _worker(ledger, effects, count, 0.01)
-    assert worker.wait(timeout=300) == 0
+    kills = _killed_until_done(ledger, effects, count, rng, 16, (0.2, 1.5))
     recorder = Recorder(effects, ledger)
     calls = recorder.table("calls")
     print(f"{kills} SIGKILLs, {len(calls)} calls for {count} events")
@@ -603,18 +618,7 @@ def test_sigkill_while_withdrawing_tells_each_withdrawal_once(
     rng = random.Random(59)
     ledger, effects, count = ledger_at, tmp_path / "effects.sqlite", 600
     assert _worker(ledger, effects, count, 0.0).wait(timeout=300) == 0
-    kills = 0
-    for _ in range(8):
-        worker = _worker(ledger, effects, count, 0.01, "withdraw")
-        time.sleep(rng.uniform(0.3, 1.2))
-        if worker.poll() is not None:
-            break
-        worker.send_signal(signal.SIGKILL)
-        kills += 1
-        worker.wait()
-    if worker.returncode is not None and worker.returncode < 0:
-        worker = _worker(ledger, effects, count, 0.01, "withdraw")
-    assert worker.wait(timeout=300) == 0
+    kills = _killed_until_done(ledger, effects, count, rng, 8, (0.3, 1.2), "withdraw")
     # Told again: nothing is due twice.
     assert _worker(ledger, effects, count, 0.0, "withdraw").wait(timeout=300) == 0
     assert _worker(ledger, effects, count, 0.0, "again").wait(timeout=300) == 0

@@ -158,6 +158,6 @@ def test_the_late_events_benchmark_stores_what_a_run_from_scratch_stores(capsys)
 
     assert late(["--readings", "2400", "--hours", "4", "--repeat", "1"]) == 0
     printed = capsys.readouterr().out
-    for case in ("late, to the end", "late, what it reaches", "from scratch"):
+    for case in ("late, to the end", "late, every epoch", "late, what it reaches", "from scratch"):
         assert case in printed
     assert "water_level +6 -0" in printed, "the late readings are the inputs' changes"
