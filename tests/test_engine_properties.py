@@ -158,7 +158,7 @@ def _same_on_every_engine(case: Case, tmp: Path) -> None:
 
 
 @few_spark_examples
-@given(st.builds(Case, corpora(("clock", "timed_agg", "join", "clock")), event_streams()))
+@given(st.builds(Case, corpora(("clock", "timed_agg", "read_agg", "clock")), event_streams()))
 def test_clock_aggregates_are_the_same_on_every_engine_and_epoch_size(
     tmp_path_factory, case: Case
 ) -> None:

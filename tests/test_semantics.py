@@ -268,6 +268,21 @@ def test_explicit_future_time_and_negation_make_timeouts(tmp_path, engine, epoch
     assert out["late"] == [ev(["b"], 35)]
 
 
+def test_an_aggregate_stamped_after_its_matches_is_one_version_then(
+    tmp_path, engine, epoch
+) -> None:
+    """Readings summed per bucket of four times, stamped at the bucket's end: every match
+    made before that time is known at it, so the rule that reads the sum sees one version
+    then, over all of them, and not the partial sums on the way (a minute's average
+    stamped at the middle of the minute and compared with a threshold, say)."""
+    corpus = """.decl r(v: int) lifetime 100;
+    per4() @sum(v) @time(t - t % 4 + 3) := r(v) @time(t);
+    high(s) := per4() @sum(s) if s > 5;"""
+    events = [("r", 0, [10]), ("r", 1, [20]), ("r", 2, [30]), ("r", 5, [40])]
+    out = evaluate(tmp_path, corpus, events, epoch, engine, until=50)
+    assert out["high"] == [ev([60], 3, 100), ev([40], 7, 105)]
+
+
 def test_versions_of_one_event_merge_to_the_longest_life(tmp_path, engine, epoch) -> None:
     corpus = ".decl a(x: int) lifetime 10;\nseen(x) @time(0) := a(x);"
     events = [("a", 0, [1]), ("a", 5, [1]), ("a", 30, [1])]

@@ -42,11 +42,13 @@ class StratumPlan:
         return [r for r in self.rules if r.relation == relation]
 
     def one_aggregate(self, relation: str) -> bool:
-        """Whether one aggregate rule alone derives ``relation``: it makes one version per
-        group and time, so, with nothing else to merge (no facts or deferred events),
-        its versions need no de-duplication."""
+        """Whether one aggregate rule alone derives ``relation`` with its head at the match
+        time: it makes one version per group and time, so, with nothing else to merge (no
+        facts or deferred events), its versions need no de-duplication. An explicit head
+        time ``t`` is not one: every match time before ``t`` makes a version known at
+        ``t``, and only the latest of them is the version of that ``(args, t, kt)``."""
         own = self.own(relation)
-        return len(own) == 1 and own[0].aggregate is not None
+        return len(own) == 1 and own[0].aggregate is not None and own[0].head.time is None
 
     def provenance(self, schemas: Mapping[str, Schema]) -> bool:
         """Whether one of its relations carries provenance."""
