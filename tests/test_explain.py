@@ -148,6 +148,7 @@ def test_an_event_that_is_not_there_or_not_an_event_is_said_so(tanks) -> None:
     for bad, said in [
         ("overflow(_)", "no relation"),
         ('overflow_alert("north")', "has 2 columns"),
+        ('level_10m("north", _)', "has 1 column: tank"),
         ("overflow_alert(x, _)", "constants or `_`"),
         ("overflow_alert(", "is not an event"),
     ]:

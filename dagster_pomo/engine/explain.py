@@ -535,7 +535,8 @@ def event_pattern(program: Program, text: str) -> tuple[str, tuple[Value | None,
             given[rel.columns.index(name)] = arg
     atom = ast.Atom(rel.name, tuple(given))
     if len(atom.args) != rel.arity:
-        raise UsageError(f"`{rel.name}` has {rel.arity} columns: {', '.join(rel.columns)}")
+        columns = "column" if rel.arity == 1 else "columns"
+        raise UsageError(f"`{rel.name}` has {rel.arity} {columns}: {', '.join(rel.columns)}")
     values: list[Value | None] = []
     for arg in atom.args:
         if isinstance(arg, ast.Wildcard):
