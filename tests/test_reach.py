@@ -89,9 +89,9 @@ HISTORY = epochs(DEFAULT_START, DEFAULT_START + HOURS * HOUR, HOUR)
 KEYS = [epoch_key(e) for e in HISTORY]
 
 
-def _scratch(tmp_path: Path, landing: Path, program_path: Path = TANKS) -> Rows:
+def _scratch(tmp_path: Path, landing: Path, program_path: Path = TANKS, history=HISTORY) -> Rows:
     program = load_program(program_path)
-    _steps(program, tmp_path / "scratch", landing, HISTORY)
+    _steps(program, tmp_path / "scratch", landing, history)
     return _rows(tmp_path / "scratch", program)
 
 
@@ -144,6 +144,30 @@ def test_an_event_that_never_expires_reaches_every_later_epoch(tmp_path: Path) -
     kept = _steps(corpus, tmp_path / "wh", landing, HISTORY)
     assert all(k == (KEYS[0],) for k in kept.values()), kept
     assert _rows(tmp_path / "wh", load_program(corpus)) == _scratch(tmp_path, landing, corpus)
+
+
+def test_a_late_event_that_expires_at_an_epochs_start_evaluates_that_epoch(
+    tmp_path: Path,
+) -> None:
+    """A late event living until exactly the start of a later epoch: nothing of it is alive
+    there, but a count that included it changes at that instant, and the change is that
+    epoch's result."""
+    corpus = tmp_path / "counts.pomo"
+    corpus.write_text(
+        ".decl a(x: int) lifetime 10;\n"
+        ".decl n(x: int, v: int) lifetime 3;\n"
+        "n(x, v) := a(x) ^ v = count : a(x);\n"
+    )
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "early.jsonl").write_text(json.dumps({"relation": "a", "t": 27, "args": [0]}) + "\n")
+    _steps(corpus, tmp_path / "wh", landing, SMALL)
+    (landing / "late.jsonl").write_text(json.dumps({"relation": "a", "t": 26, "args": [0]}) + "\n")
+    kept = _steps(corpus, tmp_path / "wh", landing, SMALL)
+    assert "36" not in kept["n"], kept
+    assert _rows(tmp_path / "wh", load_program(corpus)) == _scratch(
+        tmp_path, landing, corpus, SMALL
+    )
 
 
 def test_a_changed_corpus_evaluates_every_epoch_again(tmp_path: Path) -> None:

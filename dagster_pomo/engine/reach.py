@@ -4,15 +4,16 @@ changed since their stored version reaches.
 An epoch's evaluation reads what is known before its end and alive in it (an event that
 expired matches nothing, and a negation or an aggregate looks only at what is alive), so
 a new version of an epoch of a relation can change a later epoch's result only through
-the events that differ between the two versions and live into that later epoch. Every
-stored version of an epoch of a relation keeps a `Stored` record: when it was stored, when
-the pass that stored it began (what it read was stored before then, or by the same pass),
-the version it replaced, and the times its difference from that version lives over. A
-group's epoch is evaluated again unless its stored versions are the current plan's and
-every version stored since, of what it reads, differs from the one it saw only in events
-that do not live in it. A late reading in the middle of a day of ten-minute readings thus
-evaluates its epoch and, when what it changes lives past the epoch's end, the next: not
-the rest of the day.
+the events that differ between the two versions and live into that later epoch or expire
+at its very start (a count that included such an event changes at that instant, and that
+change is the later epoch's result). Every stored version of an epoch of a relation keeps
+a `Stored` record: when it was stored, when the pass that stored it began (what it read
+was stored before then, or by the same pass), the version it replaced, and the times its
+difference from that version lives over. A group's epoch is evaluated again unless its
+stored versions are the current plan's and every version stored since, of what it reads,
+differs from the one it saw only in events that do not reach it. A late reading in the
+middle of a day of ten-minute readings thus evaluates its epoch and, when what it changes
+lives past the epoch's end, the next: not the rest of the day.
 
 Where that cannot be told (a relation with no records, a version replaced twice since, a
 group that carries ``@next`` results or defers events to later epochs), the epoch is
@@ -108,8 +109,8 @@ def must_evaluate(
                 return True  # a first version, or replaced twice since: not known
             if version.touches is not None:
                 lo, hi = version.touches
-                if lo < epoch.end and hi > epoch.start:
-                    return True
+                if lo < epoch.end and hi >= epoch.start:
+                    return True  # alive in it, or expiring at its start
     return False
 
 
