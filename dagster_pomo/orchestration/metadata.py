@@ -59,7 +59,8 @@ def partition_metadata(
 
 def preview(results: Results, schema: Schema, relation: str, key: str) -> MetadataValue:
     """The first rows of epoch ``key`` of ``relation`` by time, as a table: its columns,
-    aggregates by their output names, ``t`` and ``exp`` as UTC times."""
+    aggregates by their output names, ``t``, ``kt`` and ``exp`` as UTC times (``kt`` tells
+    apart the versions of one event, each derived when what it rests on changed)."""
     columns = [*schema.columns, *(name for _, name, _ in schema.aggregates)]
     stored = [*schema.columns, *schema.aggregate_columns]
     rows = results.preview(relation, key, PREVIEW_ROWS)
@@ -68,6 +69,7 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
             {
                 **{c: _plain(r[s]) for c, s in zip(columns, stored, strict=True)},
                 "t": show_time(r["t"]),
+                "kt": show_time(r["kt"]),
                 "exp": show_time(r["exp"]),
                 "cid": cid(relation, [r[c] for c in schema.columns], r["t"]),
                 **({"provenance": _sources(r[PROV])} if schema.provenance else {}),
@@ -85,6 +87,7 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
                 )
             ),
             TableColumn("t", "string"),
+            TableColumn("kt", "string", description=KNOWN),
             TableColumn("exp", "string"),
             TableColumn("cid", "string", description=CID),
             *(
@@ -97,6 +100,7 @@ def preview(results: Results, schema: Schema, relation: str, key: str) -> Metada
     return MetadataValue.table(records, schema=table_schema)
 
 
+KNOWN = "when this version became known (a later one of the same event is a revision)"
 CID = "its content ID (an action's key is handler:cid; `pomo explain` says why it was derived)"
 PROVENANCE = "content IDs of the input events it rests on (@provenance)"
 SHOWN_SOURCES = 3

@@ -49,10 +49,10 @@ class Results:
         return {k: int(counted.get(k, 0)) for k in keys}
 
     def preview(self, relation: str, key: str, limit: int) -> list[dict[str, Any]]:
-        """The first ``limit`` versions of epoch ``key`` by time and arguments: each its
-        stored columns by name (aggregates as ``_agg_<fn>``), ``t`` and ``exp``."""
+        """The first ``limit`` versions of epoch ``key`` by time, arguments and known time:
+        each its stored columns by name (aggregates as ``_agg_<fn>``), ``t``, ``kt``, ``exp``."""
         schema = self.schemas[relation]
-        order = ["t", *schema.columns]
+        order = ["t", *schema.columns, "kt"]
         if self.wh.is_local:
             table = self.wh.read_table(relation, [key], arrow_schema(schema))
             table = table.sort_by([(c, "ascending") for c in order]).slice(0, limit)
