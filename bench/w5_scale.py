@@ -31,7 +31,8 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 
-from dagster_pomo.examples import CORPORA, DEFAULT_START, HOUR, water_tank_events
+from bench.w2_epochs import CORPUS
+from dagster_pomo.examples import DEFAULT_START, HOUR, water_tank_events
 
 HAND_WRITTEN = """
 import sys
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", default=["spark", "epochs", "process", "hand"])
     args = parser.parse_args(argv)
     pomo = str(Path(sys.executable).with_name("pomo"))
-    corpus = str(CORPORA / "water_tanks.pomo")
+    corpus = str(CORPUS)
     print(
         f"| readings | landing MB | system | s | / hand-written | driver MB | JVM MB | "
         f"{'/'.join(COUNTED)} |"

@@ -370,14 +370,17 @@ class Flaky(SqliteOutbox):
 
 
 def _rising_tanks(path: Path) -> None:
-    """Three hours of readings every 30 s: `north` rises from 88% to 99% of capacity (alerts),
-    `south` stays at half; `north` is in maintenance from minute 150 (no alerts after)."""
+    """Three hours of readings every 30 s: `north` is filled to 95% of its capacity and
+    drained to 80% by turns, six minutes each (an alert at every crossing of 90%, the five
+    minutes below between them re-arming it), `south` stays at half; `north` is in
+    maintenance from minute 150 (no alerts after)."""
     from tests.test_dagster_assets import START
 
     lines = []
     for i in range(360):
         t = START + i * 30_000
-        lines.append(("water_level", t, ["north", round(88 + 11 * i / 360, 2)]))
+        level = 95.0 if (i // 12) % 2 else 80.0
+        lines.append(("water_level", t, ["north", level + (i % 3) / 10]))
         lines.append(("water_level", t, ["south", 40.0]))
     lines.append(("maintenance", START + 150 * 60_000, ["north", "pump swap"]))
     path.write_text(

@@ -42,7 +42,9 @@ TASKS = [
     "inputs",
     "level_per_minute",
     "level_10m",
+    "high_minute",
     "near_capacity",
+    "was_high",
     "overflow_alert",
     "action__notify_operator",
     "action__log_maintenance",
@@ -302,7 +304,7 @@ def test_the_dagster_layer_loads_and_runs_without_airflow(tmp_path: Path) -> Non
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.split()[-2:] == ["7", "False"], done.stdout
+    assert done.stdout.split()[-2:] == ["9", "False"], done.stdout
 
 
 def test_the_dag_has_the_units_as_tasks_and_the_relations_as_assets_without_dagster(
@@ -342,7 +344,7 @@ def test_the_dag_has_the_units_as_tasks_and_the_relations_as_assets_without_dags
     assert tasks["near_capacity"]["upstream"] == ["inputs", "level_10m"]
     assert tasks["near_capacity"]["inlets"] == ["water_tanks.capacity", "water_tanks.level_10m"]
     assert tasks["near_capacity"]["outlets"] == ["water_tanks.near_capacity"]
-    assert tasks["overflow_alert"]["upstream"] == ["inputs", "near_capacity"]
+    assert tasks["overflow_alert"]["upstream"] == ["high_minute", "inputs", "was_high"]
     assert tasks["action__notify_operator"]["upstream"] == ["overflow_alert"]
     assert tasks["action__log_maintenance"]["upstream"] == ["inputs"]
     assert all(t["depends_on_past"] for t in tasks.values())

@@ -47,6 +47,8 @@ RELATIONS = [
     "level_10m",
     "level_per_minute",
     "near_capacity",
+    "high_minute",
+    "was_high",
     "overflow_alert",
 ]
 
@@ -274,7 +276,7 @@ def test_the_airflow_ui_shows_the_tasks_and_the_relations_lineage(standalone: St
         page.screenshot(path=str(tmp_path / "airflow_assets.png"), full_page=True)
         # One relation's lineage: the DAG that makes it, every relation of the DAG, and
         # the watcher that re-runs it; a producing and a consuming task.
-        page.get_by_text("water_tanks.near_capacity", exact=True).first.click()
+        page.get_by_text("water_tanks.level_per_minute", exact=True).first.click()
         page.get_by_text("Producing Tasks").first.wait_for()
         page.get_by_text("rerun_late_epochs").first.wait_for()
         # The counts come after the page (0 until the asset's details arrive).

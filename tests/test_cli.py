@@ -70,8 +70,9 @@ def test_strata_dot_is_a_graph_of_every_relation_and_action(capsys) -> None:
     dot = capsys.readouterr().out
     assert dot.startswith('digraph "water_tanks" {') and dot.rstrip().endswith("}")
     assert '"water_level" -> "level_10m" [style=dashed, label="agg"];' in dot
-    assert '"near_capacity" -> "overflow_alert" [style=solid];' in dot
+    assert '"high_minute" -> "overflow_alert" [style=solid];' in dot
     assert '"maintenance" -> "overflow_alert" [style=dashed, label="not"];' in dot
+    assert '"was_high" -> "overflow_alert" [style=dashed, label="not"];' in dot
     assert '"overflow_alert" -> "~notify_operator";' in dot
     assert dot.count("{") == dot.count("}")
 

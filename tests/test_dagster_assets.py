@@ -126,9 +126,10 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
         for key, v in a.code_versions_by_key.items()  # type: ignore[union-attr]
         if v != versions[key]
     }
-    assert changed == {AssetKey(["water_tanks", "near_capacity"])}, (
-        "layout and comments do not count"
-    )
+    assert changed == {
+        AssetKey(["water_tanks", "near_capacity"]),
+        AssetKey(["water_tanks", "high_minute"]),
+    }, "layout and comments do not count"
     # What the UI shows: Dagster's own stale status of the materialized partitions.
     from dagster._core.definitions.data_version import StaleCauseCategory, StaleStatus
     from dagster._utils.test.data_versions import get_stale_status_resolver
@@ -169,7 +170,7 @@ def test_a_partition_range_in_one_run_equals_pomo_run(tmp_path: Path) -> None:
     assert again.success
     assert stored(program, warehouse) == got, "re-materializing a partition changes nothing"
     # Nothing stored since reaches it: the partition is kept as stored, and says so.
-    for node in ("water_tanks__level_10m", "water_tanks__overflow_alert"):
+    for node in ("water_tanks__level_10m", "water_tanks__near_capacity"):
         meta = again.asset_materializations_for_node(node)[0].metadata
         assert meta["pomo/run_partitions_evaluated"].value == 0, node
         assert meta["pomo/evaluated"].value is False and meta["pomo/added"].value == 0, node
@@ -236,7 +237,7 @@ def test_one_job_runs_the_corpus_and_every_asset_is_due_after_its_epoch(tmp_path
     )
     job = defs.resolve_job_def("water_tanks")
     every = {key for a in defs.assets for key in a.keys}  # type: ignore[union-attr]
-    assert len(every) == 9
+    assert len(every) == 11
     assert set(job.asset_layer.executable_asset_keys) == every
     assert job.partitions_def == PARTITIONS
     assert {s.job_name for s in (*defs.schedules, *defs.sensors)} == {"water_tanks"}
@@ -768,8 +769,8 @@ def test_a_partition_s_preview_shows_the_provenance_an_epoch_by_epoch_run_record
 
     text = (RULES / "water_tanks.pomo").read_text()
     asked = text.replace(
-        "overflow_alert(tank, avg) ~ notify_operator :=",
-        "overflow_alert(tank, avg) @provenance ~ notify_operator :=",
+        "overflow_alert(tank) @time(m) ~ notify_operator :=",
+        "overflow_alert(tank) @time(m) @provenance ~ notify_operator :=",
     )
     assert asked != text
     corpus = tmp_path / "water_tanks.pomo"
@@ -804,13 +805,13 @@ def test_a_partition_s_preview_shows_the_provenance_an_epoch_by_epoch_run_record
     for i, key in enumerate(KEYS):
         start = START + i * HOUR
         mine = {
-            (v_when(v), v.args[0], round(v.args[1], 6)): v
+            (v_when(v), v.args[0], v_when(v, "kt")): v
             for v in alerts
             if start <= v.kt < start + HOUR
         }
         for record in previews[key].records:
-            when = datetime.fromisoformat(record.data["t"])
-            at = (when, record.data["tank"], record.data["average"])
+            when, known = (datetime.fromisoformat(record.data[c]) for c in ("t", "kt"))
+            at = (when, record.data["tank"], known)
             assert record.data["provenance"] == _sources(mine[at].prov), at
             assert record.data["cid"] == cid("overflow_alert", list(mine[at].args), mine[at].t)
             shown += 1
@@ -825,12 +826,16 @@ def test_a_partition_s_preview_shows_the_provenance_an_epoch_by_epoch_run_record
     leaves = [d for d in Derivation.from_json(explained).walk() if d.how == "input"]
     readings = {cid(d.relation, list(d.args), d.t) for d in leaves}
     when = datetime.fromisoformat(record.data["t"])
-    (alert,) = [v for v in alerts if v.args[0] == record.data["tank"] and v_when(v) == when]
-    assert readings and readings <= set(alert.prov)
+    # `pomo explain` explains an event as first derived: its earliest version.
+    first = min(
+        (v for v in alerts if v.args[0] == record.data["tank"] and v_when(v) == when),
+        key=lambda v: v.kt,
+    )
+    assert readings and readings <= set(first.prov)
 
 
-def v_when(version) -> datetime:  # noqa: ANN001
-    return datetime.fromtimestamp(version.t / 1000, UTC)
+def v_when(version, column: str = "t") -> datetime:  # noqa: ANN001
+    return datetime.fromtimestamp(getattr(version, column) / 1000, UTC)
 
 
 def test_an_inputs_step_read_by_spark_stores_what_one_read_here_stores(tmp_path: Path) -> None:

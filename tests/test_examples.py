@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -105,9 +106,45 @@ def test_warning_for_a_variable_used_once() -> None:
 def test_the_readme_example_compiles() -> None:
     readme = (ROOT / "README.md").read_text()
     program = compile_corpus(readme.split("```")[1], "README.md")
-    assert [s.relations for s in program.strata] == [("level_10m",), ("overflow_alert",)]
+    assert [s.relations for s in program.strata] == [
+        ("level_per_minute",),
+        ("high_minute",),
+        ("was_high",),
+        ("overflow_alert",),
+    ]
 
 
 def test_a_fact_may_compute_its_constants_in_where() -> None:
     program = compile_corpus('threshold(t, v) where t = "north", v = 2 * 45;')
     assert program.catalog["threshold"].is_input and not program.strata
+
+
+def test_the_readme_example_alerts_once_per_crossing(tmp_path: Path) -> None:
+    """The README's corpus on three hours of generated readings: an alert at each high
+    minute of a tank that follows five that were not, unless the tank is being worked on."""
+    from dagster_pomo.engine.run import run
+    from dagster_pomo.examples import CAPACITY, DEFAULT_START, HOUR, water_tank_events
+
+    corpus = tmp_path / "readme.pomo"
+    corpus.write_text((ROOT / "README.md").read_text().split("```")[1])
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    water_tank_events(landing / "tanks.jsonl", 9_000, tanks=3, hours=3)
+    facts = [
+        {"relation": "capacity", "t": DEFAULT_START, "args": [n, c]} for n, c in CAPACITY.items()
+    ]
+    (landing / "capacity.jsonl").write_text("".join(json.dumps(f) + "\n" for f in facts))
+    program = load_program(corpus)
+    result = run(program, landing, HOUR, DEFAULT_START, DEFAULT_START + 3 * HOUR, engine="local")
+    high = {(v.args[0], v.t) for v in result.events("high_minute")}
+    lines = [json.loads(x) for x in (landing / "tanks.jsonl").read_text().splitlines()]
+    worked_on = {x["args"]["tank"]: x["t"] for x in lines if x["relation"] == "maintenance"}
+    minute = 60_000
+    crossings = {
+        (tank, m)
+        for tank, m in high
+        if not any((tank, m - k * minute) in high for k in range(1, 6))
+        and not worked_on.get(tank, m + 1) <= m
+    }
+    alerts = {(v.args[0], v.t) for v in result.events("overflow_alert")}
+    assert alerts == crossings and 0 < len(alerts) < len(high) / 5

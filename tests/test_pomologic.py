@@ -227,7 +227,7 @@ def test_dagster_takes_a_pomologic_corpus_as_it_takes_the_original(tmp_path: Pat
         handlers = outbox_handlers(corpus, tmp_path / "outbox.sqlite")
         defs = pomo_definitions(corpus, partitions, str(tmp_path), str(tmp_path), handlers=handlers)
         keys.append(sorted(k.to_user_string() for a in defs.assets for k in a.keys))
-    assert keys[0] == keys[1] and len(keys[0]) == 9
+    assert keys[0] == keys[1] and len(keys[0]) == 11
 
 
 def _digest(text: str) -> str:

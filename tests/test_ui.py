@@ -43,6 +43,8 @@ LINEAGE = [
     "level_10m",
     "level_per_minute",
     "near_capacity",
+    "high_minute",
+    "was_high",
     "overflow_alert",
     "notify_operator",
     "log_maintenance",

@@ -543,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "event",
         metavar="EVENT",
-        help='the event, written as an atom of constants: `overflow_alert("north", _)` '
+        help='the event, written as an atom of constants: `near_capacity("north", _, _)` '
         "(`_` for any value, attributes by name allowed)",
     )
     explain.add_argument("--at", metavar="TIME", help="only the event at TIME (ms or ISO-8601)")
