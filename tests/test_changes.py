@@ -343,6 +343,33 @@ def test_a_listener_is_told_once_of_each_withdrawal_and_of_each_event_derived_ag
     assert alerts.since(mark) == []
 
 
+def test_late_readings_that_revise_a_high_minute_do_not_alert_again(tmp_path: Path) -> None:
+    """The example alerts once per tank and crossing, keyed by the tank and the minute:
+    late readings in the minutes north is over capacity change those minutes' averages
+    (new `high_minute` events, the old ones withdrawn) and tell the alert's handler
+    nothing, neither a new alert nor a withdrawal."""
+    program = load_program(CORPUS)
+    landing = _landing(tmp_path / "landing")
+    pipeline = Pipeline(program, Storage(str(tmp_path / "wh"), str(landing)))
+    alerts = _Told()
+    handlers = {"notify_operator": alerts.listener(), "log_maintenance": _ignore}
+    _pipeline_run(pipeline, handlers)
+    crossing = DEFAULT_START + HOUR + 1_800_000 + 30_000  # 23:30, stamped mid-minute
+    assert [(c[0], c[3], c[4]) for c in alerts.calls] == [("insert", ("north",), crossing)]
+    before = _stored(landing)
+    late = [
+        {"relation": "water_level", "t": t, "args": {"tank": "north", "level": 130.0}}
+        for t in range(crossing - 29_001, crossing + 540_000, 60_000)  # each high minute
+    ]
+    (landing / "late.jsonl").write_text("".join(json.dumps(e) + "\n" for e in late))
+    mark = len(alerts.calls)
+    _pipeline_run(pipeline, handlers)
+    after = _stored(landing)
+    assert alerts.since(mark) == []
+    assert after["overflow_alert"] == before["overflow_alert"]
+    assert after["high_minute"] != before["high_minute"], "the late readings reach the alerts"
+
+
 def _close(got: set[tuple[tuple, int]], expected: set[tuple[tuple, int]]) -> bool:
     """The same events, floats alike to 1e-9 of their size (see `_same`)."""
     changes = {("r", "delete", args, t, "0") for args, t in got}
