@@ -904,6 +904,9 @@ def test_an_inputs_step_read_by_spark_stores_what_one_read_here_stores(tmp_path:
     assert len(here["events"]["water_level"]) == 3_000 and here["events"]["maintenance"]
     assert len(here["versions"]) == 3 * len(KEYS), here["versions"]
     assert "noon" in here["quarantine"]
+    # What each input epoch was stored from is recorded where this process read the
+    # files (so that the next step keeps what they leave unchanged), not by Spark's tasks.
+    assert len(here["index"].pop("epochs")) == len(KEYS) and spark["index"].pop("epochs") == {}
     for part in here:
         assert spark[part] == here[part], part
 

@@ -119,7 +119,7 @@ class Backend(Protocol):
 
     def key_for(self, t: int) -> str | None: ...
 
-    def versions(self, name: str) -> list[Version]: ...
+    def versions(self, name: str, keys: Sequence[str] | None = None) -> list[Version]: ...
 
 
 class Driver:
@@ -235,9 +235,10 @@ class Driver:
         what they held, and a digest and count of what each input relation stored."""
         return self.backend.store_landing(paths, epochs, window, facts)
 
-    def versions(self, name: str) -> list[Version]:
-        """Every stored version of ``name`` (in no order), read into this process."""
-        return self.backend.versions(name)
+    def versions(self, name: str, keys: Sequence[str] | None = None) -> list[Version]:
+        """Every stored version of ``name`` (of the epochs ``keys``, default all; in no
+        order), read into this process."""
+        return self.backend.versions(name, keys)
 
     def write_events(self, name: str, path: Path, aggregate_keys: Sequence[str]) -> int | None:
         """Write ``name``'s events (as `events` gives them) to ``path`` as JSON Lines, from

@@ -132,6 +132,8 @@ class Ingested:
     # accepted lines, its insert and its delete.
     withdrawn: int = 0
     lines_kept: int = 0  # of `lines_read`, those of files known unchanged and not read again
+    unmatched_times: list[int] = field(default_factory=list)  # of deletes that found nothing
+    deleted_times: list[int] = field(default_factory=list)  # of every delete line read
     _seen: dict[str, set[tuple[int, tuple[Value, ...]]]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -406,13 +408,20 @@ def _check_kinds(rel: Relation, args: tuple[Any, ...]) -> None:
 
 
 def ingest_files(
-    program: Program, paths: Iterable[Path], window: TimeWindow = DEFAULT_TIMES
+    program: Program,
+    paths: Iterable[Path],
+    window: TimeWindow = DEFAULT_TIMES,
+    prior: Mapping[str, Sequence[Version]] | None = None,
 ) -> Ingested:
     """Read, validate and type every line of ``paths``; events whose time lies outside
     ``window`` are quarantined. A relation whose columns are all declared is typed as its
     lines are read; the lines of one whose types the data decides wait (with their text, in
-    case they turn out to be bad) until every line is read."""
+    case they turn out to be bad) until every line is read. ``prior``: events accepted
+    before (stored epochs the lines add to), kept first, repeated and withdrawn by the
+    lines as if read with them."""
     out = Ingested()
+    for name, rows in (prior or {}).items():
+        out.events[name] = list(rows)
     inputs = input_relations(program)
     declared = {
         rel.name: types
@@ -474,6 +483,7 @@ def ingest_files(
         accept(file, rel, values, t, gone)
     _each_once(out)
     withdraw(out, deletions)
+    out.deleted_times = [d.t for d in deletions]
     out.quarantined.sort(key=lambda q: (q.file, q.line))
     bad: dict[str, list[Quarantined]] = {}
     for q in out.quarantined:
@@ -558,7 +568,9 @@ def withdraw(out: Ingested, deletions: Iterable[Deletion]) -> None:
             out.events[name] = [r for r in rows if r.identity not in found]
             out._seen.pop(name, None)
         out.withdrawn += len(found)
-        out.quarantined += [d.unmatched() for i, d in wanted.items() if i not in found]
+        unmatched = [d for i, d in wanted.items() if i not in found]
+        out.quarantined += [d.unmatched() for d in unmatched]
+        out.unmatched_times += [d.t for d in unmatched]
     if by_rel:
         out.quarantined.sort(key=lambda q: (q.file, q.line))
 

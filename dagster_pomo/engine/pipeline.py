@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -40,11 +41,21 @@ from dagster_pomo.engine.ingest import (
     to_read,
     with_kept,
 )
+from dagster_pomo.engine.landing_epochs import (
+    ADD,
+    KEEP,
+    READ,
+    EpochInputs,
+    holders,
+    inputs_digest,
+    plan_epochs,
+    sums_of,
+)
 from dagster_pomo.engine.ledger import Ledger, is_postgres, open_ledger
 from dagster_pomo.engine.lines import DEFAULT_TIMES, BadLine, TimeWindow, event_time, read_events
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import SparkSettings
-from dagster_pomo.engine.versions import digest
+from dagster_pomo.engine.versions import Version, digest_of
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import CorpusError, Program, ast
 from dagster_pomo.lang.catalog import first_use
@@ -193,12 +204,33 @@ class Storage:
 def landing_index(results: Any, times: str) -> dict[str, Landed]:
     """What each landing file held (``_landing.json`` beside the warehouse), as judged with
     the accepted ``times``; empty when it was judged with others or cannot be read."""
+    files = _landing_json(results, times)["files"]
+    return {file: Landed.from_json(entry) for file, entry in files.items()}
+
+
+def _landing_json(results: Any, times: str) -> dict[str, dict[str, Any]]:
+    """The landing index's files and input epochs (``_landing.json``), as recorded with the
+    accepted ``times``; both empty when it was judged with others or cannot be read."""
     try:
         index = json.loads(results.read_text(LANDING_INDEX) or "{}")
-        files = index["files"] if index.get("times") == times else {}
-        return {file: Landed.from_json(entry) for file, entry in files.items()}
+        if index.get("times") != times:
+            return {"files": {}, "epochs": {}}
+        for entry in index["files"].values():
+            Landed.from_json(entry)
+        for entry in index.get("epochs", {}).values():
+            EpochInputs.from_json(entry)
+        return {"files": index["files"], "epochs": index.get("epochs", {})}
     except (ValueError, KeyError, TypeError, AttributeError):
-        return {}
+        return {"files": {}, "epochs": {}}
+
+
+def _changed(path: Path, known: Mapping[str, Landed]) -> bool:
+    """Whether ``path`` is new or another file since ``known`` was recorded."""
+    entry = known.get(str(path))
+    try:
+        return entry is None or entry.signature != file_signature(path)
+    except OSError:
+        return True
 
 
 def fresh_files(landing: str, seen: Mapping[str, str]) -> dict[Path, str]:
@@ -319,38 +351,120 @@ class Pipeline:
     def land(self, driver: Driver, epochs: Sequence[Epoch]) -> Landing:
         """The inputs step: the landing files' events that fall in ``epochs`` (with the
         corpus's facts) stored as the input relations' epochs; bad lines quarantined. What
-        each file held is kept beside the warehouse (``_landing.json``), so files known
-        unchanged to hold nothing in ``epochs`` are not read again. Files of more bytes
-        than the policy's bound are read by Spark's tasks (`Driver.store_landing`)."""
+        each file held, and what each input epoch was stored from, is kept beside the
+        warehouse (``_landing.json``): an epoch whose files are unchanged is kept as stored,
+        one that only new files add to is its stored events with theirs, and files known
+        unchanged to hold nothing of the epochs read are not read again
+        (`engine.landing_epochs`). Files of more bytes than the policy's bound are read by
+        Spark's tasks (`Driver.store_landing`)."""
         wh = driver.results
         window = self.storage.window()
-        known = landing_index(wh, str(window))
+        index = _landing_json(wh, str(window))
+        known = {file: Landed.from_json(entry) for file, entry in index["files"].items()}
+        recorded = {k: EpochInputs.from_json(v) for k, v in index["epochs"].items()}
         start = None if epochs[0] == driver.epochs[0] else epochs[0].start
         paths = landing_files(self.storage.landing)
         fresh, kept = to_read(paths, known, start, epochs[-1].end)
         facts = corpus_facts(self.program)
+        inputs = inputs_digest(self.program, facts, str(window))
         if driver.reads_on_spark(fresh):
             stored = driver.store_landing(fresh, epochs, window, facts)
             ingested = with_kept(stored.ingested, paths, kept)
-            digests, counts = stored.digests, stored.counts
-        else:
+            for e in epochs:  # stored from files this process did not look into
+                recorded.pop(epoch_key(e), None)
+            self._write_index(wh, window, ingested, recorded)
+            return Landing(ingested, stored.digests, stored.counts, self._quarantine(wh, ingested))
+        now = self._now(paths, known, recorded, epochs, window)
+        plan = None if now is None else plan_epochs(epochs, driver.epochs[0], now, recorded, inputs)
+        if plan is not None and now is not None:
+            wanted = set()  # each file holding an epoch read, or newly one added to
+            for e in epochs:
+                mine = holders(now, e, e == driver.epochs[0])
+                how = plan[epoch_key(e)]
+                if how == READ:
+                    wanted |= set(mine)
+                elif how == ADD:
+                    wanted |= set(mine) - set(recorded[epoch_key(e)].files)
+            read = [p for p in paths if _changed(p, known) or str(p) in wanted]
+            kept = {str(p): known[str(p)] for p in paths if p not in read}
+            added = [k for k, how in plan.items() if how == ADD]
+            prior = self._stored_inputs(driver, added)
+            ingested = with_kept(ingest_files(self.program, read, window, prior), paths, kept)
+            if any(driver.key_for(t) in added for t in ingested.unmatched_times):
+                plan = None  # a delete line of a new file found nothing stored: read it all
+        if plan is None:
+            fresh, kept = to_read(paths, known, start, epochs[-1].end)
             ingested = with_kept(ingest_files(self.program, fresh, window), paths, kept)
-            for name, rows in facts.items():
-                ingested.add(name, rows)
-            chosen = {epoch_key(e) for e in epochs}
-            selected = {
-                rel.name: [
-                    e for e in ingested.events.get(rel.name, []) if driver.key_for(e.kt) in chosen
-                ]
-                for rel in self.program.catalog.inputs
-            }
-            driver.write_inputs(selected, chosen)
-            digests = {name: digest(rows) for name, rows in selected.items()}
-            counts = {name: len(rows) for name, rows in selected.items()}
+            plan = {epoch_key(e): READ for e in epochs}
+        for name, rows in facts.items():
+            ingested.add(name, rows)
+        written = {k for k, how in plan.items() if how != KEEP}
+        selected = {
+            rel.name: [
+                e for e in ingested.events.get(rel.name, []) if driver.key_for(e.kt) in written
+            ]
+            for rel in self.program.catalog.inputs
+        }
+        driver.write_inputs(selected, written)
+        deletes = Counter(driver.key_for(t) for t in ingested.deleted_times)
+        by_key: dict[tuple[str, str | None], list[Version]] = {}
+        for name, rows in selected.items():
+            for r in rows:
+                by_key.setdefault((name, driver.key_for(r.kt)), []).append(r)
+        for e in epochs:
+            if (key := epoch_key(e)) in written:
+                mine = holders(ingested.landed, e, e == driver.epochs[0])
+                sums = {name: sums_of(by_key.get((name, key), [])) for name in selected}
+                recorded[key] = EpochInputs(mine, inputs, sums, deletes.get(key, 0))
+        keys = [epoch_key(e) for e in epochs]
+        digests, counts = {}, {}
+        for rel in self.program.catalog.inputs:
+            terms = [recorded[k].sums.get(rel.name, (0, 0)) for k in keys]
+            counts[rel.name] = sum(c for c, _ in terms)
+            digests[rel.name] = digest_of(counts[rel.name], sum(t for _, t in terms))
+        self._write_index(wh, window, ingested, recorded)
+        return Landing(ingested, digests, counts, self._quarantine(wh, ingested))
+
+    def _now(
+        self,
+        paths: Sequence[Path],
+        known: Mapping[str, Landed],
+        recorded: Mapping[str, EpochInputs],
+        epochs: Sequence[Epoch],
+        window: TimeWindow,
+    ) -> dict[str, Landed] | None:
+        """What each landing file holds now: as ``known`` where unchanged, the span of its
+        events' times where new or changed (looked into for it); None when no epoch asked
+        was stored before (nothing to keep: read as ever)."""
+        if not any(recorded.get(epoch_key(e)) for e in epochs):
+            return None
+        now = {}
+        for path in paths:
+            if not _changed(path, known):
+                now[str(path)] = known[str(path)]
+                continue
+            times = event_times(path, window)
+            first, last = (min(times), max(times)) if times else (None, None)
+            now[str(path)] = Landed(file_signature(path), len(times), first, last)
+        return now
+
+    def _stored_inputs(self, driver: Driver, keys: Sequence[str]) -> dict[str, list[Version]]:
+        """The stored events of the input epochs ``keys``."""
+        if not keys:
+            return {}
+        return {r.name: driver.versions(r.name, keys) for r in self.program.catalog.inputs}
+
+    def _write_index(
+        self, wh: Any, window: TimeWindow, ingested: Ingested, recorded: Mapping[str, EpochInputs]
+    ) -> None:
         files = {file: entry.to_json() for file, entry in ingested.landed.items()}
-        wh.write_text(LANDING_INDEX, json.dumps({"times": str(window), "files": files}))
-        quarantine_file = wh.write_text("_quarantine.jsonl", ingested.quarantine_jsonl())
-        return Landing(ingested, digests, counts, quarantine_file)
+        epochs = {k: v.to_json() for k, v in sorted(recorded.items())}
+        index = {"times": str(window), "files": files, "epochs": epochs}
+        wh.write_text(LANDING_INDEX, json.dumps(index))
+
+    @staticmethod
+    def _quarantine(wh: Any, ingested: Ingested) -> str:
+        return wh.write_text("_quarantine.jsonl", ingested.quarantine_jsonl())
 
     def evaluate(
         self, driver: Driver, unit: Unit, epochs: Sequence[Epoch], log: Log | None = None

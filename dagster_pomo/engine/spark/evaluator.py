@@ -641,11 +641,12 @@ class SparkEvaluator:
 
     # ------------------------------------------------------------------ results
 
-    def versions(self, name: str) -> list[Version]:
-        """Every stored version of ``name``: read by this process when the warehouse is
-        local (no Spark job, and no Spark at all if none ran yet: all of them come to this
-        process either way, and the files are read faster than a job collects them)."""
-        keys = [epoch_key(e) for e in self.epochs]
+    def versions(self, name: str, keys: Sequence[str] | None = None) -> list[Version]:
+        """Every stored version of ``name`` (of the epochs ``keys``, default all): read by
+        this process when the warehouse is local (no Spark job, and no Spark at all if none
+        ran yet: all of them come to this process either way, and the files are read faster
+        than a job collects them)."""
+        keys = [epoch_key(e) for e in self.epochs] if keys is None else list(keys)
         schema = self.schemas[name]
         if self.store.local:
             return read_versions(self.wh, schema, keys)
