@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_pomo.engine.budgets import BudgetExceeded
 from dagster_pomo.engine.policy import DEFAULT, Policy
-from dagster_pomo.engine.reach import Records, must_evaluate, plan_digest
+from dagster_pomo.engine.reach import Records, deferred_name, must_evaluate, plan_digest
 from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.stats import EpochScope, EpochStats, PassStats, StratumStats
 from dagster_pomo.engine.versions import Version
@@ -367,17 +367,20 @@ class Driver:
         versions reaches (`reach.must_evaluate`), in passes of consecutive epochs, each
         decided once the pass before is stored; the others keep their versions (listed in
         `PassStats.kept`). Every epoch where that cannot be told: the policy says so
-        (`Policy.reach` False), the strata carry ``@next`` results, defer events to later
-        epochs or choose, or the warehouse keeps no records."""
+        (`Policy.reach` False), the strata carry ``@next`` results or choose, or the
+        warehouse keeps no records. Events an epoch defers to later epochs (a head
+        ``@time`` after it) are recorded as versions of their own, which later epochs
+        read."""
         own = [n for s in strata for n in s.relations]
         reads = {r for s in strata for r in s.reads}
         told = (
             self.backend.policy.reach
             and not carries
             and not any(s.sides for s in strata)
-            and not set(own) & self.plan.defers
             and not any(r.startswith("_") for r in reads)
         )
+        # Events an epoch defers to later ones are read by those as a relation is.
+        reads |= {deferred_name(n) for n in own if n in self.plan.defers}
         records = self.backend.stored_versions({*own, *reads}) if told else None
         if records is None:
             return self.evaluate_strata(strata, epochs, carries, log)
@@ -391,7 +394,7 @@ class Driver:
             run, pending = pending[first:last], pending[last:]
             if run:
                 out = out + self.evaluate_strata(strata, run, carries, log)
-                records = {**records, **(self.backend.stored_versions(own) or {})}
+                records = {**records, **(self.backend.stored_versions({*own, *reads}) or {})}
         out.kept = tuple(epoch_key(e) for e in kept)
         if kept and log is not None:
             log(

@@ -14,7 +14,7 @@ import heapq
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -224,6 +224,36 @@ def _landing_json(results: Any, times: str) -> dict[str, dict[str, Any]]:
         return {"files": {}, "epochs": {}}
 
 
+def _record_epochs(
+    driver: Driver,
+    epochs: Sequence[Epoch],
+    ingested: Ingested,
+    selected: Mapping[str, list[Version]],
+    written: Collection[str],
+    inputs: str,
+    recorded: dict[str, EpochInputs],
+) -> tuple[dict[str, str], dict[str, int]]:
+    """Record in ``recorded`` what each epoch of ``written`` was stored from (``selected``:
+    the events stored, by relation); each input relation's digest and count over
+    ``epochs``, from the records (an epoch kept as stored counted as its record says)."""
+    deletes = Counter(driver.key_for(t) for t in ingested.deleted_times)
+    by_key: dict[tuple[str, str | None], list[Version]] = {}
+    for name, rows in selected.items():
+        for r in rows:
+            by_key.setdefault((name, driver.key_for(r.kt)), []).append(r)
+    for e in epochs:
+        if (key := epoch_key(e)) in written:
+            mine = holders(ingested.landed, e, e == driver.epochs[0])
+            sums = {name: sums_of(by_key.get((name, key), [])) for name in selected}
+            recorded[key] = EpochInputs(mine, inputs, sums, deletes.get(key, 0))
+    digests, counts = {}, {}
+    for name in selected:
+        terms = [recorded[epoch_key(e)].sums.get(name, (0, 0)) for e in epochs]
+        counts[name] = sum(c for c, _ in terms)
+        digests[name] = digest_of(counts[name], sum(t for _, t in terms))
+    return digests, counts
+
+
 def _changed(path: Path, known: Mapping[str, Landed]) -> bool:
     """Whether ``path`` is new or another file since ``known`` was recorded."""
     entry = known.get(str(path))
@@ -406,22 +436,9 @@ class Pipeline:
             for rel in self.program.catalog.inputs
         }
         driver.write_inputs(selected, written)
-        deletes = Counter(driver.key_for(t) for t in ingested.deleted_times)
-        by_key: dict[tuple[str, str | None], list[Version]] = {}
-        for name, rows in selected.items():
-            for r in rows:
-                by_key.setdefault((name, driver.key_for(r.kt)), []).append(r)
-        for e in epochs:
-            if (key := epoch_key(e)) in written:
-                mine = holders(ingested.landed, e, e == driver.epochs[0])
-                sums = {name: sums_of(by_key.get((name, key), [])) for name in selected}
-                recorded[key] = EpochInputs(mine, inputs, sums, deletes.get(key, 0))
-        keys = [epoch_key(e) for e in epochs]
-        digests, counts = {}, {}
-        for rel in self.program.catalog.inputs:
-            terms = [recorded[k].sums.get(rel.name, (0, 0)) for k in keys]
-            counts[rel.name] = sum(c for c, _ in terms)
-            digests[rel.name] = digest_of(counts[rel.name], sum(t for _, t in terms))
+        digests, counts = _record_epochs(
+            driver, epochs, ingested, selected, written, inputs, recorded
+        )
         self._write_index(wh, window, ingested, recorded)
         return Landing(ingested, digests, counts, self._quarantine(wh, ingested))
 

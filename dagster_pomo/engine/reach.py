@@ -15,9 +15,12 @@ differs from the one it saw only in events that do not reach it. A late reading 
 middle of a day of ten-minute readings thus evaluates its epoch and, when what it changes
 lives past the epoch's end, the next: not the rest of the day.
 
-Where that cannot be told (a relation with no records, a version replaced twice since, a
-group that carries ``@next`` results or defers events to later epochs), the epoch is
-evaluated: the stored results are always what evaluating every epoch stores.
+The events a group's epoch defers to later epochs (stamped by a head ``@time`` after the
+epoch's end) are kept apart and read by those epochs as seeds: each stored version of them
+keeps a record too (`deferred_name`), so a re-evaluated epoch that defers other events than
+before evaluates the epochs they fall in. Where that cannot be told (a relation with no
+records, a version replaced twice since, a group that carries ``@next`` results), the
+epoch is evaluated: the stored results are always what evaluating every epoch stores.
 """
 
 from __future__ import annotations
@@ -114,10 +117,16 @@ def must_evaluate(
     return False
 
 
+def deferred_name(relation: str) -> str:
+    """The name the versions of the events ``relation``'s epochs defer to later ones are
+    recorded by: an epoch that reads them is evaluated again as for a relation it reads."""
+    return f"_deferred/{relation}"
+
+
 def _seen(stamp: int, by_pass: int | None, basis: int) -> bool:
     """Whether a version stored at ``stamp`` (by a pass begun at ``by_pass``) was stored
     when a pass begun at ``basis`` read it: before, or by that pass itself."""
     return stamp < basis or by_pass == basis
 
 
-__all__ = ["EVER", "Records", "Stored", "must_evaluate", "plan_digest"]
+__all__ = ["EVER", "Records", "Stored", "deferred_name", "must_evaluate", "plan_digest"]

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dagster_pomo.engine.reach import EVER
+from dagster_pomo.engine.reach import EVER, deferred_name
 from dagster_pomo.engine.spark import epoch_versions
 from dagster_pomo.plan.schema import AGGREGATE_PREFIX
 
@@ -68,6 +68,17 @@ def recorded(relation: str, deferred: bool) -> bool:
 def replacing(wh: Warehouse, relation: str, keys: Iterable[str], deferred: bool) -> Iterator[None]:
     """Around a writer that replaces the epochs ``keys`` of ``relation``: keep the old files
     aside before, record the changes after (not when the writer fails)."""
+    if deferred and wh.local_path(wh.path(relation, deferred=True)):
+        # No changes recorded, but the times a version differs over, for `engine.reach`.
+        name, keys = deferred_name(relation), list(keys)
+        old = {k: _rows(_local_folder(wh, relation, k)) for k in keys}
+        was = {k: epoch_versions.provisional(wh, name, k) for k in keys}
+        yield
+        for k in keys:
+            new = _rows(_local_folder(wh, relation, k))
+            touched = epoch_versions.touches(_stored_at_kt(old[k]), _stored_at_kt(new))
+            epoch_versions.note(wh, name, k, touched, was[k])
+        return
     if not recorded(relation, deferred):
         yield
         return
@@ -77,6 +88,21 @@ def replacing(wh: Warehouse, relation: str, keys: Iterable[str], deferred: bool)
     yield
     for key in keys:
         record(wh, relation, key)
+
+
+def _stored_at_kt(rows: pa.Table | None) -> pa.Table | None:
+    """Deferred events with ``exp`` at least past their ``kt``: the epoch their ``kt`` falls
+    in stores them, alive there or not (one stamped after its matches expired is too)."""
+    if rows is None or not {"kt", "exp"} <= set(rows.column_names):
+        return rows
+    later = pc.max_element_wise(rows["exp"], pc.add(rows["kt"], 1))
+    return rows.set_column(rows.column_names.index("exp"), "exp", later)
+
+
+def _local_folder(wh: Warehouse, relation: str, key: str) -> Path | None:
+    """The folder of epoch ``key`` of ``relation``'s deferred events on this machine."""
+    local = wh.local_path(wh.path(relation, key, deferred=True))
+    return Path(local) if local else None
 
 
 def keep_before(wh: Warehouse, relation: str, key: str) -> None:
@@ -104,8 +130,13 @@ def _link_aside(epoch: Path, base: Path) -> None:
     """Hard links to ``epoch``'s Parquet files in ``base``, which appears whole or not at all."""
     if base.is_dir() or not epoch.is_dir():
         return
-    base.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{base.name}.", dir=base.parent))
+    while True:
+        try:
+            base.parent.mkdir(parents=True, exist_ok=True)
+            partial = Path(tempfile.mkdtemp(prefix=f".{base.name}.", dir=base.parent))
+            break
+        except FileNotFoundError:
+            continue  # another relation's writer removed the emptied folders just now
     for f in epoch.iterdir():
         if f.suffix == ".parquet" and not f.name.startswith((".", "_")):
             try:

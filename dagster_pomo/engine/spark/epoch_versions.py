@@ -46,13 +46,23 @@ def passing(wh: Warehouse, plan: str) -> Iterator[None]:
         wh.passing = before
 
 
-def note(wh: Warehouse, relation: str, key: str, touches: tuple[int, int] | None) -> None:
+def note(
+    wh: Warehouse,
+    relation: str,
+    key: str,
+    touches: tuple[int, int] | None,
+    before: Stored | None | bool = True,
+) -> None:
     """Record the version of epoch ``key`` of ``relation`` just stored, which differs from
-    the one it replaced over ``touches`` (`EVER` for a first version)."""
+    the one it replaced over ``touches`` (`EVER` for a first version); ``before``, the
+    record of that one where a provisional record stands in its place now (see
+    `provisional`)."""
     folder = _folder(wh, relation)
     if folder is None:
         return
-    before = _read(folder / f"{key}.json")
+    if before is True:
+        before = _read(folder / f"{key}.json")
+    assert before is not True
     current = wh.passing
     basis = current.basis if current is not None else None
     plan = current.plan if current is not None else ""
@@ -73,11 +83,38 @@ def note(wh: Warehouse, relation: str, key: str, touches: tuple[int, int] | None
             None if before is None else before.basis,
             touches,
         )
+    _write(folder, key, stored)
+
+
+def _write(folder: Path, key: str, stored: Stored) -> None:
+    """``stored`` as the record of epoch ``key``, replacing the one there whole."""
     folder.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(prefix=f".{key}.", dir=folder)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         json.dump(stored.as_json(), out)
     os.replace(partial, folder / f"{key}.json")
+
+
+def provisional(wh: Warehouse, relation: str, key: str) -> Stored | None:
+    """Before epoch ``key`` of ``relation`` is replaced where no kept files tell later what
+    it was: a record of a first version stored now stands in for the one it will get (a
+    process killed before `note` leaves it, and the epoch's readers evaluate again); the
+    record it replaced, for `note`."""
+    folder = _folder(wh, relation)
+    if folder is None:
+        return None
+    before = _read(folder / f"{key}.json")
+    current = wh.passing
+    stand_in = Stored(
+        time.time_ns(),
+        current.basis if current is not None else None,
+        current.plan if current is not None else "",
+        None,
+        None,
+        EVER,
+    )
+    _write(folder, key, stand_in)
+    return before
 
 
 def forget(wh: Warehouse, relation: str, key: str) -> None:
