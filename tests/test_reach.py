@@ -155,40 +155,41 @@ def test_a_late_event_that_expires_at_an_epochs_start_evaluates_that_epoch(
     """A late event living until exactly the start of a later epoch: nothing of it is alive
     there, but a count that included it changes at that instant, and the change is that
     epoch's result."""
-    corpus = tmp_path / "counts.pomo"
-    corpus.write_text(
+    corpus = (
         ".decl a(x: int) lifetime 10;\n"
         ".decl n(x: int, v: int) lifetime 3;\n"
         "n(x, v) := a(x) ^ v = count : a(x);\n"
     )
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    (landing / "early.jsonl").write_text(json.dumps({"relation": "a", "t": 27, "args": [0]}) + "\n")
-    _steps(corpus, tmp_path / "wh", landing, SMALL)
-    (landing / "late.jsonl").write_text(json.dumps({"relation": "a", "t": 26, "args": [0]}) + "\n")
-    kept = _steps(corpus, tmp_path / "wh", landing, SMALL)
+    kept = _late_a(tmp_path, corpus, early=(27, 0), late=(26, 0))
     assert "36" not in kept["n"], kept
-    assert _rows(tmp_path / "wh", load_program(corpus)) == _scratch(
-        tmp_path, landing, corpus, SMALL
-    )
 
 
 def test_an_event_deferred_to_a_later_epoch_evaluates_that_epoch_alone(tmp_path: Path) -> None:
     """A late event whose consequence is stamped five ticks on, past its epoch's end (and
     past its own short life): the epoch the consequence falls in is evaluated, the others
     kept."""
-    corpus = tmp_path / "later.pomo"
-    corpus.write_text(".decl a(x: int) lifetime 1;\nd(x) @time(t + 5) := a(x) @time(t);\n")
+    corpus = ".decl a(x: int) lifetime 1;\nd(x) @time(t + 5) := a(x) @time(t);\n"
+    kept = _late_a(tmp_path, corpus, early=(3, 0), late=(10, 1))
+    assert kept["d"] == ("24", "36"), kept
+
+
+def _late_a(tmp_path: Path, text: str, early: tuple[int, int], late: tuple[int, int]) -> dict:
+    """``text`` over an event ``a(x)`` (time, x), every epoch of `SMALL` evaluated, then a
+    late one: what each unit kept the second time. Every partition is then what a run from
+    scratch stores."""
+    corpus = tmp_path / "late.pomo"
+    corpus.write_text(text)
     landing = tmp_path / "landing"
     landing.mkdir()
-    (landing / "early.jsonl").write_text(json.dumps({"relation": "a", "t": 3, "args": [0]}) + "\n")
-    _steps(corpus, tmp_path / "wh", landing, SMALL)
-    (landing / "late.jsonl").write_text(json.dumps({"relation": "a", "t": 10, "args": [1]}) + "\n")
-    kept = _steps(corpus, tmp_path / "wh", landing, SMALL)
-    assert kept["d"] == ("24", "36"), kept
+    for name, (t, x) in (("early", early), ("late", late)):
+        (landing / f"{name}.jsonl").write_text(
+            json.dumps({"relation": "a", "t": t, "args": [x]}) + "\n"
+        )
+        kept = _steps(corpus, tmp_path / "wh", landing, SMALL)
     assert _rows(tmp_path / "wh", load_program(corpus)) == _scratch(
         tmp_path, landing, corpus, SMALL
     )
+    return kept
 
 
 def test_a_changed_corpus_evaluates_every_epoch_again(tmp_path: Path) -> None:
