@@ -3,7 +3,7 @@
 The landing index records, for each input epoch an inputs step stored, the landing files
 that could hold its events then (with their signatures), a digest of what else decides
 them (the corpus's facts and input declarations, the accepted times) and each input
-relation's `digest` terms there. At the next step an epoch is
+relation's `digest_terms` there. At the next step an epoch is
 
 - **kept** as stored when the files that could hold it are those, unchanged: none of them
   is read for it, and it is not written again;
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_pomo.engine.ingest import Landed
-from dagster_pomo.engine.versions import Version, row_hash
+from dagster_pomo.engine.versions import Version
 from dagster_pomo.lang import Program
 from dagster_pomo.timeline import Epoch, epoch_key
 
@@ -38,9 +38,8 @@ KEEP, ADD, READ = "keep", "add", "read"
 @dataclass(frozen=True)
 class EpochInputs:
     """What an input epoch was stored from: the landing files that could hold it (name ->
-    signature), `inputs_digest` then, per input relation its rows' count and the sum of
-    their `row_hash` values (see `versions.digest`), and how many delete lines of those
-    files name a time in it."""
+    signature), `inputs_digest` then, per input relation the `versions.digest_terms` of its
+    rows, and how many delete lines of those files name a time in it."""
 
     files: Mapping[str, str]
     inputs: str
@@ -100,12 +99,6 @@ def plan_epochs(
         else:
             plan[key] = READ
     return plan
-
-
-def sums_of(rows: Sequence[Version]) -> tuple[int, int]:
-    """The count of ``rows`` and the sum of their `row_hash` values, modulo 2^64."""
-    total = sum(int.from_bytes(row_hash(r), "big") for r in rows)
-    return len(rows), total % (1 << 64)
 
 
 __all__ = ["ADD", "KEEP", "READ", "EpochInputs", "holders", "inputs_digest", "plan_epochs"]

@@ -49,13 +49,12 @@ from dagster_pomo.engine.landing_epochs import (
     holders,
     inputs_digest,
     plan_epochs,
-    sums_of,
 )
 from dagster_pomo.engine.ledger import Ledger, is_postgres, open_ledger
 from dagster_pomo.engine.lines import DEFAULT_TIMES, BadLine, TimeWindow, event_time, read_events
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.settings import SparkSettings
-from dagster_pomo.engine.versions import Version, digest_of
+from dagster_pomo.engine.versions import Version, digest_of, digest_terms
 from dagster_pomo.errors import UsageError
 from dagster_pomo.lang import CorpusError, Program, ast
 from dagster_pomo.lang.catalog import first_use
@@ -204,24 +203,21 @@ class Storage:
 def landing_index(results: Any, times: str) -> dict[str, Landed]:
     """What each landing file held (``_landing.json`` beside the warehouse), as judged with
     the accepted ``times``; empty when it was judged with others or cannot be read."""
-    files = _landing_json(results, times)["files"]
-    return {file: Landed.from_json(entry) for file, entry in files.items()}
+    return _landing_json(results, times)[0]
 
 
-def _landing_json(results: Any, times: str) -> dict[str, dict[str, Any]]:
+def _landing_json(results: Any, times: str) -> tuple[dict[str, Landed], dict[str, EpochInputs]]:
     """The landing index's files and input epochs (``_landing.json``), as recorded with the
     accepted ``times``; both empty when it was judged with others or cannot be read."""
     try:
         index = json.loads(results.read_text(LANDING_INDEX) or "{}")
         if index.get("times") != times:
-            return {"files": {}, "epochs": {}}
-        for entry in index["files"].values():
-            Landed.from_json(entry)
-        for entry in index.get("epochs", {}).values():
-            EpochInputs.from_json(entry)
-        return {"files": index["files"], "epochs": index.get("epochs", {})}
+            return {}, {}
+        files = {file: Landed.from_json(entry) for file, entry in index["files"].items()}
+        epochs = index.get("epochs", {})
+        return files, {key: EpochInputs.from_json(entry) for key, entry in epochs.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
-        return {"files": {}, "epochs": {}}
+        return {}, {}
 
 
 def _record_epochs(
@@ -244,7 +240,7 @@ def _record_epochs(
     for e in epochs:
         if (key := epoch_key(e)) in written:
             mine = holders(ingested.landed, e, e == driver.epochs[0])
-            sums = {name: sums_of(by_key.get((name, key), [])) for name in selected}
+            sums = {name: digest_terms(by_key.get((name, key), [])) for name in selected}
             recorded[key] = EpochInputs(mine, inputs, sums, deletes.get(key, 0))
     digests, counts = {}, {}
     for name in selected:
@@ -389,9 +385,7 @@ class Pipeline:
         Spark's tasks (`Driver.store_landing`)."""
         wh = driver.results
         window = self.storage.window()
-        index = _landing_json(wh, str(window))
-        known = {file: Landed.from_json(entry) for file, entry in index["files"].items()}
-        recorded = {k: EpochInputs.from_json(v) for k, v in index["epochs"].items()}
+        known, recorded = _landing_json(wh, str(window))
         start = None if epochs[0] == driver.epochs[0] else epochs[0].start
         paths = landing_files(self.storage.landing)
         fresh, kept = to_read(paths, known, start, epochs[-1].end)
@@ -406,7 +400,7 @@ class Pipeline:
             return Landing(ingested, stored.digests, stored.counts, self._quarantine(wh, ingested))
         now = self._now(paths, known, recorded, epochs, window)
         plan = None if now is None else plan_epochs(epochs, driver.epochs[0], now, recorded, inputs)
-        if plan is not None and now is not None:
+        if now is not None and plan is not None:
             wanted = set()  # each file holding an epoch read, or newly one added to
             for e in epochs:
                 mine = holders(now, e, e == driver.epochs[0])

@@ -162,11 +162,17 @@ def digest(rows: Iterable[Version]) -> str:
     order (landing files may be split or listed anew): the sum of each row's 64-bit hash,
     with the count. A stored partition's data version, so that reading unchanged events
     again is no new data."""
+    return digest_of(*digest_terms(rows))
+
+
+def digest_terms(rows: Iterable[Version]) -> tuple[int, int]:
+    """How many ``rows`` and the sum of their `row_hash` values: terms that add up, so the
+    `digest` of a union of parts is that of the sums of theirs."""
     total, count = 0, 0
     for row in rows:
         total += int.from_bytes(row_hash(row), "big")
         count += 1
-    return digest_of(count, total)
+    return count, total % (1 << 64)
 
 
 def digest_of(count: int, total: int) -> str:
