@@ -134,3 +134,31 @@ def test_an_aggregate_over_one_version_an_event_needs_no_segments(rule: str, sin
     (made,) = [r for s in plan.strata for r in s.rules if r.relation == "m"]
     assert made.aggregate is not None
     assert made.aggregate.one_version_each is single
+
+
+def test_every_backend_executes_every_kind_of_step() -> None:
+    """The steps are one closed set: each rule is lowered to them once, and each backend
+    supplies a primitive for every kind the one walk hands out (a backend missing one is
+    not `Primitives`)."""
+    from dagster_pomo.engine.interpreter import Primitives
+    from dagster_pomo.engine.local.rule_columns import Columns
+    from dagster_pomo.engine.spark.rule_frames import Frames
+
+    assert isinstance(Columns(0), Primitives)
+    assert isinstance(Frames(), Primitives)
+    program = compile_corpus(
+        ".decl a(x: int, y: int) lifetime 5;\n.decl b(y: int);\n"
+        "n(x) @next := a(x, _) ^ !b(x);\nm(x) @count := a(x, y) ^ !b(y);\n",
+        "steps",
+    )
+    plan = compile_plan(program, infer_schemas(program, {}))
+    for stratum in plan.strata:
+        for rule in stratum.rules:
+            assert rule.steps is not None, "every rule is lowered when the corpus compiles"
+            kinds = [type(s).__name__ for s in rule.steps.body]
+            if rule.inductive:  # no `Valid`: negations over the epoch before
+                assert kinds == ["Read", "AntiJoin"]
+                assert type(rule.steps.last).__name__ == "Make"
+            else:
+                assert kinds == ["Read", "Valid", "AntiJoin"]
+                assert type(rule.steps.last).__name__ == "Aggregate"

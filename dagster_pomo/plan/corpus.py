@@ -21,6 +21,7 @@ from dagster_pomo.plan.one_time_groups import at_one_time, one_version_each
 from dagster_pomo.plan.partitioning import stable_argument
 from dagster_pomo.plan.rules import RulePlan, plan_rule
 from dagster_pomo.plan.schema import Schema
+from dagster_pomo.plan.steps import lower
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,14 @@ def plan_aggregates(program: Program, strata: tuple[StratumPlan, ...]) -> tuple[
     return tuple(out)
 
 
+def plan_steps(strata: tuple[StratumPlan, ...]) -> tuple[StratumPlan, ...]:
+    """Every rule lowered to the steps its executors walk (`steps.lower`), once the other
+    passes have decided what the steps depend on."""
+    return tuple(
+        replace(s, rules=tuple(replace(r, steps=lower(r)) for r in s.rules)) for s in strata
+    )
+
+
 def deferring(program: Program) -> frozenset[str]:
     return frozenset(
         r.head.relation for r in program.corpus.rules if r.body and r.head.time is not None
@@ -189,6 +198,7 @@ def compile_plan(program: Program, schemas: Mapping[str, Schema]) -> CorpusPlan:
     strata = plan_strata(program, schemas)
     strata = plan_recursion(program, schemas, strata)
     strata = plan_aggregates(program, strata)
+    strata = plan_steps(strata)
     return CorpusPlan(
         program,
         schemas,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK, binding_of
@@ -24,7 +26,17 @@ from dagster_pomo.plan.constant_defs import constant_values
 from dagster_pomo.plan.scans import CID, atom_columns, atom_reads
 from dagster_pomo.plan.schema import Schema, SchemaError, rule_env
 
+if TYPE_CHECKING:
+    from dagster_pomo.plan.steps import Steps
+
 Typed = tuple[str, str]  # (stored column, type)
+
+
+class JoinKind(StrEnum):
+    FIRST = "first"  # the first scan: nothing to join
+    ON = "on"  # on shared variables
+    BAND = "band"  # on buckets of a band two integer variables are kept in
+    CROSS = "cross"  # every pair
 
 
 @dataclass(frozen=True)
@@ -33,7 +45,7 @@ class Join:
     variables, ``band`` (buckets of ``band``, whose ``left`` the earlier scans bind and
     ``right`` this one), or ``cross`` (every pair)."""
 
-    kind: str
+    kind: JoinKind
     on: tuple[str, ...] = ()
     band: Band | None = None
 
@@ -180,6 +192,8 @@ class RulePlan:
     body_aggregates: tuple[BodyAggregate, ...] = ()
     asynchronous: bool = False  # an ``@async`` rule
     choices: tuple[Choice, ...] = ()  # each ``choose((keys), (values))``
+    # The steps every backend walks (`steps.lower`), set by `corpus.plan_steps` last.
+    steps: Steps | None = field(default=None, compare=False, repr=False)
 
     @property
     def relation(self) -> str:
@@ -227,12 +241,12 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
             )
         shared = tuple(v for v, _, _ in scan.binds if v in bound)
         if not scans:
-            join = Join("first")
+            join = Join(JoinKind.FIRST)
         elif shared:
-            join = Join("on", shared)
+            join = Join(JoinKind.ON, shared)
         else:
             band = _band(guarded, bound, {v: typ for v, _, typ in scan.binds})
-            join = Join("band", band=band) if band is not None else Join("cross")
+            join = Join(JoinKind.BAND, band=band) if band is not None else Join(JoinKind.CROSS)
         scans.append(replace(scan, join=join))
         for v, _, typ in scan.binds:
             bound.setdefault(v, typ)
@@ -303,7 +317,7 @@ def _scan(index: int, atom: ast.Atom, schema: Schema, constants: Mapping[str, Va
         tuple(reads.constants),
         tuple(reads.checks),
         (*schema.columns, *schema.aggregate_columns, "t"),
-        Join("first"),
+        Join(JoinKind.FIRST),
         schema.columns,
     )
 
@@ -327,7 +341,7 @@ def _body_aggregate(
         raise SchemaError(
             f"line {agg.span.line}: `{agg.var.name} := {agg.function} ...` needs {what}"
         )
-    join = Join("on", group) if group else Join("cross")
+    join = Join(JoinKind.ON, group) if group else Join(JoinKind.CROSS)
     return BodyAggregate(
         index, agg.var.name, agg.function, agg.arg, typ or "int", replace(scan, join=join), group
     )

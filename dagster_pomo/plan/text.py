@@ -1,15 +1,32 @@
 """A corpus plan as text: what ``pomo plan`` prints and golden files pin.
 
-One block per stratum, one per rule in it, one line per step in the order the
-executors take them: scans (each with how it joins those before it), definitions,
-checks, guards, negations, the aggregate and the head.
+One block per stratum, one per rule in it, one line per step (`steps.py`) in the order
+every executor takes them: scans (each with how it joins those before it), body
+aggregates, definitions, checks, guards, the valid matches, negations, choices,
+provenance, the aggregate and the head.
 """
 
 from __future__ import annotations
 
 from dagster_pomo.lang.render import render_const, render_expr, render_rule
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
-from dagster_pomo.plan.rules import Join, RulePlan, Scan
+from dagster_pomo.plan.rules import Aggregate as RuleAggregate
+from dagster_pomo.plan.rules import Head, Join, JoinKind, RulePlan, Scan
+from dagster_pomo.plan.steps import (
+    Aggregate,
+    Alive,
+    AntiJoin,
+    Check,
+    Choose,
+    Filter,
+    Let,
+    Provenance,
+    Read,
+    Step,
+    Summarise,
+    Valid,
+    Window,
+)
 from dagster_pomo.timeline import show_duration
 
 
@@ -51,49 +68,93 @@ def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
     if rule.constants:
         shown = ", ".join(f"{k} = {_value(v)}" for k, v in rule.constants.items())
         lines.append(f"  constants {shown}")
-    for scan in rule.scans:
-        lines.append("  " + _scan(scan))
-        for pos, expr, column, typ in scan.checks:
-            lines.append(f"    check {column}:{typ} == {render_expr(expr)} (argument {pos})")
-    for agg in rule.body_aggregates:
-        arg = "" if agg.arg is None else f" {render_expr(agg.arg)}"
-        empty = "no match" if agg.empty is None else _value(agg.empty)
-        lines.append(
-            f"  summarise {agg.var}:{agg.type} = {agg.function}{arg} over {_scan(agg.scan)}"
-            f" alive at tau; over none: {empty}"
-        )
-        for pos, expr, column, typ in agg.scan.checks:
-            lines.append(f"    check {column}:{typ} == {render_expr(expr)} (argument {pos})")
-    for d in rule.defs:
-        lines.append(f"  define {d.var}:{d.type} = {render_expr(d.expr)}")
-    for guard in rule.guards:
-        lines.append(f"  guard {render_expr(guard)}")
-    for negation in rule.negations:
+    assert rule.steps is not None
+    for step in rule.steps.body:
+        lines += ["  " + text for text in _step(step, rule)]
+    last = rule.steps.last
+    if isinstance(last, Aggregate):
+        lines += ["  " + text for text in _aggregate(last.aggregate)]
+    lines.append("  " + _head(rule, last.head))
+    return lines
+
+
+def _step(step: Step, rule: RulePlan) -> list[str]:
+    """A step as the lines ``pomo plan`` prints (a scan's join on its line)."""
+    if isinstance(step, Read):
+        return [_scan(step.scan) + (" (keyed by event)" if step.keyed else "")]
+    if isinstance(step, Summarise):
+        lines = []
+        for agg in step.aggregates:
+            arg = "" if agg.arg is None else f" {render_expr(agg.arg)}"
+            empty = "no match" if agg.empty is None else _value(agg.empty)
+            within = " starting in the epoch" if step.window is Window.MADE else ""
+            lines.append(
+                f"summarise {agg.var}:{agg.type} = {agg.function}{arg} over {_scan(agg.scan)}"
+                f" alive at tau{within}; over none: {empty}"
+            )
+            for pos, expr, column, typ in agg.scan.checks:
+                lines.append(f"  check {column}:{typ} == {render_expr(expr)} (argument {pos})")
+        return lines
+    if isinstance(step, Let):
+        d = step.definition
+        return [f"define {d.var}:{d.type} = {render_expr(d.expr)}"]
+    if isinstance(step, Check):
+        return [
+            f"check {step.column}:{step.type} == {render_expr(step.expr)} "
+            f"(atom {step.scan}, argument {step.position})"
+        ]
+    if isinstance(step, Filter):
+        return [f"guard {render_expr(step.guard)}"]
+    if isinstance(step, Valid):
+        return [f"valid: alive at tau, {_WINDOWS[step.window]}"]
+    if isinstance(step, AntiJoin):
+        negation = step.negation
         compared = ", ".join(
             f"{column} == {render_expr(arg)}"
             for arg, column, _ in negation.columns
             if render_expr(arg) != "_"
         )
-        lines.append(f"  anti-join {negation.relation} alive at tau on ({compared})")
-    for choice in rule.choices:
+        alive = "at tau" if step.alive is Alive.AT_TAU else "in the epoch before"
+        return [f"anti-join {negation.relation} alive {alive} on ({compared})"]
+    if isinstance(step, Choose):
+        choice = step.choice
         keys, values = ", ".join(choice.keys), ", ".join(choice.values)
-        lines.append(
-            f"  choose per ({keys}) the least ({values}) at the first tau, for ever after; "
+        return [
+            f"choose per ({keys}) the least ({values}) at the first tau, for ever after; "
             f"kept in {choice.table.name}"
-        )
-    if rule.aggregate is not None:
-        fns = ", ".join(
-            f"{fn}({'' if arg is None else render_expr(arg)}) -> {column}:{typ}"
-            for fn, arg, column, typ in rule.aggregate.functions
-        )
-        lines.append(f"  aggregate {fns}; reach from {', '.join(rule.aggregate.reach_from)}")
-        if rule.aggregate.at_one_time:
-            lines.append("    each group's matches made at one time: grouped, no running window")
-        if rule.aggregate.one_version_each:
-            lines.append("    one version a combination of events: alive from tau to its expiry")
-        if rule.aggregate.lattice is not None:
-            lines.append(f"    lattice: the merge registered as {rule.aggregate.lattice!r}")
-    head = rule.head
+        ]
+    if isinstance(step, Provenance):
+        sources = [
+            f"{s.relation} {'its provenance' if s.provenance == 'stored' else 'its content ID'}"
+            for s in (rule.scans[i] for i in step.scans)
+        ]
+        return [f"provenance = union of {', '.join(sources) or 'nothing'}"]
+    return []  # a join: printed with its scan
+
+
+_WINDOWS = {
+    Window.MADE: "made in the epoch",
+    Window.SLIDING: "in the epoch or expired at its start",
+    Window.ALL: "whenever made",
+}
+
+
+def _aggregate(aggregate: RuleAggregate) -> list[str]:
+    fns = ", ".join(
+        f"{fn}({'' if arg is None else render_expr(arg)}) -> {column}:{typ}"
+        for fn, arg, column, typ in aggregate.functions
+    )
+    lines = [f"aggregate {fns}; reach from {', '.join(aggregate.reach_from)}"]
+    if aggregate.at_one_time:
+        lines.append("  each group's matches made at one time: grouped, no running window")
+    if aggregate.one_version_each:
+        lines.append("  one version a combination of events: alive from tau to its expiry")
+    if aggregate.lattice is not None:
+        lines.append(f"  lattice: the merge registered as {aggregate.lattice!r}")
+    return lines
+
+
+def _head(rule: RulePlan, head: Head) -> str:
     args = ", ".join(f"{col}:{typ} = {render_expr(arg)}" for arg, col, typ in head.args)
     time = "tau"
     if rule.inductive:
@@ -104,16 +165,8 @@ def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
         )
     if head.time is not None:
         time = render_expr(head.time)
-    life = "none" if head.lifetime is None else show_duration(head.lifetime)
-    lines.append(f"  head {head.relation}({args}) t = {time}, lifetime {life}")
-    if head.provenance:
-        sources = [
-            f"{s.relation} {'its provenance' if s.provenance == 'stored' else 'its content ID'}"
-            for s in rule.scans
-            if s.provenance
-        ]
-        lines.append(f"  provenance = union of {', '.join(sources) or 'nothing'}")
-    return lines
+    life = "none" if rule.head.lifetime is None else show_duration(rule.head.lifetime)
+    return f"head {head.relation}({args}) t = {time}, lifetime {life}"
 
 
 def _scan(scan: Scan) -> str:
@@ -130,9 +183,9 @@ def _scan(scan: Scan) -> str:
 
 
 def _join(join: Join) -> str:
-    if join.kind == "first":
+    if join.kind is JoinKind.FIRST:
         return ""
-    if join.kind == "on":
+    if join.kind is JoinKind.ON:
         return f" join on ({', '.join(join.on)})"
     if join.band is not None:
         band = join.band

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 
-from dagster_pomo.engine import lattices
+from dagster_pomo.engine import interpreter, lattices
 from dagster_pomo.engine.cid import cids
 from dagster_pomo.engine.local import provenance, sliding_aggregates
 from dagster_pomo.engine.local.column_joins import (
@@ -57,6 +57,7 @@ from dagster_pomo.lang.kinds import expr_type
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import (
     BodyAggregate,
+    Choice,
     Head,
     Negation,
     RulePlan,
@@ -65,8 +66,20 @@ from dagster_pomo.plan.rules import (
 )
 from dagster_pomo.plan.scans import CID, comparable
 from dagster_pomo.plan.schema import PROV, Schema, row_columns
-from dagster_pomo.plan.time import head_times, next_stamp
-from dagster_pomo.timeline import EARLIEST, NEVER, PAST, Epoch
+from dagster_pomo.plan.steps import (
+    AntiJoin,
+    Check,
+    Choose,
+    Filter,
+    Let,
+    Make,
+    Provenance,
+    Read,
+    Summarise,
+)
+from dagster_pomo.plan.steps import Window as Within
+from dagster_pomo.plan.time import head_times
+from dagster_pomo.timeline import NEVER, PAST, Epoch
 
 
 def rule_supported(plan: RulePlan) -> bool:
@@ -168,57 +181,8 @@ def _checked(
     return keep
 
 
-def matches(
-    rule: RulePlan,
-    sources: Sequence[Cols],
-    limit: int,
-    want_keys: bool = False,
-    window: tuple[int, int] = (EARLIEST, NEVER),
-) -> Matches:
-    """As :func:`dagster_pomo.engine.spark.rule_frames.matches`: ``sources`` one per scan, then one
-    per body aggregate."""
-    joined: Cols | None = None
-    env: dict[str, Col] = {}
-    checks: list[tuple[ast.Expr, str, str]] = []
-    keys: list[str] = []
-    for scan, df in zip(rule.scans, sources, strict=False):
-        frame, frame_env, frame_checks, frame_keys = _atom_frame(scan, df, want_keys)
-        checks += frame_checks
-        keys += frame_keys
-        join = scan.join
-        if joined is None:
-            joined = frame
-        elif join.kind == "on":
-            joined = join_on(joined, frame, [f"v_{v}" for v in join.on], limit)
-        else:
-            joined = _band_join(joined, env, frame, frame_env, join.band, limit)
-        for name, col in frame_env.items():
-            env.setdefault(name, col)
-    if rule.body_aggregates:
-        if joined is None:  # no positive atom: one match, alive always
-            joined = {"__unit": np.zeros(1, dtype=np.int64)}
-        joined = summarise(rule, joined, sources[len(rule.scans) :], window, limit)
-        env.update({agg.var: Col(f"v_{agg.var}", agg.type) for agg in rule.body_aggregates})
-    assert joined is not None
-    joined = dict(joined)  # `where` adds columns: not to a source's
-    n = height(joined)
-    for d in rule.defs:
-        vec = value(d.expr, joined, env)
-        typ = vec.typ or d.type
-        joined[f"v_{d.var}"] = vec.values if vec.typ else np.zeros(n, NUMPY[typ])
-        ok = None
-        if vec.ok is not None or vec.typ is None:
-            ok = f"v_{d.var}__ok"
-            joined[ok] = vec.valid() if vec.typ else np.zeros(n, dtype=bool)
-        env[d.var] = Col(f"v_{d.var}", typ, ok)
-    keep = _checked(checks, joined, env)
-    for guard in rule.guards:
-        keep &= truthy(value(guard, joined, env))
-    return Matches(joined, env, rule.atoms, keys, None if keep.all() else keep)
-
-
 def summarise(
-    rule: RulePlan,
+    step: Summarise,
     joined: Cols,
     sources: Sequence[Cols],
     window: tuple[int, int],
@@ -227,12 +191,12 @@ def summarise(
     """As :func:`dagster_pomo.engine.spark.rule_frames.summarise`: the body aggregates as one more
     atom, a row per match and piece."""
     a, b = window
-    n, rows = len(rule.scans), height(joined)
+    n, rows = step.scans, height(joined)
     if n:
         tau, mexp = _tau(joined, n), _min_exp(joined, n)
     else:
         tau, mexp = np.full(rows, PAST), np.full(rows, NEVER)
-    groups_of = list(dict.fromkeys(f"v_{v}" for agg in rule.body_aggregates for v in agg.group))
+    groups_of = list(dict.fromkeys(f"v_{v}" for agg in step.aggregates for v in agg.group))
     joined = {**joined, "__mtau": tau, "__mmexp": mexp}
     key = [*groups_of, "__mtau", "__mmexp"]
     lives = (mexp > tau) & (tau < b) & (mexp > a)
@@ -241,7 +205,7 @@ def summarise(
     first = take(asked, (at >= a) & (at < b))
     parts = [{**first, "__at": first["__mtau"]}]
     summarised = []
-    for agg, source in zip(rule.body_aggregates, sources, strict=True):
+    for agg, source in zip(step.aggregates, sources, strict=True):
         events, same = _summarised(agg, source, a, b)
         summarised.append((agg, events, same))
         changes = {c: np.concatenate([events[c], events[c]]) for c in same.values()}
@@ -278,7 +242,7 @@ def summarise(
         until = np.minimum(until, least)
         result = np.where(has, res, agg.empty) if agg.empty is not None else res
         pieces = {**pieces, f"v_{agg.var}": result.astype(NUMPY[agg.type])}
-    i = rule.atoms - 1
+    i = n  # the atom after the scans
     pieces = {**pieces, f"__kt{i}": pieces["__at"], f"__exp{i}": until}
     del pieces["__at"]
     out = join_on(joined, pieces, key, limit)
@@ -407,27 +371,6 @@ def _min_exp(df: Cols, atoms: int) -> np.ndarray:
     return functools.reduce(np.minimum, exps).astype(np.int64, copy=False)
 
 
-Within = Callable[[np.ndarray, np.ndarray], np.ndarray]
-
-
-def valid(
-    m: Matches, rule: RulePlan, negated: Sequence[Cols], within: Within | None = None
-) -> Cols:
-    """Matches whose versions are all alive at ``__tau`` and whose negations hold there;
-    and, given ``within``, for which it holds (of ``tau`` and the least expiry)."""
-    tau, mexp = _tau(m.df, m.atoms), _min_exp(m.df, m.atoms)
-    keep = mexp > tau
-    if m.keep is not None:
-        keep &= m.keep
-    if within is not None:
-        keep &= within(tau, mexp)
-    df = dict(m.df) if keep.all() else take(m.df, keep)
-    df["__tau"], df["__mexp"] = tau[keep], mexp[keep]
-    for negation, source in zip(rule.negations, negated, strict=True):
-        df = anti_join(df, negation, source, m.env)
-    return df
-
-
 def anti_join(
     df: Cols,
     negation: Negation,
@@ -524,13 +467,114 @@ def head_rows(
     return out if ok.all() else take(out, ok)
 
 
-def with_provenance(df: Cols, rule: RulePlan) -> Cols:
-    """``df`` with each match's provenance (``__prov``: the union of its atoms', see
-    `Scan.provenance`) when the rule's head carries it."""
-    if not rule.head.provenance:
-        return df
-    parts = [df[f"__prov{x.index}"] for x in rule.scans if x.provenance]
-    return {**df, "__prov": provenance.united(parts, height(df))}
+@dataclass(frozen=True)
+class Columns:
+    """Each kind of step (`plan/steps.py`) over numpy columns, for the one walk of
+    `engine/interpreter.py`. ``limit``: the most matches a join may make (`TooLarge` past
+    it); ``reach``: how long an aggregate's matches can live (`rules.Aggregate.reach_from`).
+    Guards and checks narrow a mask (``Matches.keep``) that the next step needing whole
+    rows takes at once, so that many columns are cut once."""
+
+    limit: int
+    reach: int = NEVER
+
+    def read(self, step: Read, source: Cols) -> Matches:
+        df, env, _, keys = _atom_frame(step.scan, source, step.keyed)
+        return Matches(df, env, step.scan.index + 1, keys)
+
+    def _joined(self, left: Matches, right: Matches, df: Cols) -> Matches:
+        env = {**right.env, **left.env}
+        return Matches(df, env, max(left.atoms, right.atoms), left.keys + right.keys)
+
+    def join_on(self, left: Matches, right: Matches, on: Sequence[str]) -> Matches:
+        df = join_on(left.df, right.df, [f"v_{v}" for v in on], self.limit)
+        return self._joined(left, right, df)
+
+    def band_join(self, left: Matches, right: Matches, band: Band, index: int) -> Matches:
+        df = _band_join(left.df, left.env, right.df, right.env, band, self.limit)
+        return self._joined(left, right, df)
+
+    def cross(self, left: Matches, right: Matches) -> Matches:
+        return self._joined(left, right, join_on(left.df, right.df, [], self.limit))
+
+    def unit(self) -> Matches:
+        return Matches({"__unit": np.zeros(1, dtype=np.int64)}, {}, 0, [])
+
+    def summarise(
+        self, m: Matches, step: Summarise, sources: Sequence[Cols], window: tuple[int, int]
+    ) -> Matches:
+        df = summarise(step, _settled(m), sources, window, self.limit)
+        env = {**m.env, **{agg.var: Col(f"v_{agg.var}", agg.type) for agg in step.aggregates}}
+        return Matches(df, env, step.scans + 1, m.keys)
+
+    def let(self, m: Matches, step: Let) -> Matches:
+        d = step.definition
+        df = dict(m.df)  # a column added: not to a source's
+        n = height(df)
+        vec = value(d.expr, df, m.env)
+        typ = vec.typ or d.type
+        df[f"v_{d.var}"] = vec.values if vec.typ else np.zeros(n, NUMPY[typ])
+        ok = None
+        if vec.ok is not None or vec.typ is None:
+            ok = f"v_{d.var}__ok"
+            df[ok] = vec.valid() if vec.typ else np.zeros(n, dtype=bool)
+        return replace(m, df=df, env={**m.env, d.var: Col(f"v_{d.var}", typ, ok)})
+
+    def check(self, m: Matches, step: Check) -> Matches:
+        checked = (step.expr, f"__x{step.scan}_{step.position}", step.type)
+        return _narrowed(m, _checked([checked], m.df, m.env))
+
+    def filter(self, m: Matches, step: Filter) -> Matches:
+        return _narrowed(m, truthy(value(step.guard, m.df, m.env)))
+
+    def valid(self, m: Matches, window: Within, a: int, b: int) -> Matches:
+        tau, mexp = _tau(m.df, m.atoms), _min_exp(m.df, m.atoms)
+        keep = mexp > tau
+        if m.keep is not None:
+            keep &= m.keep
+        if window is Within.MADE:
+            keep &= (tau >= a) & (tau < b)
+        elif window is Within.SLIDING:  # what expired at ``a`` changes a window then
+            keep &= (tau < b) & (mexp >= a)
+        df = dict(m.df) if keep.all() else take(m.df, keep)
+        df["__tau"], df["__mexp"] = tau[keep], mexp[keep]
+        return replace(m, df=df, keep=None)
+
+    def anti_join(
+        self, m: Matches, step: AntiJoin, source: Cols, during: tuple[int, int] | None
+    ) -> Matches:
+        df = anti_join(_settled(m), step.negation, source, m.env, during)
+        return replace(m, df=df, keep=None)
+
+    def choose(self, m: Matches, step: Choose, before: Cols) -> tuple[Matches, Cols]:
+        df, made = chosen(_settled(m), step.choice, m.env, before)
+        return replace(m, df=df, keep=None), made
+
+    def provenance(self, m: Matches, step: Provenance) -> Matches:
+        df = _settled(m)
+        parts = [df[f"__prov{i}"] for i in step.scans]
+        return replace(m, df={**df, "__prov": provenance.united(parts, height(df))}, keep=None)
+
+    def make(self, m: Matches, step: Make, stamp: tuple[int, int] | None) -> Cols:
+        df = _settled(m)
+        if stamp is None:
+            tau, exp = df["__tau"], df["__mexp"]
+        else:
+            n = height(df)
+            tau, exp = np.full(n, stamp[0], np.int64), np.full(n, stamp[1], np.int64)
+        return head_rows(step.head, df, m.env, tau, exp)
+
+    def aggregate(self, m: Matches, rule: RulePlan, a: int, b: int) -> Cols:
+        return grouped(rule, m, a, b, self.reach)
+
+
+def _settled(m: Matches) -> Cols:
+    """The rows of ``m`` its guards and checks keep."""
+    return m.df if m.keep is None or m.keep.all() else take(m.df, m.keep)
+
+
+def _narrowed(m: Matches, keep: np.ndarray) -> Matches:
+    return replace(m, keep=keep if m.keep is None else m.keep & keep)
 
 
 def derive(
@@ -543,7 +587,7 @@ def derive(
 ) -> Cols:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``; `TooLarge`
     when a join would make more than ``limit`` matches."""
-    return derive_choosing(rule, sources, negated, a, b, limit)[0]
+    return interpreter.derive(rule, Columns(limit), sources, negated, a, b).rows
 
 
 def derive_choosing(
@@ -557,11 +601,8 @@ def derive_choosing(
 ) -> tuple[Cols, list[Cols]]:
     """As `derive`, the rule's ``choose``s reading what earlier epochs chose (``before``,
     see `chosen`); with the rows of their tables for the keys chosen for the first time."""
-    m = matches(rule, sources, limit, window=(a, b))
-    df = valid(m, rule, negated, lambda tau, _: (tau >= a) & (tau < b))
-    df, made = chosen(df, rule, m.env, before)
-    df = with_provenance(df, rule)
-    return head_rows(rule.head, df, m.env, df["__tau"], df["__mexp"]), made
+    made = interpreter.derive(rule, Columns(limit), sources, negated, a, b, before)
+    return made.rows, made.chosen
 
 
 def derive_next(
@@ -571,65 +612,7 @@ def derive_next(
     derives from the versions of the epoch ``previous`` (its negated atoms with no version
     known by its end and alive after its start), stamped at its end and alive one epoch
     more; an ``@async`` rule's matches with ``tau`` in ``previous``, stamped at its end."""
-    window = (previous.lower, previous.end)
-    if rule.asynchronous:  # each match of the epoch, negations as of its time
-        m = matches(rule, sources, limit, window=window)
-        df = valid(m, rule, negated, lambda tau, _: (tau >= window[0]) & (tau < window[1]))
-    else:
-        m = matches(rule, sources, limit)
-        df = m.df if m.keep is None else take(m.df, m.keep)
-        for negation, source in zip(rule.negations, negated, strict=True):
-            df = anti_join(df, negation, source, m.env, alive=window)
-    df = with_provenance(df, rule)
-    t, exp = next_stamp(previous, rule.head.lifetime, rule.asynchronous)
-    n = height(df)
-    stamp, expires = np.full(n, t, np.int64), np.full(n, exp, np.int64)
-    return head_rows(rule.head.uncapped(), df, m.env, stamp, expires)
-
-
-def _sorted(df: Cols, by: Sequence[str]) -> np.ndarray:
-    """The rows in order of ``by``'s values, first column first, ties kept in their order."""
-    order = np.arange(height(df))
-    for c in reversed(by):
-        order = order[np.argsort(df[c][order], kind="stable")]
-    return order
-
-
-def chosen(
-    df: Cols, rule: RulePlan, env: Mapping[str, Col], before: Sequence[Cols] = ()
-) -> tuple[Cols, list[Cols]]:
-    """As :func:`dagster_pomo.engine.spark.rule_frames.chosen`: per ``choose`` keys, the
-    matches with the values an earlier epoch chose (``before``), else with those of the
-    first match (the least values at the earliest ``tau``); and per choice, the rows of its
-    table for the keys chosen for the first time."""
-    made = []
-    for choice, earlier in zip(rule.choices, before, strict=True):
-        side = choice.table
-        for v in choice.values:
-            if env[v].ok is not None:
-                df = take(df, np.asarray(df[env[v].ok], dtype=bool))
-        keys = [env[k].column for k in choice.keys]
-        picked = [env[v].column for v in choice.values]
-        n = len(keys)
-        # Keys an earlier epoch chose for: the matches with its values.
-        known = np.zeros(height(df), dtype=bool)
-        if height(earlier) and height(df) and not keys:
-            known[:] = True  # one choice of all: made already
-        elif height(earlier) and height(df):
-            mine, _ = pairs_on([df[c] for c in keys], [earlier[c] for c in side.columns[:n]])
-            known[mine] = True
-        was = {c: earlier[s] for c, s in zip([*keys, *picked], side.columns, strict=True)}
-        kept = join_on(take(df, known), was, [*keys, *picked], None)
-        # The others: the first match's values, per key.
-        fresh = take(df, ~known)
-        first = _distinct(take(fresh, _sorted(fresh, ["__tau", *picked])), keys)
-        columns = list(dict.fromkeys([*keys, *picked]))
-        kept_new = join_on(fresh, _select(first, columns), columns, None)
-        df = concat([kept, kept_new]) if height(kept) else kept_new
-        table = {s: first[c] for c, s in zip([*keys, *picked], side.columns, strict=True)}
-        tau = first["__tau"]
-        made.append({**table, "t": tau, "kt": tau, "exp": np.full(len(tau), NEVER), "_tau": tau})
-    return df, made
+    return interpreter.derive_next(rule, Columns(limit), sources, negated, previous)
 
 
 def aggregate(
@@ -641,19 +624,63 @@ def aggregate(
     reach: int,
     limit: int,
 ) -> Cols:
+    """An aggregate rule's versions over ``[a, b)`` (see `grouped`)."""
+    return interpreter.derive(rule, Columns(limit, reach), sources, negated, a, b).rows
+
+
+def _sorted(df: Cols, by: Sequence[str]) -> np.ndarray:
+    """The rows in order of ``by``'s values, first column first, ties kept in their order."""
+    order = np.arange(height(df))
+    for c in reversed(by):
+        order = order[np.argsort(df[c][order], kind="stable")]
+    return order
+
+
+def chosen(df: Cols, choice: Choice, env: Mapping[str, Col], earlier: Cols) -> tuple[Cols, Cols]:
+    """As :func:`dagster_pomo.engine.spark.rule_frames.chosen`: per ``choose`` keys, the
+    matches with the values an earlier epoch chose (``earlier``), else with those of the
+    first match (the least values at the earliest ``tau``); and the rows of its table for
+    the keys chosen for the first time."""
+    side = choice.table
+    for v in choice.values:
+        if env[v].ok is not None:
+            df = take(df, np.asarray(df[env[v].ok], dtype=bool))
+    keys = [env[k].column for k in choice.keys]
+    picked = [env[v].column for v in choice.values]
+    n = len(keys)
+    # Keys an earlier epoch chose for: the matches with its values.
+    known = np.zeros(height(df), dtype=bool)
+    if height(earlier) and height(df) and not keys:
+        known[:] = True  # one choice of all: made already
+    elif height(earlier) and height(df):
+        mine, _ = pairs_on([df[c] for c in keys], [earlier[c] for c in side.columns[:n]])
+        known[mine] = True
+    was = {c: earlier[s] for c, s in zip([*keys, *picked], side.columns, strict=True)}
+    kept = join_on(take(df, known), was, [*keys, *picked], None)
+    # The others: the first match's values, per key.
+    fresh = take(df, ~known)
+    first = _distinct(take(fresh, _sorted(fresh, ["__tau", *picked])), keys)
+    columns = list(dict.fromkeys([*keys, *picked]))
+    kept_new = join_on(fresh, _select(first, columns), columns, None)
+    df = concat([kept, kept_new]) if height(kept) else kept_new
+    table = {s: first[c] for c, s in zip([*keys, *picked], side.columns, strict=True)}
+    tau = first["__tau"]
+    made = {**table, "t": tau, "kt": tau, "exp": np.full(len(tau), NEVER), "_tau": tau}
+    return df, made
+
+
+def grouped(rule: RulePlan, m: Matches, a: int, b: int, reach: int) -> Cols:
     """Per group and per distinct ``tau`` in ``[a, b)`` (and, without an explicit ``@time``,
     each time in ``[a, b)`` a match expires): the group's matches made by then and alive
     then, each distinct combination of events once (as
-    :func:`dagster_pomo.engine.spark.rule_frames.aggregate`)."""
+    :func:`dagster_pomo.engine.spark.rule_frames.grouped`). ``m``: the valid matches alive
+    in ``[a, b)`` or expired at ``a``, with their provenance."""
     assert rule.aggregate is not None
     # A combination's versions cut each other short (below); one version each (which
-    # `at_one_time` implies) needs no keys.
+    # `at_one_time` implies) needs no keys (`steps.Read.keyed`).
     head = rule.head
     single = rule.aggregate.one_version_each and not head.provenance
-    m = matches(rule, sources, limit, want_keys=not single)
-    # A match that expired at ``a`` changes a sliding window then: it is read too.
-    df = valid(m, rule, negated, lambda tau, mexp: (tau < b) & (mexp >= a))
-    df = with_provenance(df, rule)
+    df = _settled(m)
     functions = rule.aggregate.functions
     made: Cols = {}
     ok = np.ones(height(df), dtype=bool)

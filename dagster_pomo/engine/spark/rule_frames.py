@@ -16,12 +16,12 @@ from functools import reduce
 
 import pandas as pd
 from pyspark import cloudpickle
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from dagster_pomo.engine import cid as content_ids
-from dagster_pomo.engine import lattices
+from dagster_pomo.engine import interpreter, lattices
 from dagster_pomo.engine.local import column_joins, sliding_aggregates
 from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, spark_type, truthy
 from dagster_pomo.lang import ast
@@ -29,6 +29,7 @@ from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import (
     BodyAggregate,
+    Choice,
     Head,
     Negation,
     RulePlan,
@@ -37,8 +38,20 @@ from dagster_pomo.plan.rules import (
 )
 from dagster_pomo.plan.scans import CID, comparable
 from dagster_pomo.plan.schema import PROV, row_columns
-from dagster_pomo.plan.time import Ops, head_times, next_stamp
-from dagster_pomo.timeline import EARLIEST, NEVER, PAST, Epoch
+from dagster_pomo.plan.steps import (
+    AntiJoin,
+    Check,
+    Choose,
+    Filter,
+    Let,
+    Make,
+    Provenance,
+    Read,
+    Summarise,
+)
+from dagster_pomo.plan.steps import Window as Within
+from dagster_pomo.plan.time import Ops, head_times
+from dagster_pomo.timeline import NEVER, PAST, Epoch
 
 # Executors get the sweep's code with each task, so they need numpy and pyarrow, not us.
 cloudpickle.register_pickle_by_value(sliding_aggregates)
@@ -109,65 +122,12 @@ def _atom_frame(
     return out, {name: (_var(name), typ) for name, _, typ in scan.binds}, checks
 
 
-def matches(
-    rule: RulePlan,
-    sources: Sequence[DataFrame],
-    want_keys: bool = False,
-    window: tuple[int, int] = (EARLIEST, NEVER),
-    combinations: int = 0,
-) -> Matches:
-    """Join the positive atoms, work out the body aggregates (over the matches alive in
-    ``window``), add ``where`` definitions, apply expression checks and guards. ``sources``:
-    one per scan, then one per body aggregate. A product of atoms sharing no variable is
-    counted first (two small jobs) and refused (`TooLarge`) past ``combinations`` (0: not
-    counted): every other join is bounded by the versions it reads."""
-    joined: DataFrame | None = None
-    env: dict[str, tuple[str, str]] = {}
-    checks: list[tuple[ast.Expr, str, str]] = []
-    for scan, df in zip(rule.scans, sources, strict=False):
-        frame, frame_env, frame_checks = _atom_frame(scan, df, want_keys)
-        checks += frame_checks
-        join = scan.join
-        if joined is None:
-            joined = frame
-        elif join.kind == "on":
-            joined = joined.join(frame, on=[_var(v) for v in join.on], how="inner")
-        elif join.band is not None:
-            joined = _band_join(scan.index, joined, env, frame, frame_env, join.band)
-        else:
-            if combinations > 0 and (n := joined.count() * frame.count()) > combinations:
-                raise column_joins.TooLarge(f"a product of {n:,} combinations", n)
-            joined = joined.crossJoin(frame)
-        for name, value in frame_env.items():
-            env.setdefault(name, value)
-    if rule.body_aggregates:
-        summarised = sources[len(rule.scans) :]
-        if joined is None:  # no positive atom: one match, alive always
-            joined = summarised[0].sparkSession.range(1).select(F.lit(0).alias("__unit"))
-        joined = summarise(rule, joined, summarised, window)
-        env.update({agg.var: (_var(agg.var), agg.type) for agg in rule.body_aggregates})
-    assert joined is not None
-    for d in rule.defs:
-        col, typ = compile_expr(d.expr, env)
-        joined = joined.withColumn(_var(d.var), col)
-        env[d.var] = (_var(d.var), typ or d.type)
-    for expr, column, typ in checks:
-        value, vtype = compile_expr(expr, env)
-        joined = joined.filter(
-            truthy(value == F.col(column)) if comparable(vtype, typ) else F.lit(False)
-        )
-    for guard in rule.guards:
-        col, _ = compile_expr(guard, env)
-        joined = joined.filter(truthy(col))
-    return Matches(joined, env, rule.atoms)
-
-
 def _and(conditions: Sequence[Column]) -> Column:
     return reduce(lambda x, y: x & y, conditions, F.lit(True))
 
 
 def summarise(
-    rule: RulePlan, joined: DataFrame, sources: Sequence[DataFrame], window: tuple[int, int]
+    step: Summarise, joined: DataFrame, sources: Sequence[DataFrame], window: tuple[int, int]
 ) -> DataFrame:
     """``joined`` (matches of the scans) with the body aggregates as one more atom: a row
     per match and piece (see `BodyAggregate`), the piece's start and end as the atom's
@@ -178,12 +138,12 @@ def summarise(
     expiries in between; each time meets each group's versions alive then, counted once
     per event, with its latest expiry."""
     a, b = window
-    n = len(rule.scans)
+    n = step.scans
     kts = [F.col(f"__kt{k}") for k in range(n)]
     exps = [F.col(f"__exp{k}") for k in range(n)]
     tau = F.greatest(*kts) if n > 1 else kts[0] if kts else F.lit(PAST)
     mexp = F.least(*exps) if n > 1 else exps[0] if exps else F.lit(NEVER)
-    groups = list(dict.fromkeys(_var(v) for agg in rule.body_aggregates for v in agg.group))
+    groups = list(dict.fromkeys(_var(v) for agg in step.aggregates for v in agg.group))
     joined = joined.withColumns({"__mtau": tau.cast("long"), "__mmexp": mexp.cast("long")})
     lives = (F.col("__mmexp") > F.col("__mtau")) & (F.col("__mtau") < b) & (F.col("__mmexp") > a)
     asked = joined.filter(lives).select(*groups, "__mtau", "__mmexp").distinct()
@@ -191,7 +151,7 @@ def summarise(
     first = asked.filter((F.col("__mtau") >= a) & (F.col("__mtau") < b))
     times = first.withColumn("__at", F.col("__mtau"))
     summarised = []
-    for agg, source in zip(rule.body_aggregates, sources, strict=True):
+    for agg, source in zip(step.aggregates, sources, strict=True):
         events, same_group = _summarised(agg, source, a, b)
         summarised.append((agg, events, same_group))
         own = list(same_group.values())
@@ -227,10 +187,10 @@ def summarise(
         )
         pieces = pieces.join(values.dropna(subset=[_var(agg.var)]), on=[*key, "__at"])
         untils.append(F.coalesce(F.col(f"__least{j}"), F.col("__mmexp")))
-    i = rule.atoms - 1
+    i = n  # the atom after the scans
     pieces = pieces.select(
         *key,
-        *[_var(agg.var) for agg in rule.body_aggregates],
+        *[_var(agg.var) for agg in step.aggregates],
         F.col("__at").alias(f"__kt{i}"),
         F.least(F.col("__mmexp"), *untils).alias(f"__exp{i}"),
     )
@@ -300,29 +260,6 @@ def _min_exp(m: Matches) -> Column:
     return exps[0] if len(exps) == 1 else F.least(*exps)
 
 
-def valid(m: Matches, rule: RulePlan, negated: Sequence[DataFrame]) -> DataFrame:
-    """Matches whose versions are all alive at ``__tau`` and whose negations hold there."""
-    df = m.df.withColumns({"__tau": _tau(m), "__mexp": _min_exp(m)})
-    df = df.filter(F.col("__mexp") > F.col("__tau"))
-    alive = (F.col("__n_kt") <= F.col("__tau"), F.col("__n_exp") > F.col("__tau"))
-    return without_negated(df, rule, negated, m.env, *alive)
-
-
-def without_negated(
-    df: DataFrame,
-    rule: RulePlan,
-    negated: Sequence[DataFrame],
-    env: Mapping[str, tuple[str, str]],
-    *alive: Column,
-) -> DataFrame:
-    """``df`` without the matches some version of a negated atom (from ``negated``, in the
-    rule's order) agrees with and is alive for (``alive``: conditions over
-    ``__n_kt``/``__n_exp``)."""
-    for negation, source in zip(rule.negations, negated, strict=True):
-        df = anti_join(df, negation, source, env, *alive)
-    return df
-
-
 def anti_join(
     df: DataFrame,
     negation: Negation,
@@ -358,12 +295,6 @@ def time_column(expr: ast.Expr, env: Mapping[str, tuple[str, str]]) -> Column:
     if vtype == "float":
         return F.when(value == F.floor(value), value.cast("long"))
     return value.cast("long") if vtype == "int" else F.lit(None).cast("long")
-
-
-def provenance(rule: RulePlan) -> Column:
-    """A match's provenance: the sorted union of its atoms' (see `Scan.provenance`)."""
-    parts = [F.col(f"__prov{s.index}") for s in rule.scans if s.provenance]
-    return _unite(*parts) if parts else F.array().cast("array<string>")
 
 
 def head_rows(
@@ -405,6 +336,127 @@ def head_rows(
 TEXT_BUDGET = "pomo: text budget exceeded by the rule at offset "  # and the rule's offset
 
 
+def _compared(value: Column, vtype: str | None, column: str, typ: str) -> Column:
+    """Whether an expression's value equals a stored column (never, for values that cannot
+    be compared)."""
+    return truthy(value == F.col(column)) if comparable(vtype, typ) else F.lit(False)
+
+
+@dataclass(frozen=True)
+class Frames:
+    """Each kind of step (`plan/steps.py`) as DataFrame operations, for the one walk of
+    `engine/interpreter.py`. ``combinations``: the most combinations a product of atoms may
+    make (counted first, two small jobs; 0: not counted); ``text``: the longest text a rule
+    may compute (its tasks fail with `TEXT_BUDGET` past it; 0: unchecked); ``buckets``: an
+    aggregate's buckets of time."""
+
+    session: SparkSession | None = None  # the sources' (a rule of body aggregates alone)
+    combinations: int = 0
+    text: int = 0
+    buckets: Buckets | None = None
+
+    def read(self, step: Read, source: DataFrame) -> Matches:
+        frame, env, _ = _atom_frame(step.scan, source, step.keyed)
+        return Matches(frame, env, step.scan.index + 1)
+
+    def _joined(self, left: Matches, right: Matches, df: DataFrame) -> Matches:
+        env = {**right.env, **left.env}
+        return Matches(df, env, max(left.atoms, right.atoms))
+
+    def join_on(self, left: Matches, right: Matches, on: Sequence[str]) -> Matches:
+        df = left.df.join(right.df, on=[_var(v) for v in on], how="inner")
+        return self._joined(left, right, df)
+
+    def band_join(self, left: Matches, right: Matches, band: Band, index: int) -> Matches:
+        df = _band_join(index, left.df, left.env, right.df, right.env, band)
+        return self._joined(left, right, df)
+
+    def cross(self, left: Matches, right: Matches) -> Matches:
+        if self.combinations > 0:
+            n = left.df.count() * right.df.count()
+            if n > self.combinations:
+                raise column_joins.TooLarge(f"a product of {n:,} combinations", n)
+        return self._joined(left, right, left.df.crossJoin(right.df))
+
+    def unit(self) -> Matches:
+        spark = self.session or SparkSession.active()
+        return Matches(spark.range(1).select(F.lit(0).alias("__unit")), {}, 0)
+
+    def summarise(
+        self,
+        m: Matches,
+        step: Summarise,
+        sources: Sequence[DataFrame],
+        window: tuple[int, int],
+    ) -> Matches:
+        df = summarise(step, m.df, sources, window)
+        env = {**m.env, **{agg.var: (_var(agg.var), agg.type) for agg in step.aggregates}}
+        return Matches(df, env, step.scans + 1)
+
+    def let(self, m: Matches, step: Let) -> Matches:
+        d = step.definition
+        col, typ = compile_expr(d.expr, m.env)
+        return Matches(
+            m.df.withColumn(_var(d.var), col),
+            {**m.env, d.var: (_var(d.var), typ or d.type)},
+            m.atoms,
+        )
+
+    def check(self, m: Matches, step: Check) -> Matches:
+        value, vtype = compile_expr(step.expr, m.env)
+        keep = _compared(value, vtype, f"__x{step.scan}_{step.position}", step.type)
+        return Matches(m.df.filter(keep), m.env, m.atoms)
+
+    def filter(self, m: Matches, step: Filter) -> Matches:
+        return Matches(m.df.filter(truthy(compile_expr(step.guard, m.env)[0])), m.env, m.atoms)
+
+    def valid(self, m: Matches, window: Within, a: int, b: int) -> Matches:
+        df = m.df.withColumns({"__tau": _tau(m), "__mexp": _min_exp(m)})
+        tau, mexp = F.col("__tau"), F.col("__mexp")
+        keep = mexp > tau
+        if window is Within.MADE:
+            keep = keep & (tau >= a) & (tau < b)
+        elif window is Within.SLIDING:  # what expired at ``a`` changes a window then
+            keep = keep & (tau < b) & (mexp >= a)
+        return Matches(df.filter(keep), m.env, m.atoms)
+
+    def anti_join(
+        self, m: Matches, step: AntiJoin, source: DataFrame, during: tuple[int, int] | None
+    ) -> Matches:
+        n_kt, n_exp = F.col("__n_kt"), F.col("__n_exp")
+        if during is None:
+            alive = (n_kt <= F.col("__tau"), n_exp > F.col("__tau"))
+        else:
+            alive = (n_kt < during[1], n_exp > during[0])
+        return Matches(anti_join(m.df, step.negation, source, m.env, *alive), m.env, m.atoms)
+
+    def choose(self, m: Matches, step: Choose, before: DataFrame) -> tuple[Matches, DataFrame]:
+        df, made = chosen(m.df, step.choice, m.env, before)
+        return Matches(df, m.env, m.atoms), made
+
+    def provenance(self, m: Matches, step: Provenance) -> Matches:
+        parts = [F.col(f"__prov{i}") for i in step.scans]
+        prov = _unite(*parts) if parts else F.array().cast("array<string>")
+        return Matches(m.df.withColumn("__prov", prov), m.env, m.atoms)
+
+    def make(self, m: Matches, step: Make, stamp: tuple[int, int] | None) -> DataFrame:
+        if stamp is None:
+            tau, exp = F.col("__tau"), F.col("__mexp")
+        else:
+            tau, exp = (F.lit(x).cast("long") for x in stamp)
+        text = (step.text if self.text else (), self.text, f"{TEXT_BUDGET}{step.offset}")
+        return head_rows(step.head, m.df, m.env, tau, exp, text=text)
+
+    def aggregate(self, m: Matches, rule: RulePlan, a: int, b: int) -> DataFrame:
+        assert self.buckets is not None
+        return grouped(rule, m, a, b, self.buckets)
+
+
+def _frames(sources: Sequence[DataFrame], **budgets: object) -> Frames:
+    session = sources[0].sparkSession if sources else None
+    return Frames(session, **budgets)  # type: ignore[arg-type]
+
+
 def derive(
     rule: RulePlan,
     sources: Sequence[DataFrame],
@@ -415,16 +467,12 @@ def derive(
     chosen_before: Sequence[DataFrame] = (),
 ) -> DataFrame:
     """New versions made by ``rule`` from matches with ``tau`` in ``[a, b)``. ``budgets``:
-    the most combinations a product of atoms may make (see `matches`) and the longest text
-    the rule may compute (its tasks fail with `TEXT_BUDGET` past it; 0: unchecked).
-    ``chosen_before``: per ``choose``, what earlier epochs chose (see `chosen`)."""
+    the most combinations a product of atoms may make and the longest text the rule may
+    compute (see `Frames`). ``chosen_before``: per ``choose``, what earlier epochs chose
+    (see `chosen`)."""
     combinations, most = budgets
-    df, env = _valid_in(rule, sources, negated, a, b, combinations)
-    df, _ = chosen(df, rule, env, chosen_before)
-    if rule.head.provenance:
-        df = df.withColumn("__prov", provenance(rule))
-    text = (rule.computed_text if most else (), most, f"{TEXT_BUDGET}{rule.rule.span.start}")
-    return head_rows(rule.head, df, env, F.col("__tau"), F.col("__mexp"), text=text)
+    frames = _frames([*sources, *negated], combinations=combinations, text=most)
+    return interpreter.derive(rule, frames, sources, negated, a, b, chosen_before).rows
 
 
 def first_choices(
@@ -437,72 +485,56 @@ def first_choices(
 ) -> list[DataFrame]:
     """Per ``choose`` of ``rule``, what matches with ``tau`` in ``[a, b)`` choose for keys
     no earlier epoch chose for (see `chosen`): rows of its table."""
-    df, env = _valid_in(rule, sources, negated, a, b, 0)
-    return chosen(df, rule, env, chosen_before)[1]
-
-
-def _valid_in(
-    rule: RulePlan,
-    sources: Sequence[DataFrame],
-    negated: Sequence[DataFrame],
-    a: int,
-    b: int,
-    combinations: int,
-) -> tuple[DataFrame, Mapping[str, tuple[str, str]]]:
-    """The valid matches of ``rule`` with ``tau`` in ``[a, b)`` (see `valid`)."""
-    m = matches(rule, sources, window=(a, b), combinations=combinations)
-    df = valid(m, rule, negated)
-    return df.filter((F.col("__tau") >= a) & (F.col("__tau") < b)), m.env
+    if not rule.choices:
+        return []
+    frames = _frames([*sources, *negated, *chosen_before])
+    return interpreter.derive(rule, frames, sources, negated, a, b, chosen_before).chosen
 
 
 def chosen(
     df: DataFrame,
-    rule: RulePlan,
+    choice: Choice,
     env: Mapping[str, tuple[str, str]],
-    before: Sequence[DataFrame] = (),
-) -> tuple[DataFrame, list[DataFrame]]:
-    """The matches each ``choose((keys), (values))`` keeps, a functional dependency across
-    time: per keys, those with the values an earlier epoch chose (``before``, one table
-    per choice, `rules.Choice`), else with the values of the first match (the least values
-    among the matches at the earliest ``tau``); and per choice, the rows of its table for
-    the keys chosen for the first time."""
-    made = []
-    for choice, earlier in zip(rule.choices, before, strict=True):
-        keys = [F.col(env[k][0]) for k in choice.keys]
-        picked = [F.col(env[v][0]) for v in choice.values]
-        df = df.filter(_and([c.isNotNull() for c in picked]))
-        n = len(keys)
-        old = earlier.select(
-            *[F.col(c).alias(f"__ck{i}") for i, c in enumerate(choice.table.columns[:n])],
-            F.struct(
-                *[F.col(c).alias(f"x{j}") for j, c in enumerate(choice.table.columns[n:])]
-            ).alias("__was"),
-        )
-        on = _and([k.eqNullSafe(F.col(f"__ck{i}")) for i, k in enumerate(keys)])
-        mine = F.struct(*[c.alias(f"x{j}") for j, c in enumerate(picked)])
-        first = F.min(F.struct(F.col("__tau").alias("t"), mine.alias("x"))).over(
-            Window.partitionBy(*keys)
-        )
-        df = df.join(F.broadcast(old), on=on, how="left").withColumn("__first", first)
-        new = F.col("__was").isNull()
-        firsts = F.col("__first.x") == mine
-        table = df.filter(new & firsts & (F.col("__tau") == F.col("__first.t")))
-        side = choice.table
-        table = table.select(
-            *[
-                c.cast(SPARK_TYPES[typ]).alias(name)
-                for c, name, typ in zip([*keys, *picked], side.columns, side.types, strict=True)
-            ],
-            F.col("__tau").alias("t"),
-            F.col("__tau").alias("kt"),
-            F.lit(NEVER).cast("long").alias("exp"),
-            F.col("__tau").alias("_tau"),
-        )
-        made.append(table.dropDuplicates())
-        keep = F.when(new, firsts).otherwise(F.col("__was") == mine)
-        drop = [f"__ck{i}" for i in range(n)]
-        df = df.filter(keep).drop(*drop, "__was", "__first")
-    return df, made
+    earlier: DataFrame,
+) -> tuple[DataFrame, DataFrame]:
+    """The matches ``choose((keys), (values))`` keeps, a functional dependency across time:
+    per keys, those with the values an earlier epoch chose (``earlier``, its table,
+    `rules.Choice`), else with the values of the first match (the least values among the
+    matches at the earliest ``tau``); and the rows of its table for the keys chosen for the
+    first time."""
+    keys = [F.col(env[k][0]) for k in choice.keys]
+    picked = [F.col(env[v][0]) for v in choice.values]
+    df = df.filter(_and([c.isNotNull() for c in picked]))
+    n = len(keys)
+    old = earlier.select(
+        *[F.col(c).alias(f"__ck{i}") for i, c in enumerate(choice.table.columns[:n])],
+        F.struct(*[F.col(c).alias(f"x{j}") for j, c in enumerate(choice.table.columns[n:])]).alias(
+            "__was"
+        ),
+    )
+    on = _and([k.eqNullSafe(F.col(f"__ck{i}")) for i, k in enumerate(keys)])
+    mine = F.struct(*[c.alias(f"x{j}") for j, c in enumerate(picked)])
+    first = F.min(F.struct(F.col("__tau").alias("t"), mine.alias("x"))).over(
+        Window.partitionBy(*keys)
+    )
+    df = df.join(F.broadcast(old), on=on, how="left").withColumn("__first", first)
+    new = F.col("__was").isNull()
+    firsts = F.col("__first.x") == mine
+    table = df.filter(new & firsts & (F.col("__tau") == F.col("__first.t")))
+    side = choice.table
+    table = table.select(
+        *[
+            c.cast(SPARK_TYPES[typ]).alias(name)
+            for c, name, typ in zip([*keys, *picked], side.columns, side.types, strict=True)
+        ],
+        F.col("__tau").alias("t"),
+        F.col("__tau").alias("kt"),
+        F.lit(NEVER).cast("long").alias("exp"),
+        F.col("__tau").alias("_tau"),
+    )
+    keep = F.when(new, firsts).otherwise(F.col("__was") == mine)
+    drop = [f"__ck{i}" for i in range(n)]
+    return df.filter(keep).drop(*drop, "__was", "__first"), table.dropDuplicates()
 
 
 def derive_next(
@@ -513,19 +545,20 @@ def derive_next(
     after its start, stamped at its end and alive one epoch more (`time.next_stamp`). An
     ``@async`` rule: its matches with ``tau`` in ``previous`` (valid as a deductive rule's),
     stamped at its end, living their lifetime."""
-    if rule.asynchronous:  # each match of the epoch, negations as of its time
-        m = matches(rule, sources, window=(previous.lower, previous.end))
-        df = valid(m, rule, negated)
-        df = df.filter((F.col("__tau") >= previous.lower) & (F.col("__tau") < previous.end))
-    else:
-        m = matches(rule, sources)
-        alive = (F.col("__n_kt") < previous.end, F.col("__n_exp") > previous.lower)
-        df = without_negated(m.df, rule, negated, m.env, *alive)
-    t, exp = next_stamp(previous, rule.head.lifetime, rule.asynchronous)
-    stamp, expires = F.lit(t).cast("long"), F.lit(exp).cast("long")
-    if rule.head.provenance:
-        df = df.withColumn("__prov", provenance(rule))
-    return head_rows(rule.head.uncapped(), df, m.env, stamp, expires)
+    return interpreter.derive_next(rule, _frames([*sources, *negated]), sources, negated, previous)
+
+
+def aggregate(
+    rule: RulePlan,
+    sources: Sequence[DataFrame],
+    negated: Sequence[DataFrame],
+    a: int,
+    b: int,
+    buckets: Buckets,
+) -> DataFrame:
+    """An aggregate rule's versions over ``[a, b)`` (see `grouped`)."""
+    frames = _frames([*sources, *negated], buckets=buckets)
+    return interpreter.derive(rule, frames, sources, negated, a, b).rows
 
 
 @dataclass(frozen=True)
@@ -741,27 +774,19 @@ def _by_sweep(
     return rows.mapInArrow(run, StructType(fields))
 
 
-def aggregate(
-    rule: RulePlan,
-    sources: Sequence[DataFrame],
-    negated: Sequence[DataFrame],
-    a: int,
-    b: int,
-    buckets: Buckets,
-) -> DataFrame:
+def grouped(rule: RulePlan, m: Matches, a: int, b: int, buckets: Buckets) -> DataFrame:
     """Per group and per distinct ``tau`` in ``[a, b)`` (and, without an explicit ``@time``,
     each time in ``[a, b)`` a match expires): the group's matches made by then and still
-    alive then, each distinct combination of events once.
+    alive then, each distinct combination of events once. ``m``: the valid matches alive
+    in ``[a, b)`` or expired at ``a`` (a match that expired at ``a`` changes a sliding
+    window then), with their provenance.
 
     Matches that live as long as ``buckets.reach`` allows (every reading of a relation
     with a lifetime, say) are alive at ``x`` exactly when made in ``(x - reach, x]``, a slice
     of the group's matches sorted by time; the others, cut short, are paired with the times
     they cover. Numbers go through :mod:`sweep` one group at a time as Arrow tables; other
     values through a range window and a join on time buckets."""
-    m = matches(rule, sources, want_keys=True)
-    df = valid(m, rule, negated)
-    # A match that expired at ``a`` changes a sliding window then: it is read too.
-    df = df.filter((F.col("__tau") < b) & (F.col("__mexp") >= a))
+    df = m.df
     head = rule.head
     assert rule.aggregate is not None
     functions = rule.aggregate.functions
@@ -778,18 +803,22 @@ def aggregate(
         added[f"__val{i}"] = compile_expr(arg, m.env)[0] if arg is not None else F.lit(1)
     values = [c for c in added if c not in group]
     df = df.withColumns(added).dropna(subset=group + values)
-    key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)])
     # Everything below works on a group's rows together: one shuffle by the group serves.
     # Sorted by the group first (what the per-group pass after it wants too), then by the
-    # key's hash, so the sort seldom compares the nested key itself.
-    hashed = F.xxhash64(key).alias("__hash")
-    prov = [provenance(rule).alias("__prov")] if head.provenance else []
-    made = df.select(*group, "__tau", "__mexp", *values, *prov, key.alias("__key"), hashed)
+    # key's hash, so the sort seldom compares the nested key itself. One version a
+    # combination needs no key (`steps.Read.keyed`).
+    single = rule.aggregate.one_version_each and not head.provenance
+    keyed = []
+    if not single:
+        key = F.struct(*[F.col(f"__key{i}") for i in range(m.atoms)])
+        keyed = [key.alias("__key"), F.xxhash64(key).alias("__hash")]
+    prov = ["__prov"] if head.provenance else []
+    made = df.select(*group, "__tau", "__mexp", *values, *prov, *keyed)
     if rule.aggregate.at_one_time and not head.provenance:
-        grouped = _at_one_time(rule, made, group, values, a)
-        return _aggregated(rule, grouped, group)
+        parts = _at_one_time(rule, made, group, values, a)
+        return _aggregated(rule, parts, group)
     made = made.repartition(*group) if group else made
-    if rule.aggregate.one_version_each and not head.provenance:
+    if single:
         # One version a combination: its one segment, from its tau to its expiry.
         made = made.withColumn("__until", F.col("__mexp"))
     else:
@@ -804,8 +833,8 @@ def aggregate(
     )
     sets = any(fn in ("collect", "lattice") for fn, *_ in functions)
     by = _by_sweep if numeric and not head.provenance and not sets else _by_window
-    grouped = by(rule, made.withColumnRenamed("__tau", "__at"), group, values, a, b, buckets)
-    return _aggregated(rule, grouped, group)
+    parts = by(rule, made.withColumnRenamed("__tau", "__at"), group, values, a, b, buckets)
+    return _aggregated(rule, parts, group)
 
 
 def _segments(made: DataFrame, group: list[str], provenance: bool) -> DataFrame:
@@ -871,6 +900,5 @@ __all__ = [
     "derive_next",
     "head_rows",
     "united",
-    "matches",
     "row_columns",
 ]
