@@ -58,3 +58,20 @@ def test_a_broken_layer_is_reported(tmp_path: Path) -> None:
         "BROKEN" in done.stdout
         and "dagster_pomo.engine.spark.rule_frames -> pyspark" in done.stdout
     )
+
+
+def test_what_the_driver_hands_out_is_no_spark_type() -> None:
+    """Callers of the driver (the Dagster and Airflow layers, the CLI, the pipeline's steps)
+    read a warehouse through `StoredResults` and learn what an inputs step stored from
+    `StoredLanding`, both defined outside the Spark backend, which provides them."""
+    import inspect
+
+    from dagster_pomo.engine import driver, stored
+    from dagster_pomo.engine.spark.results import Results
+
+    assert isinstance(Results(None, {}), stored.StoredResults)  # type: ignore[arg-type]
+    hints = inspect.get_annotations(driver.Driver.__init__) | inspect.get_annotations(
+        driver.Driver.store_landing
+    )
+    assert hints["results"] == "StoredResults" and hints["return"] == "StoredLanding"
+    assert stored.StoredLanding.__module__ == "dagster_pomo.engine.stored"

@@ -38,8 +38,7 @@ from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
 if TYPE_CHECKING:
     from dagster_pomo.engine.inputs import RunInputs
     from dagster_pomo.engine.lines import TimeWindow
-    from dagster_pomo.engine.spark.landing import StoredLanding
-    from dagster_pomo.engine.spark.results import Results
+    from dagster_pomo.engine.stored import StoredLanding, StoredResults
 
 
 # Told how much of a range's work is done: ``(done, total)`` in epochs (``done`` may be a
@@ -128,7 +127,7 @@ class Driver:
     ``concurrency``: how many strata of an epoch may run at once (those that read nothing
     the others make); their Spark jobs then overlap each other's fixed costs."""
 
-    def __init__(self, backend: Backend, results: Results, concurrency: int = 2) -> None:
+    def __init__(self, backend: Backend, results: StoredResults, concurrency: int = 2) -> None:
         self.backend = backend
         self.results = results  # what the warehouse holds, for reports and handlers
         self.concurrency = max(1, concurrency)
@@ -500,7 +499,7 @@ def open_results(
     warehouse: str,
     settings: SparkSettings | None = None,
     policy: Policy = DEFAULT,
-) -> Results:
+) -> StoredResults:
     """What ``warehouse`` holds of ``program``, without evaluating anything (read by this
     process alone with `Policy.local_only`)."""
     from dagster_pomo.engine.spark.results import Results

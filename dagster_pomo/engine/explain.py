@@ -604,7 +604,7 @@ def _schemas(result: Any) -> Mapping[str, Schema]:
 
 class WarehouseStore:
     """What a warehouse holds (a Dagster pipeline's, say), read epoch by epoch through the
-    engine's `Results`, filtered where it is stored."""
+    engine's `StoredResults`, filtered where it is stored."""
 
     def __init__(self, results: Any, keys: Sequence[str]) -> None:
         self.results = results

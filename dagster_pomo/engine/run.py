@@ -35,7 +35,7 @@ from dagster_pomo.timeline import NEVER, epoch_key
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.driver import Driver, Progress
-    from dagster_pomo.engine.spark.results import Results
+    from dagster_pomo.engine.stored import StoredResults
 
 # Where a run's strata are worked out (the first is the default): the driver's engines
 # (`policy.ENGINES`), and `reference`, the reference evaluator (the oracle the others are
@@ -181,13 +181,13 @@ def _derived(result: RunResult, driver: Driver, out: Path | None, changes: Path 
 
 
 def write_changes(
-    program: Program, results: Results, keys: Sequence[str], out: Path
+    program: Program, results: StoredResults, keys: Sequence[str], out: Path
 ) -> dict[str, tuple[int, int]]:
     """``out/<relation>.jsonl`` per stored relation: what the stored versions of its epochs
     ``keys`` changed, a line per event added (``"op": "insert"``) or withdrawn (``"op":
     "delete"``) with its relation, arguments, time, content ID and epoch, epoch by epoch
     (withdrawals first), then by time and arguments; how many of each per relation."""
-    from dagster_pomo.engine.spark.epoch_changes import WEIGHT
+    from dagster_pomo.engine.stored import WEIGHT
 
     out.mkdir(parents=True, exist_ok=True)
     counts: dict[str, tuple[int, int]] = {}

@@ -13,13 +13,13 @@ from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.timeline import show_time
 
 if TYPE_CHECKING:
-    from dagster_pomo.engine.spark.results import Results
+    from dagster_pomo.engine.stored import StoredResults
 
 PREVIEW_ROWS = 5
 
 
 def partition_metadata(
-    results: Results,
+    results: StoredResults,
     schema: Schema,
     relation: str,
     keys: Sequence[str],
@@ -57,7 +57,7 @@ def partition_metadata(
     return out
 
 
-def preview(results: Results, schema: Schema, relation: str, key: str) -> MetadataValue:
+def preview(results: StoredResults, schema: Schema, relation: str, key: str) -> MetadataValue:
     """The first rows of epoch ``key`` of ``relation`` by time, as a table: its columns,
     aggregates by their output names, ``t``, ``kt`` and ``exp`` as UTC times (``kt`` tells
     apart the versions of one event, each derived when what it rests on changed)."""

@@ -22,7 +22,6 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +31,7 @@ import pyarrow.parquet as pq
 
 from dagster_pomo.engine.reach import EVER, deferred_name
 from dagster_pomo.engine.spark import epoch_versions
+from dagster_pomo.engine.stored import WEIGHT, Change
 from dagster_pomo.plan.schema import AGGREGATE_PREFIX
 
 if TYPE_CHECKING:
@@ -41,22 +41,6 @@ BEFORE = "_before"
 CHANGES = "_changes"
 ROWS = "changes.parquet"
 SUMMARY = "summary.json"
-WEIGHT = "weight"
-
-
-@dataclass(frozen=True)
-class Change:
-    """What one version of an epoch of a relation changed, in distinct events."""
-
-    added: int
-    withdrawn: int
-    first: bool  # the epoch's first version: every event it holds is added
-
-    def as_metadata(self) -> dict[str, int]:
-        return {"added": self.added, "withdrawn": self.withdrawn}
-
-
-UNCHANGED = Change(0, 0, False)  # an epoch a run kept as stored
 
 
 def recorded(relation: str, deferred: bool) -> bool:

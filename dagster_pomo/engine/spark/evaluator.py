@@ -58,7 +58,7 @@ from dagster_pomo.timeline import NEVER, Epoch, epoch_key, epoch_slot
 
 if TYPE_CHECKING:
     from dagster_pomo.engine.lines import TimeWindow
-    from dagster_pomo.engine.spark.landing import StoredLanding
+    from dagster_pomo.engine.stored import StoredLanding
 
 
 @dataclass

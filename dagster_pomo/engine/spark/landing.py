@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import Observation, SparkSession
@@ -58,6 +57,7 @@ from dagster_pomo.engine.spark.landing_tasks import (
 )
 from dagster_pomo.engine.spark.session import runs_here
 from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.stored import StoredLanding
 from dagster_pomo.engine.versions import (
     Version,
     digest_of,
@@ -160,15 +160,6 @@ def read_landing(
         finally:
             if ingested.all_quarantined is not None:
                 ingested.all_quarantined = _gone
-
-
-@dataclass
-class StoredLanding:
-    """What the inputs step of a pipeline read with Spark's tasks (see `store_landing`)."""
-
-    ingested: Ingested  # counts, every bad line, what each file held (`Landed`)
-    digests: dict[str, str]  # by input relation: the `versions.digest` of what was stored
-    counts: dict[str, int]  # ... and how many events
 
 
 def store_landing(

@@ -23,17 +23,20 @@ from dagster_pomo.engine import event_lines
 from dagster_pomo.engine.actions import ActionEvent, Subscription
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
 from dagster_pomo.engine.spark import epoch_changes
-from dagster_pomo.engine.spark.epoch_changes import UNCHANGED, Change
 from dagster_pomo.engine.spark.handler_events import range_events, withdrawn_events
 from dagster_pomo.engine.spark.rule_frames import united
 from dagster_pomo.engine.spark.stored_versions import collect_versions, read_versions, struct_of
 from dagster_pomo.engine.spark.warehouse import Warehouse
+from dagster_pomo.engine.stored import UNCHANGED, Change
 from dagster_pomo.engine.versions import Version, from_record, merge_versions, output_order
 from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.timeline import NEVER
 
 
 class Results:
+    """What a warehouse holds, read by Spark or, for a local one, by this process in Arrow
+    (`engine.stored.StoredResults`)."""
+
     def __init__(self, warehouse: Warehouse, schemas: Mapping[str, Schema]) -> None:
         self.wh = warehouse
         self.schemas = schemas
