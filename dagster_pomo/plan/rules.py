@@ -111,6 +111,9 @@ class Head:
     time: ast.Expr | None
     lifetime: int | None
     provenance: bool = False  # its versions carry the union of their scans' provenance
+    # Each argument's type as the language infers its expression (None: not known), which
+    # a backend compares with its column's.
+    found: tuple[str | None, ...] = ()
 
     def uncapped(self) -> Head:
         """The head with its expiry left to the caller (an ``@next`` stamp sets it)."""
@@ -130,6 +133,8 @@ class Aggregate:
     # versions are made at their time, one an event (`one_time_groups.one_version_each`);
     # `at_one_time` implies it.
     one_version_each: bool = False
+    # Each function's argument's type as the language infers it (None: none, or unknown).
+    arg_types: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,7 @@ class BodyAggregate:
     type: str  # the result's
     scan: Scan  # the summarised atom; its join is ``on`` the groups
     group: tuple[str, ...]
+    arg_type: str | None = None  # the summarised expression's, as the language infers it
 
     @property
     def relation(self) -> str:
@@ -269,6 +275,7 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         rule.head.time,
         lifetime,
         carries,
+        tuple(expr_type(arg, types) for arg in rule.head.args),
     )
     aggregate = None
     if rule.aggregates:
@@ -277,7 +284,9 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
             for ann, (_, _, typ) in zip(rule.aggregates, schema.aggregates, strict=True)
         )
         lattice = next((a.lattice for a in rule.aggregates if a.lattice is not None), None)
-        aggregate = Aggregate(functions, tuple(a.relation for a in rule.positive), lattice)
+        reach = tuple(a.relation for a in rule.positive)
+        kinds = tuple(None if arg is None else expr_type(arg, types) for _, arg, _, _ in functions)
+        aggregate = Aggregate(functions, reach, lattice, arg_types=kinds)
     return RulePlan(
         rule,
         tuple(scans),
@@ -337,13 +346,15 @@ def _body_aggregate(
     typ = types.get(agg.var.name)
     local = {**types, **{v: t for v, _, t in scan.binds}}
     allowed, what = summarised_kinds(agg.function)
-    if agg.arg is not None and expr_type(agg.arg, local) not in allowed:
+    kind = None if agg.arg is None else expr_type(agg.arg, local)
+    if agg.arg is not None and kind not in allowed:
         raise SchemaError(
             f"line {agg.span.line}: `{agg.var.name} := {agg.function} ...` needs {what}"
         )
     join = Join(JoinKind.ON, group) if group else Join(JoinKind.CROSS)
+    scan = replace(scan, join=join)
     return BodyAggregate(
-        index, agg.var.name, agg.function, agg.arg, typ or "int", replace(scan, join=join), group
+        index, agg.var.name, agg.function, agg.arg, typ or "int", scan, group, kind
     )
 
 

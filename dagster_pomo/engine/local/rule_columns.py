@@ -53,7 +53,6 @@ from dagster_pomo.engine.local.linear_fixpoint import NUMPY_OPS
 from dagster_pomo.engine.versions import value_order
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import Value
-from dagster_pomo.lang.kinds import expr_type
 from dagster_pomo.plan.band_joins import Band
 from dagster_pomo.plan.rules import (
     BodyAggregate,
@@ -85,26 +84,24 @@ from dagster_pomo.timeline import NEVER, PAST, Epoch
 def rule_supported(plan: RulePlan) -> bool:
     """Whether this module works a rule out: its head's values fit their columns, and its
     aggregates are over numbers, the least or greatest text, sets (`collect`) or a
-    lattice's merge (expressions it works out as the language does, as Spark's plans do)."""
-    types = plan.types
+    lattice's merge (expressions it works out as the language does, as Spark's plans do).
+    Read from the types the plan inferred, not from the rule's source."""
     for agg in plan.body_aggregates:
-        local = {**types, **{v: t for v, _, t in agg.scan.binds}}
-        if agg.arg is not None:
-            if agg.function not in ("min", "max") and expr_type(agg.arg, local) == "str":
-                return False
-    for arg, _, typ in plan.head.args:
-        found = expr_type(arg, types)
+        if agg.arg_type == "str" and agg.function not in ("min", "max"):
+            return False
+    for found, (_, _, typ) in zip(plan.head.found, plan.head.args, strict=True):
         if found not in (None, typ) and {found, typ} != {"int", "float"}:
             return False
-    functions = plan.aggregate.functions if plan.aggregate else ()
+    if plan.aggregate is None:
+        return True
+    kinds = zip(plan.aggregate.functions, plan.aggregate.arg_types, strict=True)
     folded = ("collect", "lattice")
-    return all(fn in folded or _summable(fn, arg, types) for fn, arg, *_ in functions)
+    return all(fn in folded or _summable(fn, kind) for (fn, *_), kind in kinds)
 
 
-def _summable(function: str, arg: ast.Expr | None, types: Mapping[str, str]) -> bool:
+def _summable(function: str, kind: str | None) -> bool:
     """Whether a head aggregate's values are what this module sweeps: numbers, or text for
     the least or greatest."""
-    kind = None if arg is None else expr_type(arg, types)
     return kind in (None, "int", "float") or (kind == "str" and function in ("min", "max"))
 
 
