@@ -34,13 +34,15 @@ from dagster_pomo.engine.lines import (
 )
 from dagster_pomo.engine.lines import numbered as numbered_pieces
 from dagster_pomo.engine.local.arrow_schemas import ARROW
+from dagster_pomo.engine.local.linear_fixpoint import NUMPY_OPS
 from dagster_pomo.engine.versions import (
     Version,
     row_hash,
 )
 from dagster_pomo.lang import Program
+from dagster_pomo.plan import time as time_rules
 from dagster_pomo.plan.schema import Schema
-from dagster_pomo.timeline import NEVER, Epoch
+from dagster_pomo.timeline import Epoch
 
 BAD = -1  # the relation index of a bad line in the rows tasks return
 
@@ -72,11 +74,9 @@ class Grid:
 
 
 def expiries(t: np.ndarray, lifetime: int | None) -> np.ndarray:
-    """`ingest.expiry` of each of the times ``t``: never past `NEVER`."""
-    if lifetime is None:
-        return np.full(len(t), NEVER, np.int64)
-    with np.errstate(over="ignore"):  # where it wraps, `NEVER` is taken
-        return np.where(t > NEVER - lifetime, NEVER, t + lifetime)
+    """When each event stamped at the times ``t`` expires (`plan.time.expiry`, the rule
+    every backend applies): never past `NEVER`."""
+    return np.asarray(time_rules.expiry(t, lifetime, NUMPY_OPS), dtype=np.int64)
 
 
 def tasks_of(pieces: Sequence[Piece], size: int) -> list[list[Piece]]:
