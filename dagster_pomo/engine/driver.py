@@ -66,7 +66,7 @@ class Backend(Protocol):
         plans run without generated code in it."""
         ...
 
-    def span(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> Epoch | None:
+    def one_pass(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> Epoch | None:
         """One epoch standing for ``epochs`` when ``strata`` can be evaluated over all of
         them at once and store what epoch by epoch stores; None: epoch by epoch."""
         ...
@@ -275,7 +275,7 @@ class Driver:
     @contextmanager
     def _within_budgets(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> Iterator[None]:
         """A pass over ``epoch``: where it exceeds a budget, what ``strata`` stored of it is
-        removed and the error says where (a span's error is the caller's to narrow down,
+        removed and the error says where (a range's error is the caller's to narrow down,
         epoch by epoch)."""
         try:
             yield
@@ -287,7 +287,7 @@ class Driver:
         self, epochs: Sequence[Epoch], progress: Progress | None = None
     ) -> PassStats:
         """Every stratum over ``epochs`` (consecutive, in order), storing what epoch by epoch
-        stores, in as few passes as `Backend.span` allows: the epochs of the first one's
+        stores, in as few passes as `Backend.one_pass` allows: the epochs of the first one's
         length at once, then any shorter last epoch on its own. All strata in one pass when
         the backend allows it for all; else stratum by stratum, those it does not allow
         (recursion that defers events) epoch by epoch; with ``@next`` epoch by epoch. What
@@ -297,9 +297,9 @@ class Driver:
         told = progress or (lambda done, total: None)
         told(0, len(epochs))
         same, rest = _by_length(epochs)
-        whole = self.backend.span(same, self.plan.strata)
-        if whole is not None or self.backend.span(same, []) is None:
-            # all strata at once: over the span and the rest, or (none can span: `@next`,
+        whole = self.backend.one_pass(same, self.plan.strata)
+        if whole is not None or self.backend.one_pass(same, []) is None:
+            # all strata at once: over the range and the rest, or (none can span: `@next`,
             # under two epochs) epoch by epoch
             out = PassStats({n: 0 for s in self.plan.strata for n in s.relations})
             done = 0
@@ -340,15 +340,15 @@ class Driver:
         names = [n for s in strata for n in s.relations]
         out = PassStats({n: 0 for n in names})
         same, rest = _by_length(epochs)
-        span = None if carries else self.backend.span(same, strata)
-        passes = [span, *rest] if span is not None else list(epochs)
+        whole = None if carries else self.backend.one_pass(same, strata)
+        passes = [whole, *rest] if whole is not None else list(epochs)
         while passes:
             epoch = passes.pop(0)
             try:
                 with self._within_budgets(epoch, strata):
                     made = self._pass(strata, epoch, carries, log)
             except BudgetExceeded:
-                if epoch is not span:
+                if epoch is not whole:
                     raise
                 passes[:0] = same  # which epoch: one by one
                 continue

@@ -114,7 +114,7 @@ class SparkEvaluator:
         lazy = isinstance(spark, LazySession)
         self.partitions = int((spark.conf_value(shuffle) if lazy else spark.conf.get(shuffle)) or 2)
         self._nothing: dict[str, DataFrame] = {}  # see `empty`
-        self._spans: dict[tuple[int, int], RangePass] = {}  # ranges evaluated as one, see `span`
+        self._ranges: dict[tuple[int, int], RangePass] = {}  # ranges evaluated as one (`one_pass`)
         inputs = [r.name for r in self.catalog.inputs]
         self.store = EpochStore(warehouse, inputs, self.local_spark() and warehouse.is_local)
         self.recursion = Recursion(self)
@@ -259,9 +259,9 @@ class SparkEvaluator:
         return history.unionByName(current)
 
     def keys_of(self, epoch: Epoch) -> list[str]:
-        """The stored partitions that make up ``epoch``: its own, or a span's."""
-        span = self._spans.get(epoch_slot(epoch))
-        return span.keys if span is not None else [epoch_key(epoch)]
+        """The stored partitions that make up ``epoch``: its own, or a range's."""
+        ranged = self._ranges.get(epoch_slot(epoch))
+        return ranged.keys if ranged is not None else [epoch_key(epoch)]
 
     def forget_current(self, epoch: Epoch, name: str) -> None:
         """``epoch``'s versions of ``name`` were stored anew: rules read them again."""
@@ -365,25 +365,25 @@ class SparkEvaluator:
         made: Sequence[DataFrame] = (),
     ) -> int:
         """Store ``rows`` as ``epoch`` of ``name`` (see `EpochStore.store`, or `RangePass.store`
-        for a span), where the epoch's later strata then read them; how many were stamped
+        for a range), where the epoch's later strata then read them; how many were stamped
         before ``end``. ``made``: the versions the epoch's rules derived (before merging
-        them with the epoch's seeds); a span keeps those stamped after ``end`` per epoch."""
-        span = self._spans.get(epoch_slot(epoch))
-        if span is None:
+        them with the epoch's seeds); a range keeps those stamped after ``end`` per epoch."""
+        ranged = self._ranges.get(epoch_slot(epoch))
+        if ranged is None:
             stored = self.store.store(name, epoch_key(epoch), rows, end)
         else:
             later = None
             if end is not None and made:
                 # As each epoch would have kept them: merged only with its own versions.
                 derived = reduce(DataFrame.unionByName, made)
-                later = self.dedupe(name, span.stamped_later(derived), by=["epoch"])
-            stored = span.store(self.wh, name, rows, later)
+                later = self.dedupe(name, ranged.stamped_later(derived), by=["epoch"])
+            stored = ranged.store(self.wh, name, rows, later)
         self._epoch.current[(epoch_slot(epoch), name)] = self.wh.read(
             name, self.structs[name], self.keys_of(epoch)
         )
         return stored
 
-    def span(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> Epoch | None:
+    def one_pass(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> Epoch | None:
         """One epoch standing for ``epochs`` when ``strata`` can be evaluated over all of them
         at once and store what they would store epoch by epoch (see `spans`): the corpus has
         no ``@next`` rule, no recursive stratum among ``strata`` derives a relation that
@@ -398,15 +398,15 @@ class SparkEvaluator:
             return None
         if self.local.few_and_small(epochs, strata):
             return None
-        span = RangePass.of(epochs)
-        if span is None:
+        ranged = RangePass.of(epochs)
+        if ranged is None:
             return None
-        self._spans[epoch_slot(span.epoch)] = span
-        return span.epoch
+        self._ranges[epoch_slot(ranged.epoch)] = ranged
+        return ranged.epoch
 
-    def is_span(self, epoch: Epoch) -> bool:
-        """Whether ``epoch`` stands for a range of epochs (see `span`)."""
-        return epoch_slot(epoch) in self._spans
+    def is_range(self, epoch: Epoch) -> bool:
+        """Whether ``epoch`` stands for a range of epochs (see `one_pass`)."""
+        return epoch_slot(epoch) in self._ranges
 
     def evaluate_stratum(
         self, stratum: StratumPlan, epoch: Epoch, carried: Mapping[str, DataFrame] | None = None
@@ -505,14 +505,14 @@ class SparkEvaluator:
         return (rule, positives, negatives, epoch.lower, epoch.end)
 
     def budgets_for(self, epoch: Epoch) -> Budgets:
-        """The budgets of a pass over ``epoch``: those of `Policy.budgets`, and for a span the
-        versions and combinations of all its epochs (a span past them goes epoch by epoch,
+        """The budgets of a pass over ``epoch``: those of `Policy.budgets`, and for a range the
+        versions and combinations of all its epochs (a range past them goes epoch by epoch,
         where each epoch's are checked: see `Driver.evaluate_range`)."""
         budgets = self.policy.budgets
-        span = self._spans.get(epoch_slot(epoch))
-        if span is None:
+        ranged = self._ranges.get(epoch_slot(epoch))
+        if ranged is None:
             return budgets
-        n = len(span.epochs)
+        n = len(ranged.epochs)
         return replace(
             budgets, versions=budgets.versions * n, combinations=budgets.combinations * n
         )
@@ -587,8 +587,8 @@ class SparkEvaluator:
             for n in names:
                 own = stratum.own(n)
                 made = [self.derive(r, epoch) for r in own]
-                if made and n in self.defers and self.is_span(epoch):
-                    # A span writes them twice, to its partitions and to each epoch's
+                if made and n in self.defers and self.is_range(epoch):
+                    # A range writes them twice, to its partitions and to each epoch's
                     # deferred events: worked out once.
                     made = [reduce(DataFrame.unionByName, made).cache()]
                     cached += made

@@ -52,7 +52,7 @@ class Host(Protocol):
     partitions: int
 
     def local_spark(self) -> bool: ...
-    def is_span(self, epoch: Epoch) -> bool: ...
+    def is_range(self, epoch: Epoch) -> bool: ...
     def state(self, name: str, epoch: Epoch) -> DataFrame: ...
     def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None: ...
     def empty(self, name: str) -> DataFrame: ...
@@ -334,9 +334,9 @@ class Recursion:
         """A staging folder for the rounds' tasks to write the relation's epoch into, when
         they can: Spark runs in this process's machine (local mode, not Connect), the
         warehouse is on its file system, every version belongs to the epoch (none is
-        deferred) and the epoch is one partition (not a span, whose versions are split by
+        deferred) and the epoch is one partition (not a range, whose versions are split by
         time). Otherwise None: the tasks' rows go through Spark as usual."""
-        if not self.ev.local_spark() or name in self.ev.defers or self.ev.is_span(epoch):
+        if not self.ev.local_spark() or name in self.ev.defers or self.ev.is_range(epoch):
             return None
         return self.ev.wh.staging(name)
 

@@ -59,7 +59,7 @@ class LocalStrata:
         self._too_large: dict[int, int] = {}
         files = ev.store.local
         self.reads = ProcessReads(ev.wh, ev.schemas, ev.structs, files, ev.policy.lower_rows)
-        self._reads_for: tuple[int, int] | None = None  # the epoch (or span) read for last
+        self._reads_for: tuple[int, int] | None = None  # the epoch (or range) read for last
 
     def new_scope(self) -> None:
         """An epoch's evaluation begins: what was read through Spark is read anew."""
@@ -125,7 +125,7 @@ class LocalStrata:
             # tasks), its versions read through Spark while few (see `ProcessReads`), for an
             # epoch or a range (the rounds over a range are those of one long epoch).
             return stratum.recursive and stratum.linear is None and policy.lower_rows > 0
-        if self.ev.is_span(epoch):
+        if self.ev.is_range(epoch):
             return False
         inputs = store.input_events(epoch_key(epoch))
         too_large = self._too_large.get(stratum.index)

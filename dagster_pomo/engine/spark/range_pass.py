@@ -30,7 +30,7 @@ class RangePass:
 
     @staticmethod
     def of(epochs: Sequence[Epoch]) -> RangePass | None:
-        """The span of ``epochs``, or None when they are fewer than two, not consecutive or
+        """One pass over ``epochs``, or None when they are fewer than two, not consecutive or
         not all of one length (the partition of a time is then not simple arithmetic)."""
         if len(epochs) < 2:
             return None
@@ -50,8 +50,8 @@ class RangePass:
         return [epoch_key(e) for e in self.epochs]
 
     def key_of(self, t: Column) -> Column:
-        """The key of the span's epoch holding time ``t`` (earlier times: the first epoch's,
-        where they are evaluated; callers keep times past the span's end out)."""
+        """The key of the range's epoch holding time ``t`` (earlier times: the first epoch's,
+        where they are evaluated; callers keep times past the range's end out)."""
         start = self.epochs[0].start
         size = self.epochs[0].end - start
         index = F.greatest(F.floor((t - F.lit(start)) / F.lit(size)), F.lit(0))
