@@ -131,5 +131,5 @@ def over(
     if rule is None and stratum is not None:
         rule = stratum.cause(relation)
     name = rule.relation if rule is not None else (relation or "?")
-    span = rule.rule.span if rule is not None else None
+    span = rule.span if rule is not None else None
     return BudgetExceeded(budget, getattr(budgets, budget), found, name, span)

@@ -97,7 +97,7 @@ class Made(Generic[T]):
 
 def steps_of(rule: RulePlan) -> Steps:
     if rule.steps is None:
-        raise ValueError(f"the rule at offset {rule.rule.span.start} was not compiled")
+        raise ValueError(f"the rule at offset {rule.span.start} was not compiled")
     return rule.steps
 
 

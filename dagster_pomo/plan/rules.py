@@ -21,6 +21,8 @@ from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK, binding_of
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.lang.kinds import expr_type, summarised_kinds
+from dagster_pomo.lang.render import render_rule
+from dagster_pomo.lang.source import Span
 from dagster_pomo.plan.band_joins import Band, bands
 from dagster_pomo.plan.constant_defs import constant_values
 from dagster_pomo.plan.scans import CID, atom_columns, atom_reads
@@ -185,7 +187,8 @@ class Choice:
 
 @dataclass(frozen=True)
 class RulePlan:
-    rule: ast.Rule  # the source: its span for messages, its text for people
+    span: Span  # where the rule is in its source, for messages
+    text: str  # the rule as people read it (`pomo plan`)
     scans: tuple[Scan, ...]
     defs: tuple[Definition, ...]
     guards: tuple[ast.Expr, ...]
@@ -288,7 +291,8 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         kinds = tuple(None if arg is None else expr_type(arg, types) for _, arg, _, _ in functions)
         aggregate = Aggregate(functions, reach, lattice, arg_types=kinds)
     return RulePlan(
-        rule,
+        rule.span,
+        render_rule(rule),
         tuple(scans),
         defs,
         tuple(rule.guards),

@@ -195,4 +195,4 @@ def lower(rule: RulePlan) -> Steps:
     if rule.inductive:
         return Steps(tuple(body), Make(rule.head.uncapped(), Stamp.NEXT))
     text = rule.computed_text
-    return Steps(tuple(body), Make(rule.head, Stamp.MATCH, text, rule.rule.span.start))
+    return Steps(tuple(body), Make(rule.head, Stamp.MATCH, text, rule.span.start))

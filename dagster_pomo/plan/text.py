@@ -8,7 +8,7 @@ provenance, the aggregate and the head.
 
 from __future__ import annotations
 
-from dagster_pomo.lang.render import render_const, render_expr, render_rule
+from dagster_pomo.lang.render import render_const, render_expr
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.rules import Aggregate as RuleAggregate
 from dagster_pomo.plan.rules import Head, Join, JoinKind, RulePlan, Scan
@@ -62,9 +62,9 @@ def _stratum(plan: CorpusPlan, stratum: StratumPlan) -> list[str]:
 
 
 def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
-    line = rule.rule.span.line
+    line = rule.span.line
     at = f"line {line}" if line > 0 else "generated"
-    lines = [f"rule ({at}): {render_rule(rule.rule)}"]
+    lines = [f"rule ({at}): {rule.text}"]
     if rule.constants:
         shown = ", ".join(f"{k} = {_value(v)}" for k, v in rule.constants.items())
         lines.append(f"  constants {shown}")

@@ -65,7 +65,7 @@ def unsupported(plan: CorpusPlan, stratum: StratumPlan, alone: bool = False) -> 
     for rule in stratum.rules:
         if not R.rule_supported(rule):
             return (
-                f"the rule at line {rule.rule.span.line} uses what this process does not work "
+                f"the rule at line {rule.span.line} uses what this process does not work "
                 "out (an aggregate over text other than its least or greatest, or a value its "
                 "head cannot hold)"
             )

@@ -658,4 +658,4 @@ def _too_long(stratum: StratumPlan, said: str) -> RulePlan | None:
     `Budgets.text` (``said``: Spark's error, carrying `rules.TEXT_BUDGET`), or None."""
     found = re.search(re.escape(R.TEXT_BUDGET) + r"(\d+)", said)
     offset = int(found.group(1)) if found else None
-    return next((r for r in stratum.rules if r.rule.span.start == offset), None)
+    return next((r for r in stratum.rules if r.span.start == offset), None)
