@@ -3,16 +3,20 @@
 A backend supplies `Primitives`: one operation per kind of step, over its own sets of
 matches (``M``: Spark DataFrames, numpy columns) and tables of versions (``T``). Which
 steps run, in what order, over which window of time, and how ``@next`` versions are
-stamped is decided here and in the plan, so the backends cannot differ in it.
+stamped is decided here and in the plan, so the backends cannot differ in it. So is a
+recursion's semi-naive loop (`fixpoint`): its rounds, their derivations (`variants`) and
+its budgets; a backend keeps its versions as it can (`Rounds`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
+from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.plan.band_joins import Band
+from dagster_pomo.plan.corpus import StratumPlan
 from dagster_pomo.plan.rules import JoinKind, RulePlan
 from dagster_pomo.plan.steps import (
     Alive,
@@ -176,3 +180,60 @@ def derive_next(
     """What an ``@next`` (or ``@async``) rule makes of the epoch ``previous``."""
     window = (previous.lower, previous.end)
     return derive(rule, p, sources, negated, *window, previous=previous).rows
+
+
+# ---------------------------------------------------------------------------- recursion
+
+D = TypeVar("D")  # a backend's new versions of a round, by relation
+
+
+class Rounds(Protocol[D]):
+    """What a backend does in a recursive stratum's semi-naive loop (`fixpoint`): a round
+    derives with `variants` of each rule and keeps the versions no earlier round knows."""
+
+    def round(self, delta: D | None) -> D | None:
+        """One round (the first when ``delta`` is None): its new versions, or None."""
+        ...
+
+    def after_first(self, delta: D, ran: int) -> tuple[D | None, int]:
+        """What the later rounds still have to join once a linear recursion's rounds ran
+        elsewhere (``delta`` itself when none did), and how many rounds that took."""
+        ...
+
+    def known(self) -> int:
+        """How many versions the stratum knows so far."""
+        ...
+
+
+def variants(rule: RulePlan, grew: Collection[str] | None) -> list[int | None]:
+    """The derivations of ``rule`` in one semi-naive round: the first round once with every
+    version (None); a later one once per body atom whose relation ``grew`` in the round
+    before, that atom reading only those new versions."""
+    if grew is None:
+        return [None]
+    return [i for i, scan in enumerate(rule.scans) if scan.relation in grew]
+
+
+def fixpoint(rounds: Rounds[D], stratum: StratumPlan, budgets: Budgets) -> int:
+    """A recursive stratum taken to its fixpoint, semi-naive: round after round while one
+    makes versions no earlier one knew; how many rounds ran. `BudgetExceeded` past
+    `Budgets.rounds` rounds or `Budgets.versions` versions (checked after every round)."""
+    ran = 1
+    delta = rounds.round(None)
+    if delta is not None:
+        delta, more = rounds.after_first(delta, ran)
+        ran += more
+    while delta is not None:
+        _within_versions(rounds, stratum, budgets)
+        ran += 1
+        if ran > budgets.rounds:
+            raise over("rounds", budgets, None, stratum)
+        delta = rounds.round(delta)
+    _within_versions(rounds, stratum, budgets)
+    return ran
+
+
+def _within_versions(rounds: Rounds[D], stratum: StratumPlan, budgets: Budgets) -> None:
+    known = rounds.known()
+    if known > budgets.versions:
+        raise over("versions", budgets, known, stratum)

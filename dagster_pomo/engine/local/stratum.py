@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dagster_pomo.engine import interpreter
 from dagster_pomo.engine.budgets import DEFAULT as BUDGETS
 from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.engine.local import linear_fixpoint, provenance
@@ -206,81 +207,122 @@ def _fixpoint(
     budget: int,
     budgets: Budgets,
 ) -> tuple[dict[str, pa.Table], int]:
-    """A recursive stratum run semi-naive to its fixpoint: the first round joins every
-    version, each later one joins only the previous round's new versions with the rest.
-    A version is new when no known version has its ``(args, t, kt)`` and lives as long.
-    A round costs about what its new versions cost, not what came before: a thousand
-    single-version rounds take seconds (see BENCHMARKS.md). With a ``linear`` plan, the
-    rounds after the first run on `linear_fixpoint`. The stratum goes to Spark
-    (`TooLarge`) when a relation grows past ``limit`` versions (``budget`` in the
+    """A recursive stratum run semi-naive to its fixpoint (`interpreter.fixpoint`): the
+    first round joins every version, each later one joins only the previous round's new
+    versions with the rest. A version is new when no known version has its ``(args, t,
+    kt)`` and lives as long. A round costs about what its new versions cost, not what came
+    before: a thousand single-version rounds take seconds (see BENCHMARKS.md). With a
+    ``linear`` plan, the rounds after the first run on `linear_fixpoint`. The stratum goes
+    to Spark (`TooLarge`) when a relation grows past ``limit`` versions (``budget`` in the
     linear rounds); `BudgetExceeded` past ``budgets``."""
-    a, b = window
-    names = list(stratum.relations)
-    rules = stratum.rules
-    earlier = {n: history(n) for n in names}
-    known = {n: versions(schemas[n], [seeds.get(n)]) for n in names}
+    rounds = _LocalRounds(stratum, schemas, state, history, seeds, window, limit, budgets)
+    rounds.linear, rounds.budget = linear, budget
+    ran = interpreter.fixpoint(rounds, stratum, budgets)
+    out = {
+        n: rounds.finished[n]
+        if n in rounds.finished
+        else to_arrow(rounds.versions[n], arrow_schema(schemas[n]))
+        for n in stratum.relations
+    }
+    return out, ran
 
-    def full(name: str) -> Cols:
-        if name not in known:
-            return state(name)
-        parts = [p for p in (earlier[name], known[name]) if height(p)]
+
+class _LocalRounds:
+    """A recursive stratum's rounds over numpy columns (`interpreter.Rounds`): the versions
+    each relation knows, and a linear one's later rounds on `linear_fixpoint`."""
+
+    linear: LinearPlan | None = None
+    budget = 0
+
+    def __init__(
+        self,
+        stratum: StratumPlan,
+        schemas: Mapping[str, Schema],
+        state: Callable[[str], Cols],
+        history: Callable[[str], Cols],
+        seeds: Mapping[str, Cols | None],
+        window: tuple[int, int],
+        limit: int,
+        budgets: Budgets,
+    ) -> None:
+        self.stratum, self.schemas, self.state = stratum, schemas, state
+        self.window, self.limit, self.budgets = window, limit, budgets
+        names = stratum.relations
+        self.earlier = {n: history(n) for n in names}
+        self.versions = {n: versions(schemas[n], [seeds.get(n)]) for n in names}
+        self.lower = {x.relation: state(x.relation) for r in stratum.rules for x in r.negations}
+        self.finished: dict[str, pa.Table] = {}  # a linear relation's, from `linear_fixpoint`
+
+    def _full(self, name: str) -> Cols:
+        if name not in self.versions:
+            return self.state(name)
+        parts = [p for p in (self.earlier[name], self.versions[name]) if height(p)]
         if len(parts) > 1:
-            return concat([_stored(schemas[name], p) for p in parts])
-        return parts[0] if parts else known[name]  # earlier epochs' alone, or none
+            return concat([_stored(self.schemas[name], p) for p in parts])
+        return parts[0] if parts else self.versions[name]  # earlier epochs' alone, or none
 
-    lower = {x.relation: state(x.relation) for r in rules for x in r.negations}
-    delta: dict[str, Cols] | None = None
-    finished: dict[str, pa.Table] = {}  # a linear relation's versions from the tasks' executor
-    rounds = 0
-    while True:
-        rounds += 1
-        if rounds > budgets.rounds:
-            raise over("rounds", budgets, None, stratum)
-        made: dict[str, list[Cols]] = {n: [] for n in names}
-        for rule in rules:
-            negatives = [lower[x.relation] for x in rule.negations]
-            # Datalog: head := body, once with every version, then once per body atom of
-            # the stratum, that atom reading only the last round's new versions.
-            for i in [None] if delta is None else range(len(rule.scans)):
-                if i is not None and rule.scans[i].relation not in delta:
-                    continue
+    def round(self, delta: dict[str, Cols] | None) -> dict[str, Cols] | None:
+        a, b = self.window
+        made: dict[str, list[Cols]] = {n: [] for n in self.stratum.relations}
+        for rule in self.stratum.rules:
+            negatives = [self.lower[x.relation] for x in rule.negations]
+            for i in interpreter.variants(rule, delta):
                 sources = [
-                    delta[x.relation] if j == i and delta is not None else full(x.relation)
+                    delta[x.relation] if j == i and delta is not None else self._full(x.relation)
                     for j, x in enumerate(rule.scans)
                 ]
                 made[rule.relation].append(
-                    _within(stratum, rule, budgets, R.derive, sources, negatives, a, b, limit)
-                )
-        delta = {}
-        for n in names:
-            fresh = _uncovered(schemas[n], versions(schemas[n], made[n]), known[n])
-            if height(fresh):
-                if linear is not None:  # the later rounds: on the tasks' executor
-                    spread = dict(stratum.stable).get(n)
-                    left = budgets.rounds - rounds
-                    given = (known[n], fresh)
-                    finished[n], more, waiting = _linear_rounds(
-                        linear, schemas[n], given, state, window, budget, spread, left
+                    _within(
+                        self.stratum,
+                        rule,
+                        self.budgets,
+                        R.derive,
+                        sources,
+                        negatives,
+                        a,
+                        b,
+                        self.limit,
                     )
-                    rounds += more
-                    if waiting and more >= left:
-                        raise over("rounds", budgets, None, stratum, n)
-                    if waiting:
-                        raise TooLarge(f"{n} knows more than {budget} versions")
-                    _check_versions(stratum, budgets, finished[n].num_rows)
-                    continue
-                delta[n] = fresh
-                known[n] = versions(schemas[n], [known[n], fresh])
-                if height(known[n]) > limit:
-                    raise TooLarge(f"{n} knows more than {limit:,} versions")
-        _check_versions(stratum, budgets, sum(map(height, known.values())))
-        if not delta:
-            break
-    out = {
-        n: finished[n] if n in finished else to_arrow(known[n], arrow_schema(schemas[n]))
-        for n in names
-    }
-    return out, rounds
+                )
+        new: dict[str, Cols] = {}
+        for n in self.stratum.relations:
+            schema = self.schemas[n]
+            fresh = _uncovered(schema, versions(schema, made[n]), self.versions[n])
+            if height(fresh):
+                new[n] = fresh
+                if self.linear is None:  # a linear one's rounds go on in `after_first`
+                    self.versions[n] = versions(schema, [self.versions[n], fresh])
+                    if height(self.versions[n]) > self.limit:
+                        raise TooLarge(f"{n} knows more than {self.limit:,} versions")
+        return new or None
+
+    def after_first(self, delta: dict[str, Cols], ran: int) -> tuple[dict[str, Cols] | None, int]:
+        if self.linear is None:
+            return delta, 0
+        more = 0
+        for n, fresh in delta.items():  # the later rounds: on the tasks' executor
+            spread = dict(self.stratum.stable).get(n)
+            left = self.budgets.rounds - ran
+            given = (self.versions[n], fresh)
+            self.finished[n], more, waiting = _linear_rounds(
+                self.linear,
+                self.schemas[n],
+                given,
+                self.state,
+                self.window,
+                self.budget,
+                spread,
+                left,
+            )
+            if waiting and more >= left:
+                raise over("rounds", self.budgets, None, self.stratum, n)
+            if waiting:
+                raise TooLarge(f"{n} knows more than {self.budget} versions")
+        return None, more
+
+    def known(self) -> int:
+        held = sum(map(height, self.versions.values()))
+        return held + sum(t.num_rows for t in self.finished.values())
 
 
 def _linear_rounds(

@@ -22,7 +22,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from dagster_pomo.engine.budgets import Budgets, over
+from dagster_pomo.engine import interpreter
+from dagster_pomo.engine.budgets import Budgets
 from dagster_pomo.engine.local import column_joins, linear_fixpoint
 from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.spark import rule_frames as R
@@ -122,39 +123,20 @@ class Recursion:
         the rows those tasks stored, and how many rounds ran."""
         names = list(stratum.relations)
         rules = list(stratum.rules)
-        rows: dict[str, DataFrame] = {}
         current = {n: self.ev.empty(n) if s is None else s for n, s in seeds.items()}
         below = stratum.reads - set(names)
         fix = _Fixpoint({b: self.ev.state(b, epoch).localCheckpoint(eager=True) for b in below})
         self._left[stratum.index] = fix.scratch
         for n in names:
             self.ev.hold(epoch, n, current[n])
-        budgets = self.ev.budgets_for(epoch)
-        delta = self._round(fix, rules, epoch, names, current, None)
-        ran = 1
-        plan = stratum.linear
-        if delta is not None and plan is not None and self.ev.policy.task_rows > 0:
-            delta, done, more = self._rounds_in_tasks(fix, plan, epoch, current, delta)
-            ran += more
-            if done is not None:
-                rows = {plan.relation: done}
-        while delta is not None:
-            self._check_versions(stratum, budgets, fix)
-            ran += 1
-            if ran > budgets.rounds:
-                raise over("rounds", budgets, None, stratum)
-            delta = self._round(fix, rules, epoch, names, current, delta)
-        self._check_versions(stratum, budgets, fix)
+        rounds = _SparkRounds(self, fix, rules, epoch, names, current, stratum.linear)
+        ran = interpreter.fixpoint(rounds, stratum, self.ev.budgets_for(epoch))
+        rows: dict[str, DataFrame] = {}
+        if rounds.done is not None and stratum.linear is not None:
+            rows = {stratum.linear.relation: rounds.done}
         if not rows and not fix.written:
             rows = {n: self.ev.dedupe(n, current[n]) for n in names}
         return rows, fix.written, ran
-
-    @staticmethod
-    def _check_versions(stratum: StratumPlan, budgets: Budgets, fix: _Fixpoint) -> None:
-        """`BudgetExceeded` when the stratum knows more versions than `Budgets.versions`."""
-        known = sum(fix.rows.values()) + sum(fix.written.values())
-        if known > budgets.versions:
-            raise over("versions", budgets, known, stratum)
 
     def _round(
         self,
@@ -175,14 +157,9 @@ class Recursion:
         until the stratum's write."""
         made: dict[str, list[DataFrame]] = {n: [] for n in names}
         for rule in rules:
-            if delta is None:
-                made[rule.relation].append(self.ev.derive(rule, epoch, held=fix.held))
-                continue
-            for i, scan in enumerate(rule.scans):
-                if scan.relation in delta:
-                    made[rule.relation].append(
-                        self.ev.derive(rule, epoch, {i: delta[scan.relation]}, fix.held)
-                    )
+            for i in interpreter.variants(rule, delta):
+                source = None if i is None or delta is None else {i: delta[rule.scans[i].relation]}
+                made[rule.relation].append(self.ev.derive(rule, epoch, source, fix.held))
         new: dict[str, DataFrame] = {}
         for n in names:
             if not made[n]:
@@ -420,3 +397,38 @@ class Recursion:
         living at least as long."""
         same = [F.col(c) == F.col(f"__k_{c}") for c in self.ev.version_key(name)]
         return reduce(lambda x, y: x & y, same, F.col("__k_exp") >= F.col("exp"))
+
+
+class _SparkRounds:
+    """A recursive stratum's rounds on Spark's plans (`interpreter.Rounds`), the later rounds
+    of a linear one in Spark's tasks while they can (`_rounds_in_tasks`)."""
+
+    def __init__(
+        self,
+        host: Recursion,
+        fix: _Fixpoint,
+        rules: list[RulePlan],
+        epoch: Epoch,
+        names: list[str],
+        current: dict[str, DataFrame],
+        linear: linear_rounds.LinearPlan | None,
+    ) -> None:
+        self.host, self.fix, self.rules, self.epoch = host, fix, rules, epoch
+        self.names, self.current, self.linear = names, current, linear
+        self.done: DataFrame | None = None  # the linear relation's versions, from the tasks
+
+    def round(self, delta: dict[str, DataFrame] | None) -> dict[str, DataFrame] | None:
+        return self.host._round(self.fix, self.rules, self.epoch, self.names, self.current, delta)
+
+    def after_first(
+        self, delta: dict[str, DataFrame], ran: int
+    ) -> tuple[dict[str, DataFrame] | None, int]:
+        if self.linear is None or self.host.ev.policy.task_rows <= 0:
+            return delta, 0
+        left, self.done, more = self.host._rounds_in_tasks(
+            self.fix, self.linear, self.epoch, self.current, delta
+        )
+        return left, more
+
+    def known(self) -> int:
+        return sum(self.fix.rows.values()) + sum(self.fix.written.values())
