@@ -121,10 +121,8 @@ def evaluate(
     if stratum.recursive:
         assert history is not None
         linear = stratum.linear if budget > 0 else None
-        window = (a, b)
-        return _fixpoint(
-            stratum, schemas, state, history, seeds, window, limit, linear, budget, budgets
-        )
+        args = (stratum, schemas, state, history, seeds, (a, b), limit, budgets, linear, budget)
+        return _LocalRounds(*args).run()
     out: dict[str, pa.Table] = {}
     for name in stratum.relations:
         schema = schemas[name]
@@ -195,44 +193,16 @@ def _check_versions(stratum: StratumPlan, budgets: Budgets, versions: int) -> No
         raise over("versions", budgets, versions, stratum)
 
 
-def _fixpoint(
-    stratum: StratumPlan,
-    schemas: Mapping[str, Schema],
-    state: Callable[[str], Cols],
-    history: Callable[[str], Cols],
-    seeds: Mapping[str, Cols | None],
-    window: tuple[int, int],
-    limit: int,
-    linear: LinearPlan | None,
-    budget: int,
-    budgets: Budgets,
-) -> tuple[dict[str, pa.Table], int]:
-    """A recursive stratum run semi-naive to its fixpoint (`interpreter.fixpoint`): the
-    first round joins every version, each later one joins only the previous round's new
-    versions with the rest. A version is new when no known version has its ``(args, t,
-    kt)`` and lives as long. A round costs about what its new versions cost, not what came
-    before: a thousand single-version rounds take seconds (see BENCHMARKS.md). With a
-    ``linear`` plan, the rounds after the first run on `linear_fixpoint`. The stratum goes
-    to Spark (`TooLarge`) when a relation grows past ``limit`` versions (``budget`` in the
-    linear rounds); `BudgetExceeded` past ``budgets``."""
-    rounds = _LocalRounds(stratum, schemas, state, history, seeds, window, limit, budgets)
-    rounds.linear, rounds.budget = linear, budget
-    ran = interpreter.fixpoint(rounds, stratum, budgets)
-    out = {
-        n: rounds.finished[n]
-        if n in rounds.finished
-        else to_arrow(rounds.versions[n], arrow_schema(schemas[n]))
-        for n in stratum.relations
-    }
-    return out, ran
-
-
 class _LocalRounds:
-    """A recursive stratum's rounds over numpy columns (`interpreter.Rounds`): the versions
-    each relation knows, and a linear one's later rounds on `linear_fixpoint`."""
-
-    linear: LinearPlan | None = None
-    budget = 0
+    """A recursive stratum run semi-naive to its fixpoint (`interpreter.fixpoint`) over
+    numpy columns (`interpreter.Rounds`): the first round joins every version, each later
+    one joins only the previous round's new versions with the rest. A version is new when
+    no known version has its ``(args, t, kt)`` and lives as long. A round costs about what
+    its new versions cost, not what came before: a thousand single-version rounds take
+    seconds (see BENCHMARKS.md). With a ``linear`` plan, the rounds after the first run on
+    `linear_fixpoint`. The stratum goes to Spark (`TooLarge`) when a relation grows past
+    ``limit`` versions (``budget`` in the linear rounds); `BudgetExceeded` past
+    ``budgets``."""
 
     def __init__(
         self,
@@ -244,14 +214,28 @@ class _LocalRounds:
         window: tuple[int, int],
         limit: int,
         budgets: Budgets,
+        linear: LinearPlan | None,
+        budget: int,
     ) -> None:
         self.stratum, self.schemas, self.state = stratum, schemas, state
         self.window, self.limit, self.budgets = window, limit, budgets
+        self.linear, self.budget = linear, budget
         names = stratum.relations
         self.earlier = {n: history(n) for n in names}
         self.versions = {n: versions(schemas[n], [seeds.get(n)]) for n in names}
         self.lower = {x.relation: state(x.relation) for r in stratum.rules for x in r.negations}
         self.finished: dict[str, pa.Table] = {}  # a linear relation's, from `linear_fixpoint`
+
+    def run(self) -> tuple[dict[str, pa.Table], int]:
+        """Each relation's versions at the fixpoint, and the rounds it took."""
+        ran = interpreter.fixpoint(self, self.stratum, self.budgets)
+        out = {
+            n: self.finished[n]
+            if n in self.finished
+            else to_arrow(self.versions[n], arrow_schema(self.schemas[n]))
+            for n in self.stratum.relations
+        }
+        return out, ran
 
     def _full(self, name: str) -> Cols:
         if name not in self.versions:
