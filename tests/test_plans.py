@@ -162,3 +162,102 @@ def test_every_backend_executes_every_kind_of_step() -> None:
             else:
                 assert kinds == ["Read", "Valid", "AntiJoin"]
                 assert type(rule.steps.last).__name__ == "Aggregate"
+
+
+class _Recording:
+    """Primitives that record which step each call is for (for the walk's order)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def _(self, name: str, m: object = None) -> str:
+        self.calls.append(name)
+        return "m"
+
+    def read(self, step, source):
+        return self._(f"read {step.scan.relation}")
+
+    def join_on(self, left, right, on):
+        return self._(f"join on {','.join(on)}")
+
+    def band_join(self, left, right, band, index):
+        return self._("band join")
+
+    def cross(self, left, right):
+        return self._("cross")
+
+    def unit(self):
+        return self._("unit")
+
+    def summarise(self, m, step, sources, window):
+        return self._(f"summarise {step.aggregates[0].var}")
+
+    def let(self, m, step):
+        return self._(f"let {step.definition.var}")
+
+    def check(self, m, step):
+        return self._("check")
+
+    def filter(self, m, step):
+        return self._("filter")
+
+    def valid(self, m, window, a, b):
+        return self._(f"valid {window.value}")
+
+    def anti_join(self, m, step, source, during):
+        return self._(f"anti-join {step.negation.relation} {'during' if during else 'at tau'}")
+
+    def choose(self, m, step, before):
+        return self._("choose"), "chosen"
+
+    def provenance(self, m, step):
+        return self._("provenance")
+
+    def make(self, m, step, stamp):
+        return self._(f"make {'at ' + str(stamp[0]) if stamp else 'at tau'}")
+
+    def aggregate(self, m, rule, a, b):
+        return self._("aggregate")
+
+
+def test_the_walk_runs_the_printed_steps_in_order() -> None:
+    """What `pomo plan` prints is what runs: the one walk hands each step, in the printed
+    order, to the backend's primitive for it (a step skipped or moved fails here)."""
+    from dagster_pomo.engine.interpreter import derive, derive_next
+    from dagster_pomo.timeline import Epoch
+
+    program = compile_corpus(
+        ".decl a(x: int, y: int);\n.decl b(y: int, z: int);\n.decl c(w: int);\n"
+        ".decl q(x: int);\n"
+        "r(x, w) := a(x, y) ^ b(y, _) ^ c(w) ^ !q(x) ^ n = count : b(y, _) ^ choose((x), (w))"
+        " if w >= x ^ w <= x + 10 ^ s > 0 where s = x + 1;\n"
+        "k(x) @count := a(x, y) ^ b(y + 1, _);\n"
+        "p(x) @next := a(x, _) ^ !q(x);\n",
+        "walk",
+    )
+    plan = compile_plan(program, infer_schemas(program, {}))
+    rule = {r.relation: r for s in plan.strata for r in s.rules}
+    p = _Recording()
+    derive(rule["r"], p, ["s"] * 4, ["n"], 0, 10, ["before"])
+    assert p.calls == [
+        "read a",
+        "read b",
+        "join on y",
+        "read c",
+        "band join",
+        "summarise n",
+        "let s",
+        "filter",
+        "filter",
+        "filter",
+        "valid made",
+        "anti-join q at tau",
+        "choose",
+        "make at tau",
+    ]
+    p = _Recording()
+    derive(rule["k"], p, ["s"] * 2, [], 0, 10)
+    assert p.calls == ["read a", "read b", "cross", "check", "valid sliding", "aggregate"]
+    p = _Recording()
+    derive_next(rule["p"], p, ["s"], ["n"], Epoch(10, 20, Epoch(0, 10)))
+    assert p.calls == ["read a", "anti-join q during", "make at 20"]
