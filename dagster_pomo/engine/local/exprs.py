@@ -1,11 +1,11 @@
 """Rule expressions over numpy columns, with the semantics of the Spark plans.
 
 A column is a :class:`Vec`: its values, which rows have one (``ok``; None when all
-do) and its static type. Where :mod:`dagster_pomo.engine.spark.exprs` compiles an
-expression into a Spark column, :func:`value` works it out for every row of a frame
-at once; an undefined value (null for Spark) is a row whose ``ok`` is false. A few
-conversions whose text Spark and Python write differently (a float as text, text as
-a number) are not done here: :func:`supported` says so, and such rules stay on Spark.
+do) and its static type. Where :mod:`dagster_pomo.engine.spark.exprs` compiles a typed
+expression (`plan.exprs`) into a Spark column, :func:`typed_value` works it out for
+every row of a frame at once, one numpy operation per operation; an undefined value
+(null for Spark) is a row whose ``ok`` is false. Text read as a number goes through the
+language's own function, one value at a time, as Spark's Python workers do.
 """
 
 from __future__ import annotations
@@ -18,7 +18,21 @@ import numpy as np
 from dagster_pomo.engine.local.column_joins import height
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import FUNCTIONS, Undefined, Value
-from dagster_pomo.lang.kinds import expr_type
+from dagster_pomo.plan.exprs import (
+    Apply,
+    Arith,
+    Arithmetic,
+    Cmp,
+    Compare,
+    Convert,
+    Expr,
+    Fn,
+    Literal,
+    Negate,
+    Nothing,
+    Var,
+    lower,
+)
 
 NUMPY = {"int": np.int64, "float": np.float64, "str": object, "bool": np.bool_}
 LONG_MAX = np.iinfo(np.int64).max
@@ -57,10 +71,6 @@ def nothing(n: int, typ: str = "bool") -> Vec:
     return Vec(np.zeros(n, dtype=NUMPY[typ]), np.zeros(n, dtype=bool), None)
 
 
-def _family(typ: str | None) -> str | None:
-    return "number" if typ in ("int", "float") else typ
-
-
 def to_float(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float64)
 
@@ -97,83 +107,96 @@ def constant(value: object, typ: str, n: int) -> Vec:
 def value(expr: ast.Expr, df: Mapping[str, np.ndarray], env: Env) -> Vec:
     """``expr`` for every row of ``df`` (numpy columns); ``env`` tells where each variable
     is."""
+    return typed_value(lower(expr, {name: col.typ for name, col in env.items()}), df, env)
+
+
+def typed_value(expr: Expr, df: Mapping[str, np.ndarray], env: Env) -> Vec:  # noqa: PLR0911
+    """A typed expression (`plan.exprs`) for every row of ``df``: one numpy operation for
+    each operation."""
     n = height(df)
-    if isinstance(expr, ast.Const):
-        typ = expr_type(expr, {}) or "str"
-        return constant(expr.value, typ, n)
-    if isinstance(expr, ast.Var):
+    if isinstance(expr, Nothing):
+        return nothing(n, expr.type)
+    if isinstance(expr, Literal):
+        return constant(expr.value, expr.type, n)
+    if isinstance(expr, Var):
         col = env[expr.name]
         ok = None if col.ok is None else np.asarray(df[col.ok], dtype=bool)
         return Vec(df[col.column], ok, col.typ)
-    if isinstance(expr, ast.Neg):
-        inner = value(expr.operand, df, env)
-        if inner.typ not in ("int", "float"):
-            return nothing(n, "int")
+    if isinstance(expr, Negate):
+        inner = typed_value(expr.operand, df, env)
         return Vec(-inner.values, inner.ok, inner.typ)
-    if isinstance(expr, ast.BinOp):
-        return binop(expr.op, value(expr.left, df, env), value(expr.right, df, env))
-    if isinstance(expr, ast.Call):
-        types = {name: col.typ for name, col in env.items()}
-        args = [value(a, df, env) for a in expr.args]
-        return _call(expr.func, args, expr_type(expr, types), n)
-    raise TypeError(f"cannot work out {expr!r}")
+    if isinstance(expr, Convert):
+        return cast(typed_value(expr.operand, df, env), expr.type)
+    if isinstance(expr, Compare):
+        left, right = typed_value(expr.left, df, env), typed_value(expr.right, df, env)
+        out = np.asarray(_COMPARE[expr.op](left.values, right.values), dtype=bool)
+        return Vec(out, _both(left.ok, right.ok), "bool")
+    if isinstance(expr, Arithmetic):
+        left, right = typed_value(expr.left, df, env), typed_value(expr.right, df, env)
+        return _arithmetic(expr.op, left, right)
+    args = [typed_value(a, df, env) for a in expr.args]
+    ok: np.ndarray | None = None
+    for a in args:
+        ok = _both(ok, a.ok)
+    return _apply(expr, args, ok)
+
+
+def equal(left: Vec, right: Vec) -> np.ndarray:
+    """Rows where two values, both numbers or both of one type, are equal."""
+    if left.typ != right.typ:  # an int and a float: compared as doubles
+        left, right = cast(left, "float"), cast(right, "float")
+    return truthy(
+        Vec(np.asarray(left.values == right.values, dtype=bool), _both(left.ok, right.ok), "bool")
+    )
 
 
 _COMPARE = {
-    "==": np.equal,
-    "!=": np.not_equal,
-    "<": np.less,
-    "<=": np.less_equal,
-    ">": np.greater,
-    ">=": np.greater_equal,
+    Cmp.EQ: np.equal,
+    Cmp.NE: np.not_equal,
+    Cmp.LT: np.less,
+    Cmp.LE: np.less_equal,
+    Cmp.GT: np.greater,
+    Cmp.GE: np.greater_equal,
 }
 
 
-def binop(op: str, left: Vec, right: Vec) -> Vec:
-    """``left op right``, as the Spark plans work it out (see the module)."""
-    n = len(left.values)
+def _arithmetic(op: Arith, left: Vec, right: Vec) -> Vec:
+    """``left op right`` over two columns of one type of number."""
     ok = _both(left.ok, right.ok)
-    if op in ast.COMPARISONS:
-        if left.typ is None or right.typ is None or _family(left.typ) != _family(right.typ):
-            return nothing(n)
-        a, b = left.values, right.values
-        if left.typ != right.typ:  # an int and a float: compared as doubles
-            a, b = to_float(a), to_float(b)
-        return Vec(np.asarray(_COMPARE[op](a, b), dtype=bool), ok, "bool")
-    if left.typ not in ("int", "float") or right.typ not in ("int", "float"):
-        return nothing(n, "int")
-    if left.typ == right.typ == "int":
-        a, b = left.values, right.values
-        if op in ("/", "%"):
+    a, b = left.values, right.values
+    if left.typ == "int":
+        if op in (Arith.DIV, Arith.MOD):
             zero = b == 0
             safe = np.where(zero, 1, b)
             rem = np.fmod(a, safe)
             with np.errstate(over="ignore"):
-                out = rem if op == "%" else (a - rem) // safe
+                out = rem if op is Arith.MOD else (a - rem) // safe
             bad = zero
-            if op == "/":  # the one quotient beyond 64 bits: the least integer by -1
+            if op is Arith.DIV:  # the one quotient beyond 64 bits: the least integer by -1
                 bad = zero | ((a == np.iinfo(np.int64).min) & (b == -1))
             return Vec(out, _both(ok, ~bad), "int")
         with np.errstate(over="ignore"):
-            out = {"+": np.add, "-": np.subtract, "*": np.multiply}[op](a, b)
+            out = _PLAIN[op](a, b)
         return Vec(out, _both(ok, ~_overflowed(op, a, b, out)), "int")
-    a, b = to_float(left.values), to_float(right.values)
     with np.errstate(all="ignore"):
-        if op in ("/", "%"):
+        if op in (Arith.DIV, Arith.MOD):
             zero = b == 0
-            out = a / b if op == "/" else np.fmod(a, b)
+            out = a / b if op is Arith.DIV else np.fmod(a, b)
             out = np.where(zero, 0.0, out)
             return Vec(out, _both(ok, ~zero & np.isfinite(out)), "float")
-        out = {"+": np.add, "-": np.subtract, "*": np.multiply}[op](a, b)
+        out = _PLAIN[op](a, b)
         return Vec(out, _both(ok, np.isfinite(out)), "float")
 
 
-def _overflowed(op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+_PLAIN = {Arith.ADD: np.add, Arith.SUB: np.subtract, Arith.MUL: np.multiply}
+
+
+def _overflowed(op: Arith, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Where 64-bit ``a op b`` wrapped around (the Spark plans' try_add and kin: undefined)."""
     a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
-    if op == "+":
+    if op is Arith.ADD:
         return ((a ^ out) & (b ^ out)) < 0
-    if op == "-":
+    if op is Arith.SUB:
         return ((a ^ b) & (a ^ out)) < 0
     low = np.iinfo(np.int64).min
     with np.errstate(all="ignore"):
@@ -200,63 +223,37 @@ def _strings(values: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
     return np.array([fn(v) for v in values.tolist()], dtype=object)
 
 
-def _call(name: str, args: list[Vec], typ: str | None, n: int) -> Vec:
-    kinds = [a.typ for a in args]
-    ok: np.ndarray | None = None
-    for a in args:
-        ok = _both(ok, a.ok)
-    numeric = all(k in ("int", "float") for k in kinds)
-    if name in ("abs", "min", "max", "floor", "ceil", "round") and not numeric:
-        return nothing(n, "int")
-    if name == "abs":
-        return Vec(np.abs(args[0].values), ok, kinds[0])
-    if name in ("min", "max"):
-        out_typ = typ or "float"
-        stacked = np.stack([cast(a, out_typ).values for a in args])
-        if out_typ == "float":  # Spark orders NaN above every number
+def _apply(expr: Apply, args: list[Vec], ok: np.ndarray | None) -> Vec:  # noqa: PLR0911
+    fn, values = expr.fn, [a.values for a in args]
+    if fn is Fn.ABS:
+        return Vec(np.abs(values[0]), ok, expr.type)
+    if fn in (Fn.MIN, Fn.MAX):
+        stacked = np.stack(values)
+        if expr.type == "float":  # Spark orders NaN above every number
             big = np.isnan(stacked)
             pick = np.where(big, np.inf, stacked)
-            out = pick.min(axis=0) if name == "min" else pick.max(axis=0)
-            nan_wins = big.any(axis=0) if name == "max" else big.all(axis=0)
+            out = pick.min(axis=0) if fn is Fn.MIN else pick.max(axis=0)
+            nan_wins = big.any(axis=0) if fn is Fn.MAX else big.all(axis=0)
             out = np.where(nan_wins, np.nan, out)
         else:
-            out = stacked.min(axis=0) if name == "min" else stacked.max(axis=0)
-        return Vec(out, ok, out_typ)
-    if name in ("floor", "ceil"):
-        fn = np.floor if name == "floor" else np.ceil
-        return Vec(to_long(fn(to_float(args[0].values))), ok, "int")
-    if name == "round":
-        return Vec(to_long(_round(to_float(args[0].values))), ok, "int")
-    if name in ("lower", "upper", "length"):
-        if kinds[0] != "str":
-            return nothing(n, "str")
-        if name == "length":
-            return Vec(np.array([len(v) for v in args[0].values.tolist()], np.int64), ok, "int")
-        return Vec(_strings(args[0].values, str.lower if name == "lower" else str.upper), ok, "str")
-    if name == "str":
+            out = stacked.min(axis=0) if fn is Fn.MIN else stacked.max(axis=0)
+        return Vec(out, ok, expr.type)
+    if fn in (Fn.FLOOR, Fn.CEIL):
+        return Vec(to_long((np.floor if fn is Fn.FLOOR else np.ceil)(values[0])), ok, "int")
+    if fn is Fn.ROUND:
+        return Vec(to_long(_round(values[0])), ok, "int")
+    if fn is Fn.LENGTH:
+        return Vec(np.array([len(v) for v in values[0].tolist()], np.int64), ok, "int")
+    if fn in (Fn.LOWER, Fn.UPPER):
+        return Vec(_strings(values[0], str.lower if fn is Fn.LOWER else str.upper), ok, "str")
+    if fn is Fn.TEXT:
         return Vec(_text(args[0]), ok, "str")
-    if name == "concat":
-        texts = [_text(a) for a in args]
-        out = (
-            texts[0]
-            if len(texts) == 1
-            else np.array(
-                ["".join(parts) for parts in zip(*[t.tolist() for t in texts], strict=True)],
-                dtype=object,
-            )
-        )
-        return Vec(out, ok, "str")
-    if name in ("int", "float") and kinds[0] == "str":  # text read as the reference reads it
-        return _each(FUNCTIONS[name], args[0], ok, name)
-    if name == "int":
-        if kinds[0] == "bool":
-            return nothing(n, "int")
-        return Vec(to_long(args[0].values), ok, "int")
-    if name == "float":
-        if kinds[0] == "bool":
-            return nothing(n, "float")
-        return Vec(to_float(args[0].values), ok, "float")
-    raise TypeError(f"unknown function {name}")
+    if fn is Fn.CONCAT:
+        joined = ["".join(parts) for parts in zip(*[v.tolist() for v in values], strict=True)]
+        return Vec(np.array(joined, dtype=object), ok, "str")
+    if fn in (Fn.PARSE_INT, Fn.PARSE_FLOAT):  # text read as the reference reads it
+        return _each(FUNCTIONS[expr.type], args[0], ok, expr.type)
+    raise TypeError(f"unknown operation {fn}")
 
 
 def _each(fn: Callable[[Value], Value], vec: Vec, ok: np.ndarray | None, typ: str) -> Vec:

@@ -43,8 +43,8 @@ from dagster_pomo.engine.local.exprs import (
     NUMPY,
     Col,
     Vec,
-    binop,
     cast,
+    equal,
     present,
     truthy,
     value,
@@ -139,7 +139,7 @@ def _atom_frame(
     for const, col, typ in scan.constants:
         wanted = value(const, df, {})
         if comparable(wanted.typ, typ):
-            keep &= truthy(binop("==", Vec(df[col], None, typ), wanted))
+            keep &= equal(Vec(df[col], None, typ), wanted)
         else:
             keep[:] = False
     checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in scan.checks]
@@ -172,7 +172,7 @@ def _checked(
     for expr, column, typ in checks:
         vec = value(expr, df, env)
         if comparable(vec.typ, typ):
-            keep &= truthy(binop("==", vec, Vec(df[column], None, typ)))
+            keep &= equal(vec, Vec(df[column], None, typ))
         else:
             keep[:] = False
     return keep

@@ -17,7 +17,21 @@ from pyspark.sql import functions as F
 
 from dagster_pomo.lang import ast, interpret
 from dagster_pomo.lang.kinds import element_of
-from dagster_pomo.plan.schema import expr_type
+from dagster_pomo.plan.exprs import (
+    Apply,
+    Arith,
+    Arithmetic,
+    Cmp,
+    Compare,
+    Convert,
+    Expr,
+    Fn,
+    Literal,
+    Negate,
+    Nothing,
+    Var,
+    lower,
+)
 
 SPARK_TYPES = {"int": "long", "float": "double", "str": "string", "bool": "boolean"}
 
@@ -37,10 +51,6 @@ Typed = tuple[Column, str | None]
 
 def _null(typ: str = "bool") -> Typed:
     return F.lit(None).cast(SPARK_TYPES[typ]), None
-
-
-def _family(typ: str | None) -> str | None:
-    return "number" if typ in ("int", "float") else typ
 
 
 def to_text(col: Column, typ: str | None) -> Column:
@@ -77,56 +87,65 @@ def literal(value: object, typ: str) -> Column:
 
 
 def compile_expr(expr: ast.Expr, env: Mapping[str, tuple[str, str]]) -> Typed:
-    """``env`` maps a variable to ``(column name, type)``."""
-    types = {name: typ for name, (_, typ) in env.items()}
-    if isinstance(expr, ast.Const):
-        typ = expr_type(expr, {}) or "str"
-        return literal(expr.value, typ), typ
-    if isinstance(expr, ast.Var):
-        column, typ = env[expr.name]
-        return F.col(column), typ
-    if isinstance(expr, ast.Neg):
-        col, typ = compile_expr(expr.operand, env)
-        return (-col, typ) if typ in ("int", "float") else _null("int")
-    if isinstance(expr, ast.BinOp):
-        return _binop(expr, env)
-    if isinstance(expr, ast.Call):
-        return _call(expr, env, expr_type(expr, types))
-    raise TypeError(f"cannot compile {expr!r}")
+    """``expr`` as a Spark column and its type (None: it has no value); ``env`` maps a
+    variable to ``(column name, type)``."""
+    return compile_typed(lower(expr, {name: typ for name, (_, typ) in env.items()}), env)
 
 
-def _binop(expr: ast.BinOp, env: Mapping[str, tuple[str, str]]) -> Typed:
-    left, lt = compile_expr(expr.left, env)
-    right, rt = compile_expr(expr.right, env)
-    if expr.op in ast.COMPARISONS:
-        if lt is None or rt is None or _family(lt) != _family(rt):
-            return _null("bool")
-        ops = {
-            "==": left == right,
-            "!=": left != right,
-            "<": left < right,
-            "<=": left <= right,
-            ">": left > right,
-            ">=": left >= right,
-        }
-        return ops[expr.op], "bool"
-    if lt not in ("int", "float") or rt not in ("int", "float"):
-        return _null("int")
-    if lt == rt == "int":
-        if expr.op == "/":
-            quotient = ((left - left % right) / right).cast("long")
-            return F.when(right == 0, F.lit(None).cast("long")).otherwise(quotient), "int"
-        if expr.op == "%":
-            return F.when(right == 0, F.lit(None).cast("long")).otherwise(left % right), "int"
+def compile_typed(expr: Expr, env: Mapping[str, tuple[str, str]]) -> Typed:
+    """A typed expression (`plan.exprs`) as a Spark column: one function of Spark's for
+    each operation."""
+    if isinstance(expr, Nothing):
+        return _null(expr.type)
+    return _column(expr, env), expr.type
+
+
+def _column(expr: Expr, env: Mapping[str, tuple[str, str]]) -> Column:  # noqa: PLR0911
+    if isinstance(expr, Nothing):
+        return _null(expr.type)[0]
+    if isinstance(expr, Literal):
+        return literal(expr.value, expr.type)
+    if isinstance(expr, Var):
+        return F.col(env[expr.name][0])
+    if isinstance(expr, Negate):
+        return -_column(expr.operand, env)
+    if isinstance(expr, Convert):
+        return _column(expr.operand, env).cast(SPARK_TYPES[expr.type])
+    if isinstance(expr, Compare):
+        return _COMPARE[expr.op](_column(expr.left, env), _column(expr.right, env))
+    if isinstance(expr, Arithmetic):
+        return _arithmetic(expr, _column(expr.left, env), _column(expr.right, env))
+    args = [_column(a, env) for a in expr.args]
+    return _apply(expr, args)
+
+
+_COMPARE = {
+    Cmp.EQ: operator.eq,
+    Cmp.NE: operator.ne,
+    Cmp.LT: operator.lt,
+    Cmp.LE: operator.le,
+    Cmp.GT: operator.gt,
+    Cmp.GE: operator.ge,
+}
+
+
+def _arithmetic(expr: Arithmetic, left: Column, right: Column) -> Column:
+    if expr.type == "int":
+        if expr.op in (Arith.DIV, Arith.MOD):
+            value = (
+                ((left - left % right) / right).cast("long")
+                if expr.op is Arith.DIV
+                else left % right
+            )
+            return F.when(right == 0, F.lit(None).cast("long")).otherwise(value)
         # Undefined (null) where the result leaves 64 bits, as in the reference.
-        checked = {"+": F.try_add, "-": F.try_subtract, "*": F.try_multiply}[expr.op]
-        return checked(left.cast("long"), right.cast("long")), "int"
-    left, right = left.cast("double"), right.cast("double")
-    if expr.op in ("/", "%"):
-        value = left / right if expr.op == "/" else left % right
-        return _finite(F.when(right == 0, F.lit(None).cast("double")).otherwise(value)), "float"
-    ops = {"+": left + right, "-": left - right, "*": left * right}
-    return _finite(ops[expr.op]), "float"
+        checked = {Arith.ADD: F.try_add, Arith.SUB: F.try_subtract, Arith.MUL: F.try_multiply}
+        return checked[expr.op](left, right)
+    if expr.op in (Arith.DIV, Arith.MOD):
+        value = left / right if expr.op is Arith.DIV else left % right
+        return _finite(F.when(right == 0, F.lit(None).cast("double")).otherwise(value))
+    plain = {Arith.ADD: operator.add, Arith.SUB: operator.sub, Arith.MUL: operator.mul}
+    return _finite(plain[expr.op](left, right))
 
 
 def _finite(value: Column) -> Column:
@@ -134,48 +153,29 @@ def _finite(value: Column) -> Column:
     return F.when(F.abs(value) < float("inf"), value)
 
 
-def _call(expr: ast.Call, env: Mapping[str, tuple[str, str]], typ: str | None) -> Typed:
-    args = [compile_expr(a, env) for a in expr.args]
-    cols = [c for c, _ in args]
-    kinds = [t for _, t in args]
-    name = expr.func
-    numeric = all(k in ("int", "float") for k in kinds)
-    if name in ("abs", "min", "max", "floor", "ceil", "round") and not numeric:
-        return _null("int")
-    if name == "abs":
-        return F.abs(cols[0]), kinds[0]
-    if name in ("min", "max"):
-        spark_type = SPARK_TYPES[typ or "float"]
-        cast = [c.cast(spark_type) for c in cols]
+def _apply(expr: Apply, cols: list[Column]) -> Column:  # noqa: PLR0911
+    fn = expr.fn
+    if fn is Fn.ABS:
+        return F.abs(cols[0])
+    if fn in (Fn.MIN, Fn.MAX):
         # Spark's least and greatest skip a null argument; an undefined one makes it undefined.
         undefined = reduce(operator.or_, [c.isNull() for c in cols])
-        picked = F.least(*cast) if name == "min" else F.greatest(*cast)
-        return F.when(~undefined, picked), typ
-    if name in ("floor", "ceil"):
-        fn = F.floor if name == "floor" else F.ceil
-        return fn(cols[0].cast("double")).cast("long"), "int"
-    if name == "round":
-        return F.round(cols[0].cast("double"), 0).cast("long"), "int"
-    if name in ("lower", "upper", "length"):
-        if kinds[0] != "str":
-            return _null("str")
-        if name == "length":
-            return F.length(cols[0]).cast("long"), "int"
-        return (F.lower(cols[0]) if name == "lower" else F.upper(cols[0])), "str"
-    if name in ("concat", "str"):
-        texts = [to_text(c, k) for c, k in args]
-        return (F.concat(*texts) if name == "concat" else texts[0]), "str"
-    if name in ("int", "float") and kinds[0] == "str":  # text read as the language reads it
-        return _as_the_language_does(name, name)(cols[0]), name
-    if name == "int":
-        if kinds[0] == "bool":
-            return _null("int")
-        return cols[0].cast("long"), "int"
-    if name == "float":
-        if kinds[0] == "bool":
-            return _null("float")
-        return cols[0].try_cast("double"), "float"
-    raise TypeError(f"unknown function {name}")
+        return F.when(~undefined, F.least(*cols) if fn is Fn.MIN else F.greatest(*cols))
+    if fn in (Fn.FLOOR, Fn.CEIL):
+        return (F.floor if fn is Fn.FLOOR else F.ceil)(cols[0]).cast("long")
+    if fn is Fn.ROUND:
+        return F.round(cols[0], 0).cast("long")
+    if fn is Fn.LENGTH:
+        return F.length(cols[0]).cast("long")
+    if fn in (Fn.LOWER, Fn.UPPER):
+        return F.lower(cols[0]) if fn is Fn.LOWER else F.upper(cols[0])
+    if fn is Fn.CONCAT:
+        return F.concat(*cols)
+    if fn is Fn.TEXT:
+        return to_text(cols[0], expr.args[0].type)
+    if fn in (Fn.PARSE_INT, Fn.PARSE_FLOAT):  # text read as the language reads it
+        return _as_the_language_does(expr.type, expr.type)(cols[0])
+    raise TypeError(f"unknown operation {fn}")
 
 
 def truthy(col: Column) -> Column:
