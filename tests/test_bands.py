@@ -12,11 +12,15 @@ from dagster_pomo.plan.band_joins import Band, bands
 
 
 def _guards(text: str):  # noqa: ANN202
-    """The guards and constants of the one rule of a corpus."""
+    """The guards (typed, as the plan holds them) and constants of the one rule of a corpus."""
     from dagster_pomo.plan.constant_defs import constant_values
+    from dagster_pomo.plan.exprs import lower
+    from dagster_pomo.plan.schema import infer_schemas, rule_env
 
-    (rule,) = compile_corpus(text, "case.pomo").corpus.rules
-    return rule.guards, constant_values(rule)
+    program = compile_corpus(text, "case.pomo")
+    (rule,) = program.corpus.rules
+    types = rule_env(rule, infer_schemas(program, {}))
+    return [lower(g, types) for g in rule.guards], constant_values(rule)
 
 
 def test_the_clock_resampling_guards_give_one_period_below_the_tick() -> None:

@@ -31,6 +31,7 @@ def test_every_layer_contract_is_kept() -> None:
         "pure-plan",
         "independent-reference",
         "local-executor",
+        "closed-plan",
         "no-cycles",
     )
     for contract in contracts:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from dagster_pomo.engine.local.exprs import Col, truthy, value
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import Undefined, evaluate
+from dagster_pomo.plan.exprs import lower
 
 TYPES = {"i": "int", "j": "int", "f": "float", "s": "str", "b": "bool"}
 FUNCTIONS = {
@@ -88,7 +89,7 @@ def _columns(data: list[dict]) -> dict[str, np.ndarray]:
 )
 def test_columns_give_what_the_reference_gives_row_by_row(expr: ast.Expr, data: list) -> None:
     env = {name: Col(name, typ) for name, typ in TYPES.items()}
-    vec = value(expr, _columns(data), env)
+    vec = value(lower(expr, TYPES), _columns(data), env)
     ok = vec.valid()
     for k, row in enumerate(data):
         try:
@@ -104,7 +105,8 @@ def test_columns_give_what_the_reference_gives_row_by_row(expr: ast.Expr, data: 
 
 @given(expressions, rows)
 def test_a_guard_holds_where_the_reference_says_true(expr: ast.Expr, data: list) -> None:
-    holds = truthy(value(expr, _columns(data), {n: Col(n, t) for n, t in TYPES.items()}))
+    env = {n: Col(n, t) for n, t in TYPES.items()}
+    holds = truthy(value(lower(expr, TYPES), _columns(data), env))
     for k, row in enumerate(data):
         try:
             expected = evaluate(expr, row) is True

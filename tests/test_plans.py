@@ -261,3 +261,38 @@ def test_the_walk_runs_the_printed_steps_in_order() -> None:
     p = _Recording()
     derive_next(rule["p"], p, ["s"], ["n"], Epoch(10, 20, Epoch(0, 10)))
     assert p.calls == ["read a", "anti-join q during", "make at 20"]
+
+
+def _syntax_in(value: object, path: str) -> list[str]:
+    """Where ``value`` (a plan, walked through its fields and containers) holds a node of
+    the language's syntax tree."""
+    import dataclasses
+
+    from dagster_pomo.lang import ast
+
+    nodes = (ast.Const, ast.Var, ast.Wildcard, ast.Call, ast.BinOp, ast.Neg, ast.Atom, ast.Rule)
+    if isinstance(value, nodes):
+        return [path]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [
+            found
+            for f in dataclasses.fields(value)
+            for found in _syntax_in(getattr(value, f.name), f"{path}.{f.name}")
+        ]
+    if isinstance(value, tuple | list):
+        return [found for k, v in enumerate(value) for found in _syntax_in(v, f"{path}[{k}]")]
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in _syntax_in(v, f"{path}[{k!r}]")]
+    return []
+
+
+@pytest.mark.parametrize("corpus", [*EXAMPLES, *SHAPES], ids=[c.stem for c in [*EXAMPLES, *SHAPES]])
+def test_a_rules_plan_and_steps_hold_no_syntax_tree(corpus: Path) -> None:
+    """What the backends execute is closed: expressions are typed operations
+    (`plan.exprs`), atoms their relations' names, so no executor can read the AST."""
+    program = compile_corpus(corpus.read_text(), corpus.name)
+    plan = compile_plan(program, infer_schemas(program, {}))
+    for stratum in plan.strata:
+        for rule in stratum.rules:
+            assert _syntax_in(rule, "rule") == [], rule.text
+            assert _syntax_in(rule.steps, "steps") == [], rule.text

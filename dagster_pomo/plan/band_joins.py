@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dagster_pomo.lang import ast
+from dagster_pomo.plan.exprs import Arith, Arithmetic, Cmp, Compare, Expr, Literal, Negate, Var
 
 Linear = tuple[dict[str, int], int]  # coefficient per variable, and a constant
 
@@ -38,47 +38,54 @@ class Band:
         return width, self.low // width, self.high // width + 1
 
 
-def _linear(expr: ast.Expr, constants: Mapping[str, object]) -> Linear | None:
-    if isinstance(expr, ast.Const):
+def _linear(expr: Expr, constants: Mapping[str, object]) -> Linear | None:
+    if isinstance(expr, Literal):
         ok = isinstance(expr.value, int) and not isinstance(expr.value, bool)
         return ({}, int(expr.value)) if ok else None
-    if isinstance(expr, ast.Var):
+    if isinstance(expr, Var):
         value = constants.get(expr.name)
         if value is None:
             return {expr.name: 1}, 0
         ok = isinstance(value, int) and not isinstance(value, bool)
         return ({}, value) if ok else None  # type: ignore[return-value]
-    if isinstance(expr, ast.Neg):
+    if isinstance(expr, Negate):
         inner = _linear(expr.operand, constants)
         return None if inner is None else ({v: -c for v, c in inner[0].items()}, -inner[1])
-    if isinstance(expr, ast.BinOp) and expr.op in ("+", "-"):
-        left, right = _linear(expr.left, constants), _linear(expr.right, constants)
-        if left is None or right is None:
-            return None
-        sign = 1 if expr.op == "+" else -1
-        coeffs = dict(left[0])
-        for v, c in right[0].items():
-            coeffs[v] = coeffs.get(v, 0) + sign * c
-        return {v: c for v, c in coeffs.items() if c}, left[1] + sign * right[1]
+    if isinstance(expr, Arithmetic) and expr.op in (Arith.ADD, Arith.SUB):
+        return _sum(expr.left, expr.right, 1 if expr.op is Arith.ADD else -1, constants)
     return None
 
 
-def _bound(guard: ast.Expr, constants: Mapping[str, object]) -> tuple[Band, bool, bool] | None:
-    """``(band, has_low, has_high)`` for one comparison of two variables, else None."""
-    if not (isinstance(guard, ast.BinOp) and guard.op in ("<", "<=", ">", ">=", "==")):
+def _sum(left: Expr, right: Expr, sign: int, constants: Mapping[str, object]) -> Linear | None:
+    """``left + sign * right``, if both are linear."""
+    a, b = _linear(left, constants), _linear(right, constants)
+    if a is None or b is None:
         return None
-    difference = _linear(ast.BinOp("-", guard.left, guard.right), constants)
+    coeffs = dict(a[0])
+    for v, c in b[0].items():
+        coeffs[v] = coeffs.get(v, 0) + sign * c
+    return {v: c for v, c in coeffs.items() if c}, a[1] + sign * b[1]
+
+
+_BOUNDS = (Cmp.LT, Cmp.LE, Cmp.GT, Cmp.GE, Cmp.EQ)
+
+
+def _bound(guard: Expr, constants: Mapping[str, object]) -> tuple[Band, bool, bool] | None:
+    """``(band, has_low, has_high)`` for one comparison of two variables, else None."""
+    if not (isinstance(guard, Compare) and guard.op in _BOUNDS):
+        return None
+    difference = _sum(guard.left, guard.right, -1, constants)
     if difference is None or sorted(difference[0].values()) != [-1, 1]:
         return None
     coeffs, constant = difference
     x = next(v for v, c in coeffs.items() if c == 1)
     y = next(v for v, c in coeffs.items() if c == -1)
     bound = -constant  # the guard says: x - y + constant `op` 0, so x - y `op` bound
-    upper, lower = guard.op in ("<", "<=", "=="), guard.op in (">", ">=", "==")
+    upper, lower = guard.op in (Cmp.LT, Cmp.LE, Cmp.EQ), guard.op in (Cmp.GT, Cmp.GE, Cmp.EQ)
     return Band(x, y, bound, bound), lower, upper
 
 
-def bands(guards: Sequence[ast.Expr], constants: Mapping[str, object]) -> list[Band]:
+def bands(guards: Sequence[Expr], constants: Mapping[str, object]) -> list[Band]:
     """The bands the guards put on pairs of variables (both ends known), each pair once,
     named in the order of its first guard. Strict comparisons give the closed band around
     them: the buckets only have to hold every match the guards keep."""
@@ -104,7 +111,7 @@ def bands(guards: Sequence[ast.Expr], constants: Mapping[str, object]) -> list[B
 
 
 def no_later(
-    earlier: str, later: str, guards: Sequence[ast.Expr], constants: Mapping[str, object]
+    earlier: str, later: str, guards: Sequence[Expr], constants: Mapping[str, object]
 ) -> bool:
     """Whether one of the guards keeps ``earlier <= later``."""
     for guard in guards:

@@ -12,13 +12,14 @@ language, so the differential tests compare two derivations of the same rules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.lang.kinds import expr_type
+from dagster_pomo.lang.render import render_expr
 
 NUMBERS = ("int", "float")
 
@@ -70,6 +71,7 @@ class Var:
 class Literal:
     value: Value
     type: str
+    duration: bool = False  # an integer written as a duration (``5m``), printed so
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ Expr = Var | Literal | Nothing | Negate | Arithmetic | Compare | Convert | Apply
 def lower(expr: ast.Expr, types: Mapping[str, str]) -> Expr:
     """``expr`` as typed operations, given the types of the variables it reads."""
     if isinstance(expr, ast.Const):
-        return Literal(expr.value, expr_type(expr, {}) or "str")
+        return Literal(expr.value, expr_type(expr, {}) or "str", expr.kind == "duration")
     if isinstance(expr, ast.Var):
         return Var(expr.name, types[expr.name])
     if isinstance(expr, ast.Neg):
@@ -143,6 +145,16 @@ def lower(expr: ast.Expr, types: Mapping[str, str]) -> Expr:
     if isinstance(expr, ast.Call):
         return _call(expr.func, [lower(a, types) for a in expr.args])
     raise TypeError(f"`_` has no value: {expr!r}")
+
+
+def known_type(e: Expr) -> str | None:
+    """``e``'s type, or None when it has no value (`Nothing`)."""
+    return None if isinstance(e, Nothing) else e.type
+
+
+def equals(left: Expr, right: Expr) -> Expr:
+    """``left == right``: how an argument is matched against the column it is compared with."""
+    return _compare(Cmp.EQ, left, right)
 
 
 def _number(e: Expr) -> bool:
@@ -216,3 +228,43 @@ def _call(name: str, args: list[Expr]) -> Expr:
             return Apply(Fn.PARSE_INT if name == "int" else Fn.PARSE_FLOAT, (arg,), name)
         return as_type(arg, name)
     raise TypeError(f"unknown function {name}")
+
+
+def variables(e: Expr) -> Iterator[str]:
+    """The variables ``e`` reads, left to right."""
+    if isinstance(e, Var):
+        yield e.name
+    elif isinstance(e, Negate | Convert):
+        yield from variables(e.operand)
+    elif isinstance(e, Arithmetic | Compare):
+        yield from variables(e.left)
+        yield from variables(e.right)
+    elif isinstance(e, Apply):
+        for a in e.args:
+            yield from variables(a)
+
+
+_SPELLED = {Fn.TEXT: "str", Fn.PARSE_INT: "int", Fn.PARSE_FLOAT: "float"}
+
+
+def _source(e: Expr) -> ast.Expr:
+    """``e`` written in the language, its conversions spelled out (``float(x)``)."""
+    if isinstance(e, Var):
+        return ast.Var(e.name)
+    if isinstance(e, Literal):
+        kind = "duration" if e.duration else e.type
+        return ast.Const(e.value, kind)  # type: ignore[arg-type]
+    if isinstance(e, Nothing):
+        return ast.Var("undefined")
+    if isinstance(e, Negate):
+        return ast.Neg(_source(e.operand))
+    if isinstance(e, Convert):
+        return ast.Call(e.type, (_source(e.operand),))
+    if isinstance(e, Arithmetic | Compare):
+        return ast.BinOp(e.op.value, _source(e.left), _source(e.right))
+    return ast.Call(_SPELLED.get(e.fn, e.fn.value), tuple(_source(a) for a in e.args))
+
+
+def render(e: Expr) -> str:
+    """``e`` as ``pomo plan`` prints it."""
+    return render_expr(_source(e))

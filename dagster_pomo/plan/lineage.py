@@ -9,8 +9,8 @@ relation. What a Dagster user sees as the asset's column lineage.
 
 from __future__ import annotations
 
-from dagster_pomo.lang import ast
 from dagster_pomo.plan.corpus import CorpusPlan
+from dagster_pomo.plan.exprs import Expr, variables
 from dagster_pomo.plan.rules import RulePlan
 
 Source = tuple[str, str]  # (relation, column)
@@ -33,14 +33,14 @@ def _rule_lineage(rule: RulePlan) -> dict[str, set[Source]]:
         for var, column, _ in scan.binds:
             of.setdefault(var, set()).add((scan.relation, column))
 
-    def sources(expr: ast.Expr) -> set[Source]:
-        return set().union(*(of.get(v.name, set()) for v in ast.expr_vars(expr)))
+    def sources(expr: Expr) -> set[Source]:
+        return set().union(*(of.get(v, set()) for v in variables(expr)))
 
     for agg in rule.body_aggregates:
         # The summarised atom's own variables: its columns, seen only by the argument.
         local = {var: {(agg.relation, column)} for var, column, _ in agg.scan.binds}
-        summarised = [] if agg.arg is None else list(ast.expr_vars(agg.arg))
-        of[agg.var] = set().union(*(local.get(v.name, set()) for v in summarised))
+        summarised = [] if agg.arg is None else list(variables(agg.arg))
+        of[agg.var] = set().union(*(local.get(v, set()) for v in summarised))
 
     for d in rule.defs:
         of[d.var] = of.get(d.var, set()) | sources(d.expr)

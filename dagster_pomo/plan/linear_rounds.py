@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dagster_pomo.lang import ast
 from dagster_pomo.lang.catalog import Catalog
+from dagster_pomo.plan.exprs import Compare, Expr, Literal, Var
 from dagster_pomo.plan.schema import Schema
 
 if TYPE_CHECKING:  # the plans these are made from; tasks get this module without them
@@ -125,7 +125,7 @@ def _rule_plan(rule: RulePlan, name: str, schemas: Mapping[str, Schema]) -> Line
         atoms.append(plan)
     args = []
     for arg, _, typ in head.args:
-        if not isinstance(arg, ast.Var) or types.get(arg.name) != typ:
+        if not isinstance(arg, Var) or types.get(arg.name) != typ:
             return None
         args.append(arg.name)
     negated = []
@@ -145,24 +145,24 @@ def _rule_plan(rule: RulePlan, name: str, schemas: Mapping[str, Schema]) -> Line
     return LinearRule(recursive, others, tuple(args), tuple(guards), tuple(negated))
 
 
-_KINDS = {"int": "int", "duration": "int", "str": "str", "bool": "bool"}
+_KINDS = ("int", "str", "bool")
 
 
-def _guard_plan(guard: ast.Expr, types: dict[str, str]) -> LinearGuard | None:
+def _guard_plan(guard: Expr, types: dict[str, str]) -> LinearGuard | None:
     """A comparison of variables and constants of one type among integers, strings and
     booleans; None for anything else (arithmetic, calls, floats, whose NaN Spark orders)."""
-    if not isinstance(guard, ast.BinOp) or guard.op not in OPS:
+    if not isinstance(guard, Compare):
         return None
     sides = []
     for expr in (guard.left, guard.right):
-        if isinstance(expr, ast.Var) and types.get(expr.name) in ("int", "str", "bool"):
-            sides.append((("var", expr.name), types[expr.name]))
-        elif isinstance(expr, ast.Const) and expr.kind in _KINDS:
-            sides.append((("const", expr.value), _KINDS[expr.kind]))
+        if isinstance(expr, Var) and types.get(expr.name) in _KINDS:
+            sides.append(("var", expr.name))
+        elif isinstance(expr, Literal) and expr.type in _KINDS:
+            sides.append(("const", expr.value))
         else:
             return None
-    (left, lt), (right, rt) = sides
-    return LinearGuard(guard.op, left, right) if lt == rt else None
+    left, right = sides
+    return LinearGuard(guard.op.value, left, right)
 
 
 def _joinable(atoms: list[LinearAtom], first: LinearAtom) -> tuple[LinearAtom, ...]:
@@ -199,9 +199,9 @@ def _negated_plan(negation: Negation, types: dict[str, str]) -> LinearAtom | Non
     reads: dict[str, str] = {}
     same = []
     for arg, column, typ in negation.columns:
-        if isinstance(arg, ast.Wildcard):
+        if arg is None:
             continue
-        if not isinstance(arg, ast.Var) or types.setdefault(arg.name, typ) != typ:
+        if not isinstance(arg, Var) or types.setdefault(arg.name, typ) != typ:
             return None
         if arg.name in reads:
             same.append((reads[arg.name], column))

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from dagster_pomo.lang import ast
 from dagster_pomo.plan.band_joins import no_later
+from dagster_pomo.plan.exprs import Arith, Arithmetic, Expr, Var, variables
 from dagster_pomo.plan.rules import RulePlan
 
 
@@ -32,7 +32,7 @@ def at_one_time(rule: RulePlan, known_at_their_time: Collection[str]) -> bool:
     times = []
     for scan in rule.scans:
         var = next((v for v, column, _ in scan.binds if column == "t"), None)
-        if scan.atom.relation not in known_at_their_time or var is None:
+        if scan.relation not in known_at_their_time or var is None:
             return False
         times.append(var)
     if latest is None or latest not in times:
@@ -47,21 +47,21 @@ def one_version_each(rule: RulePlan, known_at_their_time: Collection[str]) -> bo
     match lives from its ``tau`` to its expiry, with no later version to cut it short."""
     if rule.aggregate is None or rule.body_aggregates:
         return False
-    return all(scan.atom.relation in known_at_their_time for scan in rule.scans)
+    return all(scan.relation in known_at_their_time for scan in rule.scans)
 
 
-def _shifted(expr: ast.Expr, constants: Mapping[str, object]) -> str | None:
+def _shifted(expr: Expr, constants: Mapping[str, object]) -> str | None:
     """``T`` when ``expr`` is the variable ``T`` plus or minus an expression of constants
     (then the group's time tells ``T``), else None."""
-    if isinstance(expr, ast.Var):
+    if isinstance(expr, Var):
         return None if expr.name in constants else expr.name
-    if isinstance(expr, ast.BinOp) and expr.op in ("+", "-"):
+    if isinstance(expr, Arithmetic) and expr.op in (Arith.ADD, Arith.SUB):
         if _constant(expr.right, constants):
             return _shifted(expr.left, constants)
-        if expr.op == "+" and _constant(expr.left, constants):
+        if expr.op is Arith.ADD and _constant(expr.left, constants):
             return _shifted(expr.right, constants)
     return None
 
 
-def _constant(expr: ast.Expr, constants: Mapping[str, object]) -> bool:
-    return all(v.name in constants for v in ast.expr_vars(expr))
+def _constant(expr: Expr, constants: Mapping[str, object]) -> bool:
+    return all(v in constants for v in variables(expr))

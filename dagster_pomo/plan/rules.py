@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 from dagster_pomo.lang import ast
 from dagster_pomo.lang.check import CLOCK, binding_of
 from dagster_pomo.lang.interpret import Value
-from dagster_pomo.lang.kinds import expr_type, summarised_kinds
+from dagster_pomo.lang.kinds import summarised_kinds
 from dagster_pomo.lang.render import render_rule
 from dagster_pomo.lang.source import Span
 from dagster_pomo.plan.band_joins import Band, bands
 from dagster_pomo.plan.constant_defs import constant_values
+from dagster_pomo.plan.exprs import Expr, Literal, Var, known_type, lower
 from dagster_pomo.plan.scans import CID, atom_columns, atom_reads
 from dagster_pomo.plan.schema import Schema, SchemaError, rule_env
 
@@ -57,11 +58,11 @@ class Scan:
     """One positive atom: what it binds and asks of its relation's stored columns."""
 
     index: int
-    atom: ast.Atom
+    relation: str
     binds: tuple[tuple[str, str, str], ...]  # (variable, column, type), first reads only
     same: tuple[tuple[str, str], ...]  # columns that must be equal
-    constants: tuple[tuple[ast.Const, str, str], ...]  # (constant, column, type) to match
-    checks: tuple[tuple[int, ast.Expr, str, str], ...]  # (position, expr, column, type)
+    constants: tuple[tuple[Literal, str, str], ...]  # (constant, column, type) to match
+    checks: tuple[tuple[int, Expr, str, str], ...]  # (position, expression, column, type)
     key: tuple[str, ...]  # the columns that tell the atom's events apart
     join: Join
     identity: tuple[str, ...] = ()  # the argument columns an event's content ID digests
@@ -69,10 +70,6 @@ class Scan:
     # relation carries provenance: its ``_prov``), "own" (an input event: its content ID),
     # or "" (nothing: the head carries none, or a clock tick, which is no source).
     provenance: str = ""
-
-    @property
-    def relation(self) -> str:
-        return self.atom.relation
 
     @property
     def reads_cid(self) -> bool:
@@ -83,15 +80,12 @@ class Scan:
 
 @dataclass(frozen=True)
 class Negation:
-    """A negated atom: each argument with the stored column it is compared with."""
+    """A negated atom: each argument (None: ``_``) with the stored column it is compared
+    with."""
 
     index: int
-    atom: ast.Atom
-    columns: tuple[tuple[ast.Expr, str, str], ...]  # (argument, column, type)
-
-    @property
-    def relation(self) -> str:
-        return self.atom.relation
+    relation: str
+    columns: tuple[tuple[Expr | None, str, str], ...]  # (argument, column, type)
 
 
 @dataclass(frozen=True)
@@ -99,7 +93,7 @@ class Definition:
     """A ``where`` definition; ``type`` is the variable's as the language infers it."""
 
     var: str
-    expr: ast.Expr
+    expr: Expr
     type: str
 
 
@@ -109,8 +103,8 @@ class Head:
     None (then ``t`` is the match's ``tau``), and the relation's lifetime (None: none)."""
 
     relation: str
-    args: tuple[tuple[ast.Expr, str, str], ...]
-    time: ast.Expr | None
+    args: tuple[tuple[Expr, str, str], ...]
+    time: Expr | None
     lifetime: int | None
     provenance: bool = False  # its versions carry the union of their scans' provenance
     # Each argument's type as the language infers its expression (None: not known), which
@@ -127,7 +121,7 @@ class Aggregate:
     """A head's aggregates: (function, argument or None for ``count``, output column, type),
     and the relations whose lifetimes bound how long a match lives (``reach``)."""
 
-    functions: tuple[tuple[str, ast.Expr | None, str, str], ...]
+    functions: tuple[tuple[str, Expr | None, str, str], ...]
     reach_from: tuple[str, ...]
     lattice: str | None = None  # the registered lattice a ``@lattice`` function merges with
     at_one_time: bool = False  # each group's matches are made at one time (`one_time_groups`)
@@ -151,7 +145,7 @@ class BodyAggregate:
     index: int
     var: str
     function: str
-    arg: ast.Expr | None  # None for ``count``
+    arg: Expr | None  # None for ``count``
     type: str  # the result's
     scan: Scan  # the summarised atom; its join is ``on`` the groups
     group: tuple[str, ...]
@@ -191,7 +185,7 @@ class RulePlan:
     text: str  # the rule as people read it (`pomo plan`)
     scans: tuple[Scan, ...]
     defs: tuple[Definition, ...]
-    guards: tuple[ast.Expr, ...]
+    guards: tuple[Expr, ...]
     negations: tuple[Negation, ...]
     head: Head
     aggregate: Aggregate | None
@@ -229,21 +223,28 @@ class RulePlan:
             column
             for expr, column, typ in self.head.args
             if ast.stored_type(typ) == "str"
-            and not isinstance(expr, ast.Const)
-            and not (isinstance(expr, ast.Var) and expr.name not in defined)
+            and not isinstance(expr, Literal)
+            and not (isinstance(expr, Var) and expr.name not in defined)
         )
 
 
 def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | None) -> RulePlan:
-    """The plan of a rule with a body, for relations of ``schemas``."""
+    """The plan of a rule with a body, for relations of ``schemas``: its expressions lowered
+    to typed operations (`exprs.lower`) by the types of its variables."""
     constants = constant_values(rule)
     types = rule_env(rule, schemas)
-    guarded = bands(rule.guards, constants)
+    defs = tuple(
+        Definition(d.var.name, d.expr, types.get(d.var.name, "str"))  # type: ignore[arg-type]
+        for d in binding_of(rule).def_order
+    )
+    typed = {**types, **{d.var: d.type for d in defs}}
+    guards = tuple(lower(g, typed) for g in rule.guards)
+    guarded = bands(guards, constants)
     scans: list[Scan] = []
     bound: dict[str, str] = {}  # variable -> type, of the scans so far
     carries = schemas[rule.head.relation].provenance
     for i, atom in enumerate(rule.positive):
-        scan = _scan(i, atom, schemas[atom.relation], constants)
+        scan = _scan(i, atom, schemas[atom.relation], constants, typed)
         if carries and atom.relation != CLOCK:
             scan = replace(
                 scan, provenance="stored" if schemas[atom.relation].provenance else "own"
@@ -260,42 +261,52 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         for v, _, typ in scan.binds:
             bound.setdefault(v, typ)
     summaries = tuple(
-        _body_aggregate(len(scans) + k, lit, schemas, bound, types)
+        _body_aggregate(len(scans) + k, lit, schemas, bound, typed)
         for k, lit in enumerate(rule.body_aggregates)
     )
-    defs = tuple(
-        Definition(d.var.name, d.expr, types.get(d.var.name, "str"))
-        for d in binding_of(rule).def_order
-    )
+    defs = tuple(replace(d, expr=lower(d.expr, typed)) for d in defs)  # type: ignore[arg-type]
     negations = tuple(
-        Negation(k, atom, tuple(atom_columns(atom, schemas[atom.relation])))
+        Negation(
+            k,
+            atom.relation,
+            tuple(
+                (None if isinstance(arg, ast.Wildcard) else lower(arg, typed), col, typ)
+                for arg, col, typ in atom_columns(atom, schemas[atom.relation])
+            ),
+        )
         for k, atom in enumerate(rule.negative)
     )
     schema = schemas[rule.head.relation]
+    args = tuple(lower(arg, typed) for arg in rule.head.args)
     head = Head(
         rule.head.relation,
-        tuple(zip(rule.head.args, schema.columns, schema.types, strict=True)),
-        rule.head.time,
+        tuple(zip(args, schema.columns, schema.types, strict=True)),
+        None if rule.head.time is None else lower(rule.head.time, typed),
         lifetime,
         carries,
-        tuple(expr_type(arg, types) for arg in rule.head.args),
+        tuple(known_type(arg) for arg in args),
     )
     aggregate = None
     if rule.aggregates:
         functions = tuple(
-            (ann.name, ann.value, f"_agg_{ann.name}", typ)
+            (
+                ann.name,
+                None if ann.value is None else lower(ann.value, typed),
+                f"_agg_{ann.name}",
+                typ,
+            )
             for ann, (_, _, typ) in zip(rule.aggregates, schema.aggregates, strict=True)
         )
         lattice = next((a.lattice for a in rule.aggregates if a.lattice is not None), None)
         reach = tuple(a.relation for a in rule.positive)
-        kinds = tuple(None if arg is None else expr_type(arg, types) for _, arg, _, _ in functions)
+        kinds = tuple(None if arg is None else known_type(arg) for _, arg, _, _ in functions)
         aggregate = Aggregate(functions, reach, lattice, arg_types=kinds)
     return RulePlan(
         rule.span,
         render_rule(rule),
         tuple(scans),
         defs,
-        tuple(rule.guards),
+        guards,
         negations,
         head,
         aggregate,
@@ -319,16 +330,25 @@ def _choice(rule: ast.Rule, k: int, choice: ast.Choice, types: Mapping[str, str]
     return Choice(keys, values, Schema(name, columns, kinds))
 
 
-def _scan(index: int, atom: ast.Atom, schema: Schema, constants: Mapping[str, Value]) -> Scan:
-    """What ``atom`` reads of its relation (joined as the first atom: the caller decides)."""
+def _scan(
+    index: int,
+    atom: ast.Atom,
+    schema: Schema,
+    constants: Mapping[str, Value],
+    types: Mapping[str, str],
+) -> Scan:
+    """What ``atom`` reads of its relation (joined as the first atom: the caller decides);
+    ``types``: the variables' its expression arguments read."""
     reads = atom_reads(atom, schema, constants)
+    binds = tuple((v, col, typ) for v, (col, typ) in reads.binds.items())
+    local = {**types, **{v: typ for v, _, typ in binds}}
     return Scan(
         index,
-        atom,
-        tuple((v, col, typ) for v, (col, typ) in reads.binds.items()),
+        atom.relation,
+        binds,
         tuple(reads.same),
-        tuple(reads.constants),
-        tuple(reads.checks),
+        tuple((lower(c, {}), col, typ) for c, col, typ in reads.constants),  # type: ignore[misc]
+        tuple((j, lower(e, local), col, typ) for j, e, col, typ in reads.checks),
         (*schema.columns, *schema.aggregate_columns, "t"),
         Join(JoinKind.FIRST),
         schema.columns,
@@ -345,21 +365,20 @@ def _body_aggregate(
     agg = lit.aggregation
     assert agg is not None
     # The atom reads no `where` constant: its variables are groups or its own.
-    scan = _scan(index, lit.atom, schemas[lit.atom.relation], {})
+    scan = _scan(index, lit.atom, schemas[lit.atom.relation], {}, types)
     group = tuple(v for v, _, _ in scan.binds if v in bound)
     typ = types.get(agg.var.name)
     local = {**types, **{v: t for v, _, t in scan.binds}}
     allowed, what = summarised_kinds(agg.function)
-    kind = None if agg.arg is None else expr_type(agg.arg, local)
+    arg = None if agg.arg is None else lower(agg.arg, local)
+    kind = None if arg is None else known_type(arg)
     if agg.arg is not None and kind not in allowed:
         raise SchemaError(
             f"line {agg.span.line}: `{agg.var.name} := {agg.function} ...` needs {what}"
         )
     join = Join(JoinKind.ON, group) if group else Join(JoinKind.CROSS)
     scan = replace(scan, join=join)
-    return BodyAggregate(
-        index, agg.var.name, agg.function, agg.arg, typ or "int", scan, group, kind
-    )
+    return BodyAggregate(index, agg.var.name, agg.function, arg, typ or "int", scan, group, kind)
 
 
 def _band(guarded: list[Band], left: Mapping[str, str], right: Mapping[str, str]) -> Band | None:
@@ -379,8 +398,8 @@ def grouped_head_of(head: Head) -> Head:
     columns."""
     return Head(
         head.relation,
-        tuple((ast.Var(f"__head{j}"), col, typ) for j, (_, col, typ) in enumerate(head.args)),
-        None if head.time is None else ast.Var("__headt"),
+        tuple((Var(f"__head{j}", typ), col, typ) for j, (_, col, typ) in enumerate(head.args)),
+        None if head.time is None else Var("__headt", "int"),  # see `time_column`
         head.lifetime,
         head.provenance,
     )

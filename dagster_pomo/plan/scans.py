@@ -25,12 +25,6 @@ def atom_columns(atom: ast.Atom, schema: Schema) -> list[tuple[ast.Expr, str, st
     return pairs
 
 
-def comparable(a: str | None, b: str) -> bool:
-    """Whether values of types ``a`` and ``b`` can be equal (numbers with numbers)."""
-    fam = {"int": "number", "float": "number"}
-    return a is not None and fam.get(a, a) == fam.get(b, b)
-
-
 @dataclass
 class AtomReads:
     """A positive atom's demands on its relation's columns."""

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from dagster_pomo.lang import ast
 from dagster_pomo.plan import rules
 from dagster_pomo.plan.band_joins import Band
+from dagster_pomo.plan.exprs import Expr
 from dagster_pomo.plan.rules import (
     BodyAggregate,
     Choice,
@@ -93,14 +93,14 @@ class Check:
 
     scan: int
     position: int
-    expr: ast.Expr
+    expr: Expr
     column: str  # the stored column it is compared with
     type: str
 
 
 @dataclass(frozen=True)
 class Filter:
-    guard: ast.Expr
+    guard: Expr
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ provenance, the aggregate and the head.
 
 from __future__ import annotations
 
-from dagster_pomo.lang.render import render_const, render_expr
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
+from dagster_pomo.plan.exprs import render
 from dagster_pomo.plan.rules import Aggregate as RuleAggregate
 from dagster_pomo.plan.rules import Head, Join, JoinKind, RulePlan, Scan
 from dagster_pomo.plan.steps import (
@@ -85,7 +85,7 @@ def _step(step: Step, rule: RulePlan) -> list[str]:
     if isinstance(step, Summarise):
         lines = []
         for agg in step.aggregates:
-            arg = "" if agg.arg is None else f" {render_expr(agg.arg)}"
+            arg = "" if agg.arg is None else f" {render(agg.arg)}"
             empty = "no match" if agg.empty is None else _value(agg.empty)
             within = " starting in the epoch" if step.window is Window.MADE else ""
             lines.append(
@@ -93,26 +93,24 @@ def _step(step: Step, rule: RulePlan) -> list[str]:
                 f" alive at tau{within}; over none: {empty}"
             )
             for pos, expr, column, typ in agg.scan.checks:
-                lines.append(f"  check {column}:{typ} == {render_expr(expr)} (argument {pos})")
+                lines.append(f"  check {column}:{typ} == {render(expr)} (argument {pos})")
         return lines
     if isinstance(step, Let):
         d = step.definition
-        return [f"define {d.var}:{d.type} = {render_expr(d.expr)}"]
+        return [f"define {d.var}:{d.type} = {render(d.expr)}"]
     if isinstance(step, Check):
         return [
-            f"check {step.column}:{step.type} == {render_expr(step.expr)} "
+            f"check {step.column}:{step.type} == {render(step.expr)} "
             f"(atom {step.scan}, argument {step.position})"
         ]
     if isinstance(step, Filter):
-        return [f"guard {render_expr(step.guard)}"]
+        return [f"guard {render(step.guard)}"]
     if isinstance(step, Valid):
         return [f"valid: alive at tau, {_WINDOWS[step.window]}"]
     if isinstance(step, AntiJoin):
         negation = step.negation
         compared = ", ".join(
-            f"{column} == {render_expr(arg)}"
-            for arg, column, _ in negation.columns
-            if render_expr(arg) != "_"
+            f"{column} == {render(arg)}" for arg, column, _ in negation.columns if arg is not None
         )
         alive = "at tau" if step.alive is Alive.AT_TAU else "in the epoch before"
         return [f"anti-join {negation.relation} alive {alive} on ({compared})"]
@@ -141,7 +139,7 @@ _WINDOWS = {
 
 def _aggregate(aggregate: RuleAggregate) -> list[str]:
     fns = ", ".join(
-        f"{fn}({'' if arg is None else render_expr(arg)}) -> {column}:{typ}"
+        f"{fn}({'' if arg is None else render(arg)}) -> {column}:{typ}"
         for fn, arg, column, typ in aggregate.functions
     )
     lines = [f"aggregate {fns}; reach from {', '.join(aggregate.reach_from)}"]
@@ -155,7 +153,7 @@ def _aggregate(aggregate: RuleAggregate) -> list[str]:
 
 
 def _head(rule: RulePlan, head: Head) -> str:
-    args = ", ".join(f"{col}:{typ} = {render_expr(arg)}" for arg, col, typ in head.args)
+    args = ", ".join(f"{col}:{typ} = {render(arg)}" for arg, col, typ in head.args)
     time = "tau"
     if rule.inductive:
         time = (
@@ -164,7 +162,7 @@ def _head(rule: RulePlan, head: Head) -> str:
             else ("end of epoch (@next)")
         )
     if head.time is not None:
-        time = render_expr(head.time)
+        time = render(head.time)
     life = "none" if rule.head.lifetime is None else show_duration(rule.head.lifetime)
     return f"head {head.relation}({args}) t = {time}, lifetime {life}"
 
@@ -178,7 +176,7 @@ def _scan(scan: Scan) -> str:
     for a, b in scan.same:
         parts.append(f"{a} == {b}")
     for const, column, _ in scan.constants:
-        parts.append(f"{column} == {render_const(const)}")
+        parts.append(f"{column} == {render(const)}")
     return " ".join(parts) + _join(scan.join)
 
 

@@ -2,7 +2,7 @@
 
 A column is a :class:`Vec`: its values, which rows have one (``ok``; None when all
 do) and its static type. Where :mod:`dagster_pomo.engine.spark.exprs` compiles a typed
-expression (`plan.exprs`) into a Spark column, :func:`typed_value` works it out for
+expression (`plan.exprs`) into a Spark column, :func:`value` works it out for
 every row of a frame at once, one numpy operation per operation; an undefined value
 (null for Spark) is a row whose ``ok`` is false. Text read as a number goes through the
 language's own function, one value at a time, as Spark's Python workers do.
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from dagster_pomo.engine.local.column_joins import height
-from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import FUNCTIONS, Undefined, Value
 from dagster_pomo.plan.exprs import (
     Apply,
@@ -31,7 +30,6 @@ from dagster_pomo.plan.exprs import (
     Negate,
     Nothing,
     Var,
-    lower,
 )
 
 NUMPY = {"int": np.int64, "float": np.float64, "str": object, "bool": np.bool_}
@@ -104,13 +102,7 @@ def constant(value: object, typ: str, n: int) -> Vec:
     return Vec(np.full(n, value, dtype=NUMPY[typ]), None, typ)
 
 
-def value(expr: ast.Expr, df: Mapping[str, np.ndarray], env: Env) -> Vec:
-    """``expr`` for every row of ``df`` (numpy columns); ``env`` tells where each variable
-    is."""
-    return typed_value(lower(expr, {name: col.typ for name, col in env.items()}), df, env)
-
-
-def typed_value(expr: Expr, df: Mapping[str, np.ndarray], env: Env) -> Vec:  # noqa: PLR0911
+def value(expr: Expr, df: Mapping[str, np.ndarray], env: Env) -> Vec:  # noqa: PLR0911
     """A typed expression (`plan.exprs`) for every row of ``df``: one numpy operation for
     each operation."""
     n = height(df)
@@ -123,31 +115,22 @@ def typed_value(expr: Expr, df: Mapping[str, np.ndarray], env: Env) -> Vec:  # n
         ok = None if col.ok is None else np.asarray(df[col.ok], dtype=bool)
         return Vec(df[col.column], ok, col.typ)
     if isinstance(expr, Negate):
-        inner = typed_value(expr.operand, df, env)
+        inner = value(expr.operand, df, env)
         return Vec(-inner.values, inner.ok, inner.typ)
     if isinstance(expr, Convert):
-        return cast(typed_value(expr.operand, df, env), expr.type)
+        return cast(value(expr.operand, df, env), expr.type)
     if isinstance(expr, Compare):
-        left, right = typed_value(expr.left, df, env), typed_value(expr.right, df, env)
+        left, right = value(expr.left, df, env), value(expr.right, df, env)
         out = np.asarray(_COMPARE[expr.op](left.values, right.values), dtype=bool)
         return Vec(out, _both(left.ok, right.ok), "bool")
     if isinstance(expr, Arithmetic):
-        left, right = typed_value(expr.left, df, env), typed_value(expr.right, df, env)
+        left, right = value(expr.left, df, env), value(expr.right, df, env)
         return _arithmetic(expr.op, left, right)
-    args = [typed_value(a, df, env) for a in expr.args]
+    args = [value(a, df, env) for a in expr.args]
     ok: np.ndarray | None = None
     for a in args:
         ok = _both(ok, a.ok)
     return _apply(expr, args, ok)
-
-
-def equal(left: Vec, right: Vec) -> np.ndarray:
-    """Rows where two values, both numbers or both of one type, are equal."""
-    if left.typ != right.typ:  # an int and a float: compared as doubles
-        left, right = cast(left, "float"), cast(right, "float")
-    return truthy(
-        Vec(np.asarray(left.values == right.values, dtype=bool), _both(left.ok, right.ok), "bool")
-    )
 
 
 _COMPARE = {

@@ -44,16 +44,16 @@ from dagster_pomo.engine.local.exprs import (
     Col,
     Vec,
     cast,
-    equal,
     present,
     truthy,
     value,
 )
 from dagster_pomo.engine.local.linear_fixpoint import NUMPY_OPS
 from dagster_pomo.engine.versions import value_order
-from dagster_pomo.lang import ast
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.band_joins import Band
+from dagster_pomo.plan.exprs import Compare, Expr, equals
+from dagster_pomo.plan.exprs import Var as ExprVar
 from dagster_pomo.plan.rules import (
     BodyAggregate,
     Choice,
@@ -63,7 +63,7 @@ from dagster_pomo.plan.rules import (
     Scan,
     grouped_head_of,
 )
-from dagster_pomo.plan.scans import CID, comparable
+from dagster_pomo.plan.scans import CID
 from dagster_pomo.plan.schema import PROV, Schema, row_columns
 from dagster_pomo.plan.steps import (
     AntiJoin,
@@ -127,7 +127,7 @@ def _select(cols: Mapping[str, np.ndarray], names: Sequence[str]) -> Cols:
 
 def _atom_frame(
     scan: Scan, df: Mapping[str, np.ndarray], want_key: bool
-) -> tuple[Cols, dict[str, Col], list[tuple[ast.Expr, str, str]], list[str]]:
+) -> tuple[Cols, dict[str, Col], list[tuple[Expr, str, str]], list[str]]:
     i = scan.index
     if scan.reads_cid:
         columns = [df[c].tolist() for c in scan.identity]
@@ -137,11 +137,7 @@ def _atom_frame(
     for a, b in scan.same:
         keep &= df[a] == df[b]
     for const, col, typ in scan.constants:
-        wanted = value(const, df, {})
-        if comparable(wanted.typ, typ):
-            keep &= equal(Vec(df[col], None, typ), wanted)
-        else:
-            keep[:] = False
+        keep &= matched(const, col, typ, df, {})
     checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in scan.checks]
     out = {f"v_{name}": df[c.column] for name, c in env.items()}
     out.update({f"__x{i}_{j}": df[col] for j, _, col, _ in scan.checks})
@@ -165,17 +161,20 @@ def _atom_frame(
 
 
 def _checked(
-    checks: Sequence[tuple[ast.Expr, str, str]], df: Cols, env: Mapping[str, Col]
+    checks: Sequence[tuple[Expr, str, str]], df: Cols, env: Mapping[str, Col]
 ) -> np.ndarray:
     """Which rows' expression arguments equal the columns they are matched against."""
     keep = np.ones(height(df), dtype=bool)
     for expr, column, typ in checks:
-        vec = value(expr, df, env)
-        if comparable(vec.typ, typ):
-            keep &= equal(vec, Vec(df[column], None, typ))
-        else:
-            keep[:] = False
+        keep &= matched(expr, column, typ, df, env)
     return keep
+
+
+def matched(expr: Expr, column: str, typ: str, df: Cols, env: Mapping[str, Col]) -> np.ndarray:
+    """Where ``expr`` equals ``df``'s ``column`` of type ``typ`` (`exprs.equals`: never, for
+    values that cannot be compared)."""
+    guard = equals(expr, ExprVar(column, typ))
+    return truthy(value(guard, df, {**env, column: Col(column, typ)}))
 
 
 def summarise(
@@ -386,17 +385,16 @@ def anti_join(
     right: list[np.ndarray] = []
     has = np.ones(height(df), dtype=bool)
     for arg, col, typ in negation.columns:
-        if isinstance(arg, ast.Wildcard):
+        if arg is None:
             continue
-        vec = value(arg, df, env)
-        if not comparable(vec.typ, typ):
+        guard = equals(arg, ExprVar(col, typ))
+        if not isinstance(guard, Compare):
             return df  # no version can agree
-        stored, mine = source[col], vec.values
-        if vec.typ != typ:  # an int and a float: compared as doubles
-            stored, mine = stored.astype(np.float64), mine.astype(np.float64)
-        has &= vec.valid()
-        left.append(mine)
-        right.append(stored)
+        mine = value(guard.left, df, env)
+        stored = value(guard.right, source, {col: Col(col, typ)})
+        has &= mine.valid()
+        left.append(mine.values)
+        right.append(stored.values)
     # The agreeing values as one number, on both sides (`key_codes`); then, per number,
     # the versions by time, each with the latest expiry so far; a row meets the last one
     # made by its tau, alive if that expiry is after it.
@@ -421,7 +419,7 @@ def anti_join(
 # ---------------------------------------------------------------------------- heads
 
 
-def time_vec(expr: ast.Expr, df: Cols, env: Mapping[str, Col]) -> Vec:
+def time_vec(expr: Expr, df: Cols, env: Mapping[str, Col]) -> Vec:
     """An explicit head time: an integer, or a float with an integral value; else none."""
     vec = value(expr, df, env)
     if vec.typ == "float":

@@ -15,7 +15,7 @@ from pyspark import cloudpickle
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from dagster_pomo.lang import ast, interpret
+from dagster_pomo.lang import interpret
 from dagster_pomo.lang.kinds import element_of
 from dagster_pomo.plan.exprs import (
     Apply,
@@ -30,7 +30,6 @@ from dagster_pomo.plan.exprs import (
     Negate,
     Nothing,
     Var,
-    lower,
 )
 
 SPARK_TYPES = {"int": "long", "float": "double", "str": "string", "bool": "boolean"}
@@ -84,12 +83,6 @@ def _as_the_language_does(function: str, typ: str) -> Callable[[Column], Column]
 
 def literal(value: object, typ: str) -> Column:
     return F.lit(value).cast(SPARK_TYPES[typ])
-
-
-def compile_expr(expr: ast.Expr, env: Mapping[str, tuple[str, str]]) -> Typed:
-    """``expr`` as a Spark column and its type (None: it has no value); ``env`` maps a
-    variable to ``(column name, type)``."""
-    return compile_typed(lower(expr, {name: typ for name, (_, typ) in env.items()}), env)
 
 
 def compile_typed(expr: Expr, env: Mapping[str, tuple[str, str]]) -> Typed:

@@ -23,10 +23,11 @@ from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 from dagster_pomo.engine import cid as content_ids
 from dagster_pomo.engine import interpreter, lattices
 from dagster_pomo.engine.local import column_joins, sliding_aggregates
-from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_expr, spark_type, truthy
-from dagster_pomo.lang import ast
+from dagster_pomo.engine.spark.exprs import SPARK_TYPES, compile_typed, spark_type, truthy
 from dagster_pomo.lang.interpret import Value
 from dagster_pomo.plan.band_joins import Band
+from dagster_pomo.plan.exprs import Expr, equals
+from dagster_pomo.plan.exprs import Var as ExprVar
 from dagster_pomo.plan.rules import (
     BodyAggregate,
     Choice,
@@ -36,7 +37,7 @@ from dagster_pomo.plan.rules import (
     Scan,
     grouped_head_of,
 )
-from dagster_pomo.plan.scans import CID, comparable
+from dagster_pomo.plan.scans import CID
 from dagster_pomo.plan.schema import PROV, row_columns
 from dagster_pomo.plan.steps import (
     AntiJoin,
@@ -102,8 +103,7 @@ def _atom_frame(
         df = df.withColumn(CID, cid_column(scan.relation, scan.identity))
     filters = [F.col(a) == F.col(b) for a, b in scan.same]
     for const, col, typ in scan.constants:
-        value, vtype = compile_expr(const, {})
-        filters.append(F.col(col) == value if comparable(vtype, typ) else F.lit(False))
+        filters.append(matched(const, col, typ, {}))
     checks = [(arg, f"__x{i}_{j}", typ) for j, arg, _, typ in scan.checks]
     cols = [F.col(col).alias(f"__x{i}_{j}") for j, _, col, _ in scan.checks]
     for f in filters:
@@ -207,11 +207,8 @@ def _summarised(
     i = agg.scan.index
     frame, env, checks = _atom_frame(agg.scan, source, want_key=True)
     for expr, column, typ in checks:
-        value, vtype = compile_expr(expr, env)
-        frame = frame.filter(
-            truthy(value == F.col(column)) if comparable(vtype, typ) else F.lit(False)
-        )
-    value = F.lit(1) if agg.arg is None else compile_expr(agg.arg, env)[0]
+        frame = frame.filter(matched(expr, column, typ, env))
+    value = F.lit(1) if agg.arg is None else compile_typed(agg.arg, env)[0]
     renamed = {_var(g): f"__e{i}_{j}" for j, g in enumerate(agg.group)}
     events = frame.select(
         *[F.col(g).alias(e) for g, e in renamed.items()],
@@ -278,20 +275,16 @@ def anti_join(
     )
     condition: Column = F.lit(True)
     for j, (arg, _, typ) in enumerate(pairs):
-        if isinstance(arg, ast.Wildcard):
-            continue
-        value, vtype = compile_expr(arg, env)
-        condition = condition & (
-            (F.col(f"__n{k}_{j}") == value) if comparable(vtype, typ) else F.lit(False)
-        )
+        if arg is not None:
+            condition = condition & matched(arg, f"__n{k}_{j}", typ, env)
     for cond in alive:
         condition = condition & cond
     return df.join(right, on=condition, how="left_anti")
 
 
-def time_column(expr: ast.Expr, env: Mapping[str, tuple[str, str]]) -> Column:
+def time_column(expr: Expr, env: Mapping[str, tuple[str, str]]) -> Column:
     """An explicit head time: an integer, or a float with an integral value; else undefined."""
-    value, vtype = compile_expr(expr, env)
+    value, vtype = compile_typed(expr, env)
     if vtype == "float":
         return F.when(value == F.floor(value), value.cast("long"))
     return value.cast("long") if vtype == "int" else F.lit(None).cast("long")
@@ -313,7 +306,7 @@ def head_rows(
     checked, most, said = text
     cols = []
     for arg, name, typ in head.args:
-        value, _ = compile_expr(arg, env)
+        value, _ = compile_typed(arg, env)
         value = value.cast(SPARK_TYPES[typ])
         if name in checked:
             value = F.when(F.length(value) > most, F.raise_error(F.lit(said))).otherwise(value)
@@ -336,10 +329,11 @@ def head_rows(
 TEXT_BUDGET = "pomo: text budget exceeded by the rule at offset "  # and the rule's offset
 
 
-def _compared(value: Column, vtype: str | None, column: str, typ: str) -> Column:
-    """Whether an expression's value equals a stored column (never, for values that cannot
-    be compared)."""
-    return truthy(value == F.col(column)) if comparable(vtype, typ) else F.lit(False)
+def matched(expr: Expr, column: str, typ: str, env: Mapping[str, tuple[str, str]]) -> Column:
+    """Where ``expr`` equals the frame's ``column`` of type ``typ`` (`exprs.equals`: never,
+    for values that cannot be compared)."""
+    guard = equals(expr, ExprVar(column, typ))
+    return truthy(compile_typed(guard, {**env, column: (column, typ)})[0])
 
 
 @dataclass(frozen=True)
@@ -395,7 +389,7 @@ class Frames:
 
     def let(self, m: Matches, step: Let) -> Matches:
         d = step.definition
-        col, typ = compile_expr(d.expr, m.env)
+        col, typ = compile_typed(d.expr, m.env)
         return Matches(
             m.df.withColumn(_var(d.var), col),
             {**m.env, d.var: (_var(d.var), typ or d.type)},
@@ -403,12 +397,11 @@ class Frames:
         )
 
     def check(self, m: Matches, step: Check) -> Matches:
-        value, vtype = compile_expr(step.expr, m.env)
-        keep = _compared(value, vtype, f"__x{step.scan}_{step.position}", step.type)
+        keep = matched(step.expr, f"__x{step.scan}_{step.position}", step.type, m.env)
         return Matches(m.df.filter(keep), m.env, m.atoms)
 
     def filter(self, m: Matches, step: Filter) -> Matches:
-        return Matches(m.df.filter(truthy(compile_expr(step.guard, m.env)[0])), m.env, m.atoms)
+        return Matches(m.df.filter(truthy(compile_typed(step.guard, m.env)[0])), m.env, m.atoms)
 
     def valid(self, m: Matches, window: Within, a: int, b: int) -> Matches:
         df = m.df.withColumns({"__tau": _tau(m), "__mexp": _min_exp(m)})
@@ -794,13 +787,13 @@ def grouped(rule: RulePlan, m: Matches, a: int, b: int, buckets: Buckets) -> Dat
     # every step, whatever the size of the data.
     added: dict[str, Column] = {}
     for j, (arg, _, typ) in enumerate(head.args):
-        value, _ = compile_expr(arg, m.env)
+        value, _ = compile_typed(arg, m.env)
         added[f"__g{j}"] = value.cast(SPARK_TYPES[typ])
     if head.time is not None:
         added["__gt"] = time_column(head.time, m.env)
     group = list(added)
     for i, (_, arg, _, _) in enumerate(functions):
-        added[f"__val{i}"] = compile_expr(arg, m.env)[0] if arg is not None else F.lit(1)
+        added[f"__val{i}"] = compile_typed(arg, m.env)[0] if arg is not None else F.lit(1)
     values = [c for c in added if c not in group]
     df = df.withColumns(added).dropna(subset=group + values)
     # Everything below works on a group's rows together: one shuffle by the group serves.
