@@ -226,7 +226,7 @@ def _window_ratio(per_epoch: list[dict], first: int, width: int) -> float | None
 def _input_rows(evaluator, prepared) -> dict[tuple[str, str], int]:  # noqa: ANN001
     """Rows of each stored input partition."""
     out: dict[tuple[str, str], int] = {}
-    for rel in evaluator.plan.program.catalog.inputs:
+    for rel in evaluator.program.catalog.inputs:
         for row in prepared.ingested.events.get(rel.name, []):
             key = evaluator.key_for(row.kt)
             if key:

@@ -244,7 +244,7 @@ class Driver:
         Spark alone (`Results.write_events`); how many, or None when that cannot be done
         here (then `events` streams them)."""
         keys = [epoch_key(e) for e in self.epochs]
-        aggregating = bool(self.plan.program.catalog[name].aggregates)
+        aggregating = bool(self.plan.schemas[name].aggregates)
         return self.results.write_events(name, keys, aggregating, path, aggregate_keys)
 
     def events(self, name: str) -> Iterator[Version]:
@@ -252,7 +252,7 @@ class Driver:
         show them (`versions.merge_versions`), streamed: no more than a partition of them
         in this process at once."""
         keys = [epoch_key(e) for e in self.epochs]
-        return self.results.events(name, keys, bool(self.plan.program.catalog[name].aggregates))
+        return self.results.events(name, keys, bool(self.plan.schemas[name].aggregates))
 
     # ------------------------------------------------------------------ the loop
 
@@ -281,7 +281,7 @@ class Driver:
             yield
         except BudgetExceeded as exc:
             self.backend.discard(epoch, strata)
-            raise exc.located(self.plan.program.source, show_epoch(epoch)) from None
+            raise exc.located(self.plan.source, show_epoch(epoch)) from None
 
     def evaluate_range(
         self, epochs: Sequence[Epoch], progress: Progress | None = None

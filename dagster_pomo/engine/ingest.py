@@ -41,8 +41,10 @@ from dagster_pomo.lang import Program, ast
 from dagster_pomo.lang.catalog import KIND_NAMES, Relation
 from dagster_pomo.lang.check import suggest
 from dagster_pomo.lang.interpret import Undefined, Value, evaluate
+from dagster_pomo.plan import time as time_rules
 from dagster_pomo.plan.constant_defs import constant_values
-from dagster_pomo.timeline import NEVER, parse_time
+from dagster_pomo.plan.time import PYTHON_OPS
+from dagster_pomo.timeline import parse_time
 
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()  # links skipped that this process has warned about
@@ -212,7 +214,8 @@ def _inside(file: Path, folder: Path) -> bool:
 
 
 def expiry(t: int, lifetime: int | None) -> int:
-    return NEVER if lifetime is None else min(NEVER, t + lifetime)
+    """When an input event stamped ``t`` expires (`plan.time.expiry`, as every backend)."""
+    return time_rules.expiry(t, lifetime, PYTHON_OPS)  # type: ignore[no-any-return]
 
 
 # --------------------------------------------------------------------------- typing values

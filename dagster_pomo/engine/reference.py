@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from dagster_pomo.engine.budgets import DEFAULT as BUDGETS
 from dagster_pomo.engine.budgets import BudgetExceeded, Budgets
 from dagster_pomo.engine.cid import cid
-from dagster_pomo.engine.ingest import expiry
 from dagster_pomo.engine.lattices import fold, merge_of
 from dagster_pomo.engine.versions import Version, union, value_order
 from dagster_pomo.errors import PomoError
@@ -30,6 +29,12 @@ from dagster_pomo.lang.check import CLOCK, binding_of
 from dagster_pomo.lang.interpret import Undefined, Value, evaluate, holds
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import NEVER, Epoch, iter_ticks, show_epoch
+
+
+def expiry(t: int, lifetime: int | None) -> int:
+    """When a version stamped ``t`` expires by its relation's lifetime: never past `NEVER`."""
+    return NEVER if lifetime is None else min(NEVER, t + lifetime)
+
 
 Env = dict[str, Value]
 Key = tuple[int, tuple[Value, ...], int]  # a version's (t, args, kt): one version per key

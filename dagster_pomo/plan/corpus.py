@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
+from dagster_pomo.lang.source import Source
 from dagster_pomo.plan.constant_defs import clocks
 from dagster_pomo.plan.linear_rounds import LinearPlan, linear_plan
 from dagster_pomo.plan.one_time_groups import at_one_time, one_version_each
@@ -22,6 +23,7 @@ from dagster_pomo.plan.partitioning import stable_argument
 from dagster_pomo.plan.rules import RulePlan, plan_rule
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.plan.steps import lower
+from dagster_pomo.plan.time import Lives, lives_of
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,11 @@ class StratumPlan:
 
 @dataclass(frozen=True)
 class CorpusPlan:
-    program: Program
+    """What every backend executes of a corpus: no syntax tree, only the decisions made
+    from it (the corpus's text is kept to point at in messages)."""
+
+    name: str
+    source: Source
     schemas: Mapping[str, Schema]
     strata: tuple[StratumPlan, ...]
     # Relations derived by a rule with an explicit head time: their events may be stamped
@@ -89,10 +95,7 @@ class CorpusPlan:
     defers: frozenset[str]
     clocks: tuple[tuple[int, int], ...]  # every (offset, period) the rules read `clock` with
     has_next: bool  # whether any rule is an ``@next`` rule
-
-    @property
-    def name(self) -> str:
-        return self.program.name
+    lives: Lives  # what bounds how long each relation's versions live (`time.reaches`)
 
     @property
     def deductive(self) -> list[StratumPlan]:
@@ -200,10 +203,12 @@ def compile_plan(program: Program, schemas: Mapping[str, Schema]) -> CorpusPlan:
     strata = plan_aggregates(program, strata)
     strata = plan_steps(strata)
     return CorpusPlan(
-        program,
+        program.name,
+        program.source,
         schemas,
         strata,
         deferring(program),
         tuple(sorted(clocks(program))) if CLOCK in program.catalog else (),
         any(r.is_inductive for r in program.corpus.rules),
+        lives_of(program),
     )

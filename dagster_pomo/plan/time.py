@@ -34,6 +34,10 @@ class Ops:
     constant: Callable[[int, Any], Any]
 
 
+PYTHON_OPS = Ops(max, min, lambda c, a, b: a if c else b, lambda value, _: value)
+"""`Ops` over plain Python integers: one event at a time, as ingestion reads lines."""
+
+
 def expiry(t: Any, lifetime: int | None, ops: Ops) -> Any:
     """When an event stamped ``t`` expires by its relation's lifetime alone."""
     if lifetime is None:
@@ -59,40 +63,65 @@ def next_stamp(
     return b, b + length if lifetime is None else min(b + length, b + lifetime)
 
 
+@dataclass(frozen=True)
+class Lives:
+    """What bounds how long each relation's versions live, read off a corpus once
+    (`lives_of`): its declared lifetimes, the ``@next`` relations that live at most an
+    epoch (messages, made by ``@async`` rules, do not), and per derived relation without a
+    lifetime the positive relations of each of its rules (None: a fact, an ``@next`` rule,
+    or no bound)."""
+
+    declared: Mapping[str, int | None]
+    capped: frozenset[str]
+    fed: Mapping[str, tuple[tuple[str, ...] | None, ...]]
+
+
+def lives_of(program: Any) -> Lives:
+    """The `Lives` of a checked `Program`."""
+    catalog = program.catalog
+    rules = program.corpus.rules
+    messages = {r.head.relation for r in rules if r.is_async}
+    fed: dict[str, list[tuple[str, ...] | None]] = {}
+    for rel in catalog:
+        if rel.derived and rel.lifetime is None:
+            fed[rel.name] = [
+                tuple(a.relation for a in r.positive) if r.body and not r.is_inductive else None
+                for r in rules
+                if r.head.relation == rel.name
+            ]
+    return Lives(
+        {rel.name: rel.lifetime for rel in catalog},
+        frozenset(r.name for r in catalog if r.inductive and r.name not in messages),
+        {name: tuple(each) for name, each in fed.items()},
+    )
+
+
 def reaches(plan: Any, epoch_size: int) -> dict[str, int]:
     """An upper bound of ``exp - kt`` per relation of a `CorpusPlan`: how far back an epoch
     must read its versions. A lifetime where declared; a clock's longest period; an ``@next``
     relation's at most an epoch; a derived relation's at most its rules' shortest-living
     body atom (to a fixpoint); else `NEVER`."""
-    program = plan.program
-    catalog = program.catalog
-    life: dict[str, int] = {
-        rel.name: rel.lifetime if rel.lifetime is not None else NEVER for rel in catalog
+    lives: Lives = plan.lives
+    life = {
+        name: NEVER if lifetime is None else lifetime for name, lifetime in lives.declared.items()
     }
-    if CLOCK in catalog:
+    if CLOCK in life:
         life[CLOCK] = max((p for _, p in plan.clocks), default=1)
-    messages = {r.head.relation for r in program.corpus.rules if r.is_async}
-    for rel in catalog:
-        if rel.inductive and rel.name not in messages:
-            life[rel.name] = min(life[rel.name], epoch_size)
+    for name in lives.capped:
+        life[name] = min(life[name], epoch_size)
     changed = True
     while changed:
         changed = False
-        for rel in catalog:
-            if not rel.derived or rel.lifetime is not None:
-                continue
+        for name, rules in lives.fed.items():
             bound = 0
-            for rule in program.corpus.rules:
-                if rule.head.relation != rel.name:
-                    continue
-                if rule.body and not rule.is_inductive:
-                    # A body aggregate's piece may live as long as its match: no bound.
-                    lives = (life[a.relation] for a in rule.positive)
-                    bound = max(bound, min(lives, default=NEVER))
-                else:
-                    bound = NEVER
-            if bound < life[rel.name]:
-                life[rel.name], changed = bound, True
+            for positive in rules:
+                # A body aggregate's piece may live as long as its match: no bound.
+                lives_for = (
+                    NEVER if positive is None else min((life[r] for r in positive), default=NEVER)
+                )
+                bound = max(bound, lives_for)
+            if bound < life[name]:
+                life[name], changed = bound, True
     return life
 
 
