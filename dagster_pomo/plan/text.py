@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.exprs import render
+from dagster_pomo.plan.linear_rounds import LinearAtom, LinearPlan
 from dagster_pomo.plan.rules import Aggregate as RuleAggregate
 from dagster_pomo.plan.rules import Head, Join, JoinKind, RulePlan, Scan
 from dagster_pomo.plan.steps import (
@@ -58,7 +59,32 @@ def _stratum(plan: CorpusPlan, stratum: StratumPlan) -> list[str]:
         lines.append("  (facts and input only)")
     for rule in stratum.rules:
         lines += ["  " + line for line in _rule(plan, rule)]
+    if stratum.linear is not None:
+        lines += _linear(stratum.linear)
     return lines
+
+
+def _linear(plan: LinearPlan) -> list[str]:
+    """The later rounds of a linear recursion as the tasks run them (`linear_rounds`): each
+    rule joins the round's new versions (``new``) to lower strata's relations."""
+    lines = ["  later rounds, inside tasks:"]
+    for rule in plan.rules:
+        atoms = [_linear_atom(rule.recursive, "new "), *map(_linear_atom, rule.others)]
+        atoms += ["!" + _linear_atom(a) for a in rule.negated]
+        guards = [f"{_side(g.left)} {g.op} {_side(g.right)}" for g in rule.guards]
+        lines.append(f"    {plan.relation}({', '.join(rule.head)}) := {' ^ '.join(atoms + guards)}")
+    return lines
+
+
+def _linear_atom(atom: LinearAtom, prefix: str = "") -> str:
+    reads = ", ".join(f"{v} <- {c}" if v != c else v for c, v in atom.reads)
+    same = "".join(f" {a} == {b}" for a, b in atom.same)
+    return f"{prefix}{atom.relation} [{reads}]{same}"
+
+
+def _side(side: tuple[str, object]) -> str:
+    kind, value = side
+    return str(value) if kind == "var" else _value(value)
 
 
 def _rule(plan: CorpusPlan, rule: RulePlan) -> list[str]:
