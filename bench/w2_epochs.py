@@ -75,7 +75,7 @@ def run(
 
         def incremental(corpus: Program = program, sub: RunInputs = prepared) -> dict:
             evaluator = fresh(sub, corpus)
-            rows_in: dict[tuple[str, str], int] = _input_rows(evaluator, sub)
+            rows_in: dict[tuple[str, str], int] = _input_rows(corpus, evaluator, sub)
             per_epoch.clear()
             total = 0.0
             for index, epoch in enumerate(prepared.epoch_range.epochs, start=1):
@@ -223,10 +223,10 @@ def _window_ratio(per_epoch: list[dict], first: int, width: int) -> float | None
     return round(statistics.median(late) / statistics.median(early), 2)
 
 
-def _input_rows(evaluator, prepared) -> dict[tuple[str, str], int]:  # noqa: ANN001
+def _input_rows(program, evaluator, prepared) -> dict[tuple[str, str], int]:  # noqa: ANN001
     """Rows of each stored input partition."""
     out: dict[tuple[str, str], int] = {}
-    for rel in evaluator.program.catalog.inputs:
+    for rel in program.catalog.inputs:
         for row in prepared.ingested.events.get(rel.name, []):
             key = evaluator.key_for(row.kt)
             if key:

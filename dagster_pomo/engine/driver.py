@@ -31,7 +31,7 @@ from dagster_pomo.engine.settings import SparkSettings
 from dagster_pomo.engine.stats import EpochScope, EpochStats, PassStats, StratumStats
 from dagster_pomo.engine.versions import Version
 from dagster_pomo.lang import Program
-from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
+from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
 from dagster_pomo.plan.schema import Schema
 from dagster_pomo.timeline import Epoch, epoch_key, show_epoch
 
@@ -160,8 +160,9 @@ class Driver:
         local = policy.local_only
         spark = _without_spark(warehouse) if local else session or lazy_session(settings)
         wh = Warehouse(spark, warehouse, program.name)
+        plan = plan or compile_plan(program, schemas)  # the one place a driver compiles
         backend = SparkEvaluator(
-            spark, program, schemas, wh, epochs, clock_start, facts, plan=plan, policy=policy
+            spark, program, schemas, wh, epochs, clock_start, plan, facts, policy=policy
         )
         return cls(backend, Results(wh, schemas))
 

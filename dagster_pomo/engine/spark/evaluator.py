@@ -50,7 +50,7 @@ from dagster_pomo.engine.versions import Version, record
 from dagster_pomo.lang import Program
 from dagster_pomo.lang.check import CLOCK
 from dagster_pomo.plan.constant_defs import tick_ranges
-from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan, compile_plan
+from dagster_pomo.plan.corpus import CorpusPlan, StratumPlan
 from dagster_pomo.plan.rules import RulePlan
 from dagster_pomo.plan.schema import PROV, Schema
 from dagster_pomo.plan.time import reach_of, reaches
@@ -84,17 +84,17 @@ class SparkEvaluator:
         warehouse: Warehouse,
         epochs: list[Epoch],
         clock_start: int,
+        plan: CorpusPlan,
         facts: Mapping[str, list[Version]] | None = None,
-        plan: CorpusPlan | None = None,
         policy: Policy = DEFAULT,
     ) -> None:
-        """``plan``: the corpus's plan, when the caller has compiled it already; ``policy``:
-        how it may run (see `Policy`)."""
+        """``plan``: the corpus's plan, compiled once by the driver; ``policy``: how it may
+        run (see `Policy`)."""
         self.spark = spark
         remember_lookups(spark)  # a session made elsewhere: the engine builds many columns
         self.program = program
         self.catalog = program.catalog
-        self.plan = plan or compile_plan(program, schemas)
+        self.plan = plan
         # and the tables the strata keep besides their relations (`StratumPlan.sides`)
         self.schemas = {**schemas, **self.plan.side_schemas}
         schemas = self.schemas
