@@ -233,11 +233,8 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
     to typed operations (`exprs.lower`) by the types of its variables."""
     constants = constant_values(rule)
     types = rule_env(rule, schemas)
-    defs = tuple(
-        Definition(d.var.name, d.expr, types.get(d.var.name, "str"))  # type: ignore[arg-type]
-        for d in binding_of(rule).def_order
-    )
-    typed = {**types, **{d.var: d.type for d in defs}}
+    order = binding_of(rule).def_order
+    typed = {**types, **{d.var.name: types.get(d.var.name, "str") for d in order}}
     guards = tuple(lower(g, typed) for g in rule.guards)
     guarded = bands(guards, constants)
     scans: list[Scan] = []
@@ -264,7 +261,7 @@ def plan_rule(rule: ast.Rule, schemas: Mapping[str, Schema], lifetime: int | Non
         _body_aggregate(len(scans) + k, lit, schemas, bound, typed)
         for k, lit in enumerate(rule.body_aggregates)
     )
-    defs = tuple(replace(d, expr=lower(d.expr, typed)) for d in defs)  # type: ignore[arg-type]
+    defs = tuple(Definition(d.var.name, lower(d.expr, typed), typed[d.var.name]) for d in order)
     negations = tuple(
         Negation(
             k,
