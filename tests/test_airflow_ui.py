@@ -25,13 +25,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from dagster import HourlyPartitionsDefinition
 
-from dagster_pomo.examples import DEFAULT_START, HOUR, SqliteOutbox, water_tank_events
-from tests.test_airflow import ROOT, TASKS, airflow_env, listened_keys, pomo_run, stored
+from dagster_pomo.examples import (
+    DEFAULT_START,
+    HOUR,
+    SqliteOutbox,
+    outbox_handlers,
+    water_tank_events,
+)
+from dagster_pomo.orchestration import pomo_definitions
+from tests.test_airflow import (
+    CORPUS,
+    ROOT,
+    TASKS,
+    airflow_env,
+    listened_keys,
+    pomo_run,
+    stored,
+)
 from tests.test_ui import CHROMIUM, _assert_nothing_left, _browser, _free_port, _wait_until_up
 
 try:
-    import playwright.sync_api  # noqa: F401
+    import playwright.sync_api
 except ImportError:  # the UI test skips, saying so
     PLAYWRIGHT = False
 else:
@@ -126,6 +142,12 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
         _assert_nothing_left(server.pid)
 
 
+def _listed(out: str) -> list[dict]:
+    """The JSON list an ``airflow ... -o json`` command prints, after any warnings it logs
+    first (a line of its own, starting ``[``; nothing when there is none)."""
+    return next((json.loads(x) for x in out.splitlines() if x.startswith("[")), [])
+
+
 def _runs(env: dict[str, str], dag: str) -> list[dict]:
     done = subprocess.run(
         [*AIRFLOW, "dags", "list-runs", dag, "-o", "json"],
@@ -135,8 +157,7 @@ def _runs(env: dict[str, str], dag: str) -> list[dict]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    text = done.stdout[done.stdout.find("[") :]
-    return json.loads(text) if text else []
+    return _listed(done.stdout)
 
 
 def _finished(env: dict[str, str], dag: str, count: int, log: Path) -> list[dict]:
@@ -159,7 +180,7 @@ def _task_times(env: dict[str, str], run_id: str) -> dict[str, tuple[datetime, d
     args = [*AIRFLOW, "tasks", "states-for-dag-run", "water_tanks", run_id, "-o", "json"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout[done.stdout.find("[") :])
+    found = _listed(done.stdout)
     return {t["task_id"]: (_at(t["start_date"]), _at(t["end_date"])) for t in found}
 
 
@@ -288,3 +309,61 @@ def test_the_airflow_ui_shows_the_tasks_and_the_relations_lineage(standalone: St
         for shown in ("water_tanks__landing", *(f"water_tanks.{r}" for r in RELATIONS)):
             assert shown in body, (shown, body)
         assert tasks.search(body), body
+        # Its data lineage (Task Dependencies): the relations it is made from and those
+        # made from it, through the tasks between them, every edge one Dagster draws.
+        expected = dagster_lineage(tmp_path / "dagster")
+        drawn = _data_lineage(page)
+        page.screenshot(path=str(tmp_path / "airflow_data_lineage.png"), full_page=True)
+        assert ("water_tanks.water_level", "level_per_minute") in drawn, drawn
+        assert ("high_minute", "water_tanks.high_minute") in drawn, drawn
+        assert drawn <= expected, drawn - expected
+        # From the input relations, the whole corpus: relation to relation as Dagster's
+        # asset graph draws it (a unit per relation here), the handlers as tasks.
+        inputs = sorted(target for source, target in expected if source == "inputs")
+        for relation in inputs:
+            page.goto(f"{url}/assets")
+            page.get_by_text(relation, exact=True).first.click()
+            drawn |= _data_lineage(page)
+        assert drawn == expected, (expected - drawn, drawn - expected)
+
+
+def _data_lineage(page: playwright.sync_api.Page) -> set[tuple[str, str]]:
+    """The edges of the asset page's data lineage graph (its "Task Dependencies" view),
+    each as the labels of its ends, once every node is drawn (fit into the view: the graph
+    draws only the nodes in sight) and the count has held for a second."""
+    page.get_by_text("Task Dependencies").first.click()
+    page.locator(".react-flow__edge").first.wait_for(state="attached")
+    page.get_by_label("Fit View").click()
+    nodes, edges = page.locator(".react-flow__node"), page.locator(".react-flow__edge")
+    seen, deadline = (-1, -1), time.monotonic() + 60
+    while (now := (nodes.count(), edges.count())) != seen and time.monotonic() < deadline:
+        seen = now
+        page.wait_for_timeout(1000)
+    names = {n.get_attribute("data-id"): n.inner_text().split("\n")[0].strip() for n in nodes.all()}
+    drawn = set()
+    for edge in edges.all():
+        label = edge.get_attribute("aria-label") or ""
+        source, target = label.removeprefix("Edge from ").split(" to ")
+        drawn.add((names[source], names[target]))
+    return drawn
+
+
+def dagster_lineage(tmp: Path) -> set[tuple[str, str]]:
+    """The edges Airflow's data lineage should draw for the example corpus, from Dagster's
+    asset graph of it: the inputs task to each input relation; each relation to the task
+    of each relation (or handler) made from it, that task to its relation. A relation's
+    dependence on its own previous hour is Dagster's alone."""
+    handlers = outbox_handlers(CORPUS, tmp / "outbox.sqlite", withdrawals=True)
+    hourly = HourlyPartitionsDefinition(start_date="2023-11-14-22:00")
+    wh, landing = str(tmp / "wh"), str(tmp / "landing")
+    defs = pomo_definitions(CORPUS, hourly, wh, landing, handlers=handlers)
+    graph = defs.resolve_asset_graph()
+    edges: set[tuple[str, str]] = set()
+    for key in graph.get_all_asset_keys():
+        *_, kind, name = ("", *key.path)
+        made_by = f"action__{name}" if kind == "action" else name
+        parents = [p.path[-1] for p in graph.get(key).parent_keys if p != key]
+        if kind != "action":
+            edges.add((made_by if parents else "inputs", f"water_tanks.{name}"))
+        edges |= {(f"water_tanks.{p}", made_by) for p in parents}
+    return edges

@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup
+from airflow.sdk.exceptions import AirflowException
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from dagster_pomo.engine.actions import Handler, check_handlers, subscriptions

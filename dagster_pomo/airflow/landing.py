@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowSkipException
 from airflow.sdk import DAG, BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from dagster_pomo.engine.pipeline import event_times, fresh_files
