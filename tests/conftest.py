@@ -64,23 +64,32 @@ def _example_lattices():
     register_lattices(LATTICES)
 
 
-# The modules whose tests take longest (a minute or more each here), started first: a
-# worker takes a whole module at a time, in collection order, so the two then finish
-# together rather than one running the last long module alone.
+# The modules whose tests take longest, longest first (seconds each took in a whole run
+# on two cores, each beside the other worker's tests): a worker takes a whole module at a
+# time, in collection order (`--no-loadscope-reorder`: not by number of tests, which put
+# the two Airflow UI tests last, run alone while the other worker sat idle), so the two
+# then finish together rather than one running the last long module alone.
 LONGEST_FIRST = (
-    "test_engine_properties",
-    "test_cluster",
-    "test_airflow_ui",
-    "test_ui",
-    "test_cli_run",
-    "test_airflow",
-    "test_dagster_assets",
-    "test_pomologic",
-    "test_class_archive",
-    "test_session",
-    "test_actions",
-    "test_long_recursion",
-    "test_language_properties",
+    "test_cli_run",  # 323
+    "test_engine_properties",  # 322
+    "test_semantics",  # 268
+    "test_cluster",  # 235
+    "test_warehouse",  # 178
+    "test_ui",  # 170
+    "test_pomologic",  # 168
+    "test_airflow_ui",  # 156
+    "test_actions",  # 149
+    "test_spark_landing",  # 116
+    "test_changes",  # 94
+    "test_dagster_assets",  # 74
+    "test_class_archive",  # 69
+    "test_recursion",  # 68
+    "test_reach",  # 67
+    "test_session",  # 67
+    "test_descent",  # 52
+    "test_long_recursion",  # 47
+    "test_language_properties",  # 43
+    "test_airflow",  # 40
 )
 
 
