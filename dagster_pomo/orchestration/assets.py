@@ -323,15 +323,16 @@ def pomo_definitions(
     # run of the corpus is listed under it.
     job = define_asset_job(
         name=program.name,
-        selection=selection,
-        partitions_def=partitions_def,
+        selection=selection,  # partitioned as its assets are
         description=f"Every relation and action of `{program.name}`, for a range of epochs.",
     )
     sensors = []
     if program.catalog.inputs:
         first_input = translator.get_asset_key(program, program.catalog.inputs[0].name)
         sensors.append(
-            landing_sensor(program, job, first_input, sensor_interval_seconds, sensor_running)
+            landing_sensor(
+                program, job, partitions_def, first_input, sensor_interval_seconds, sensor_running
+            )
         )
     return Definitions(
         assets=assets,

@@ -50,14 +50,14 @@ def partitions_for(partitions_def: TimeWindowPartitionsDefinition, times: list[i
 def landing_sensor(
     program: Program,
     job: "UnresolvedAssetJobDefinition",
+    partitions_def: TimeWindowPartitionsDefinition,
     input_key: AssetKey,
     minimum_interval_seconds: int = 30,
     running: bool = False,
 ):
-    """A sensor that launches ``job`` (the corpus's) for the epochs new landing files
-    touch; on from the start when ``running`` (else a user turns it on)."""
-    partitions_def = job.partitions_def
-    assert isinstance(partitions_def, TimeWindowPartitionsDefinition)
+    """A sensor that launches ``job`` (the corpus's, partitioned by ``partitions_def``) for
+    the epochs new landing files touch; on from the start when ``running`` (else a user
+    turns it on)."""
 
     @sensor(
         name=f"{program.name}__landing",
