@@ -310,7 +310,7 @@ def test_the_airflow_ui_shows_the_tasks_and_the_relations_lineage(standalone: St
             assert shown in body, (shown, body)
         assert tasks.search(body), body
         # Its data lineage (Task Dependencies): the relations it is made from and those
-        # made from it, through the tasks between them, every edge one Dagster draws.
+        # made from it, through the tasks between them, each edge one Dagster draws too.
         expected = dagster_lineage(tmp_path / "dagster")
         drawn = _data_lineage(page)
         page.screenshot(path=str(tmp_path / "airflow_data_lineage.png"), full_page=True)
