@@ -182,3 +182,51 @@ def test_a_small_range_runs_and_writes_its_outputs_without_starting_spark(tmp_pa
         }
     assert len(outs["auto"]["level_10m.jsonl"]) > 1_000
     assert outs["auto"] == outs["reference"]
+
+
+QUICK_RUN = """
+import json, sys
+from pyspark import SparkContext
+from dagster_pomo.cli.main import main
+from dagster_pomo.engine import settings
+settings.SHORT_READ = int(sys.argv[1])
+code = main(sys.argv[2:])
+conf = SparkContext._active_spark_context.getConf()
+print(json.dumps({"code": code, "options": conf.get(settings.JAVA_OPTIONS, "")}))
+"""
+
+
+def test_a_pomo_run_that_read_few_lines_starts_spark_on_the_quick_compiler(tmp_path) -> None:
+    """`pomo run` on Spark's plans starts its JVM with the JIT's quick tier when it read at
+    most `SHORT_READ` lines (here 12; the limit lowered to 11 in the second process keeps
+    the optimizing tier); remote Spark and Java options the user sets are left alone."""
+    import json
+    import subprocess
+    import sys
+
+    from dagster_pomo.engine.settings import JAVA_OPTIONS, QUICK_JIT, SHORT_READ
+
+    local = SparkSettings()
+    assert local.for_lines(SHORT_READ).conf == {JAVA_OPTIONS: QUICK_JIT}
+    assert local.for_lines(SHORT_READ + 1) == local
+    assert SparkSettings(remote="sc://spark:15002").for_lines(1).conf == {}
+    assert SparkSettings(master="spark://host:7077").for_lines(1).conf == {}
+    mine = SparkSettings(conf={JAVA_OPTIONS: "-Xss4m"})
+    assert mine.for_lines(1) == mine
+
+    (tmp_path / "c.pomo").write_text(FIRST_PLANS)
+    lines = [{"relation": "e", "t": i * 600_000, "args": [i, i + 1]} for i in range(12)]
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run = ["run", "c.pomo", "--events", "e.jsonl", "--times", "any", "--in-process-inputs", "0"]
+    for limit, quick in ((12, True), (11, False)):
+        done = subprocess.run(
+            [sys.executable, "-c", QUICK_RUN, str(limit), *run, "--out", f"out{limit}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        said = json.loads(done.stdout.splitlines()[-1])
+        assert said["code"] == 0
+        assert (QUICK_JIT in said["options"]) is quick, (limit, said)

@@ -113,7 +113,9 @@ def run(
     does. Events whose time lies outside ``window`` are quarantined. With ``out``, the
     outputs are written there (see `write_outputs`); on Spark straight from the
     warehouse, merged and sorted by Spark, never all in this process. ``settings``: where
-    Spark runs and its configuration (default: the environment's, `SparkSettings.from_env`).
+    Spark runs and its configuration (default: the environment's, `SparkSettings.from_env`;
+    a run that read few lines starts a new local JVM on the JIT's quick tier,
+    `SparkSettings.for_lines`).
     ``progress`` is told how many of the epochs are done, ``(done, total)``: first with none
     done once the events are read, then after each pass. With ``changes``, what the run's
     stored epochs added and withdrew is written there (see `write_changes`): against what
@@ -148,6 +150,9 @@ def run(
     if driven:
         from dagster_pomo.engine.driver import evaluated
 
+        # A session already running in this process is used as it is (`spark_session`).
+        read = prepared.ingested.lines_read
+        settings = (settings or SparkSettings.from_env()).for_lines(read)
         with evaluated(program, prepared, warehouse, policy, settings, progress) as driver:
             _derived(result, driver, out, changes)
         return result
