@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dagster_pomo.engine.settings import SparkSettings
+from pathlib import Path
+
+from dagster_pomo.engine.settings import QUICK_JIT, SHORT_READ, SparkSettings
 from dagster_pomo.engine.spark.session import DEFAULT_CONF, session_conf
 
 
@@ -113,30 +115,48 @@ seen(x, n) @next := seen(x, n);
 """
 
 
+QUICK_RUN = """
+import json, sys
+from pyspark import SparkContext
+from dagster_pomo.cli.main import main
+from dagster_pomo.engine import settings
+settings.SHORT_READ = int(sys.argv[1])
+code = main(sys.argv[2:])
+conf = SparkContext._active_spark_context.getConf()
+print(json.dumps({"code": code, "options": conf.get(settings.JAVA_OPTIONS, "")}))
+"""
+
+
 def test_a_fresh_process_starts_spark_for_its_first_plans(tmp_path) -> None:
     """A new `pomo run` whose first Spark plans are a recursion, clock ticks and `@next`
     rules (column functions built before anything else asks Spark) starts the session
-    for them, in one pass and epoch by epoch, and writes what the reference writes."""
+    for them, in one pass and epoch by epoch, and writes what the reference writes. Having
+    read at most `SHORT_READ` lines (12), it starts the JVM on the JIT's quick tier; with
+    the limit lowered to 11 (the epoch-by-epoch process), on the optimizing tier."""
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
     (tmp_path / "c.pomo").write_text(FIRST_PLANS)
     lines = [{"relation": "e", "t": i * 600_000, "args": [i, i + 1]} for i in range(12)]
     (tmp_path / "e.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     pomo = Path(sys.executable).with_name("pomo")
-    run = [str(pomo), "run", "c.pomo", "--events", "e.jsonl", "--epoch", "1h", "--times", "any"]
-    outs = {}
-    for name, extra in {
-        "reference": ["--engine", "reference"],
-        "one-pass": [],
-        "epoch-by-epoch": ["--epoch-by-epoch"],
-    }.items():
-        args = [*run, *extra, "--out", name]
+    run = ["run", "c.pomo", "--events", "e.jsonl", "--epoch", "1h", "--times", "any"]
+    reference = [str(pomo), *run, "--engine", "reference", "--out", "reference"]
+    done = subprocess.run(reference, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    outs = {"reference": _outputs(tmp_path / "reference")}
+    for name, limit, quick, extra in (
+        ("one-pass", SHORT_READ, True, []),
+        ("epoch-by-epoch", 11, False, ["--epoch-by-epoch"]),
+    ):
+        args = [sys.executable, "-c", QUICK_RUN, str(limit), *run, *extra, "--out", name]
         done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-4000:]
-        outs[name] = {p.name: p.read_text() for p in sorted((tmp_path / name).glob("*.jsonl"))}
+        said = json.loads(done.stdout.splitlines()[-1])
+        assert said["code"] == 0
+        assert (QUICK_JIT in said["options"]) is quick, (name, said)
+        outs[name] = _outputs(tmp_path / name)
     assert outs["reference"]["path.jsonl"].count("\n") == 78  # 12 edges: 12 + 11 + ... + 1
     assert outs["one-pass"] == outs["reference"]
     assert outs["epoch-by-epoch"] == outs["reference"]
@@ -184,27 +204,11 @@ def test_a_small_range_runs_and_writes_its_outputs_without_starting_spark(tmp_pa
     assert outs["auto"] == outs["reference"]
 
 
-QUICK_RUN = """
-import json, sys
-from pyspark import SparkContext
-from dagster_pomo.cli.main import main
-from dagster_pomo.engine import settings
-settings.SHORT_READ = int(sys.argv[1])
-code = main(sys.argv[2:])
-conf = SparkContext._active_spark_context.getConf()
-print(json.dumps({"code": code, "options": conf.get(settings.JAVA_OPTIONS, "")}))
-"""
-
-
-def test_a_pomo_run_that_read_few_lines_starts_spark_on_the_quick_compiler(tmp_path) -> None:
-    """`pomo run` on Spark's plans starts its JVM with the JIT's quick tier when it read at
-    most `SHORT_READ` lines (here 12; the limit lowered to 11 in the second process keeps
-    the optimizing tier); remote Spark and Java options the user sets are left alone."""
-    import json
-    import subprocess
-    import sys
-
-    from dagster_pomo.engine.settings import JAVA_OPTIONS, QUICK_JIT, SHORT_READ
+def test_a_run_that_read_few_lines_takes_the_quick_compiler_in_a_new_local_jvm() -> None:
+    """`pomo run`'s settings for a run that read at most `SHORT_READ` lines: the JIT's quick
+    tier (its effect on a real run: `test_a_fresh_process_starts_spark_for_its_first_plans`);
+    remote Spark and Java options the user sets are left alone."""
+    from dagster_pomo.engine.settings import JAVA_OPTIONS
 
     local = SparkSettings()
     assert local.for_lines(SHORT_READ).conf == {JAVA_OPTIONS: QUICK_JIT}
@@ -214,19 +218,7 @@ def test_a_pomo_run_that_read_few_lines_starts_spark_on_the_quick_compiler(tmp_p
     mine = SparkSettings(conf={JAVA_OPTIONS: "-Xss4m"})
     assert mine.for_lines(1) == mine
 
-    (tmp_path / "c.pomo").write_text(FIRST_PLANS)
-    lines = [{"relation": "e", "t": i * 600_000, "args": [i, i + 1]} for i in range(12)]
-    (tmp_path / "e.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    run = ["run", "c.pomo", "--events", "e.jsonl", "--times", "any", "--in-process-inputs", "0"]
-    for limit, quick in ((12, True), (11, False)):
-        done = subprocess.run(
-            [sys.executable, "-c", QUICK_RUN, str(limit), *run, "--out", f"out{limit}"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-4000:]
-        said = json.loads(done.stdout.splitlines()[-1])
-        assert said["code"] == 0
-        assert (QUICK_JIT in said["options"]) is quick, (limit, said)
+
+def _outputs(folder: Path) -> dict[str, str]:
+    """The text of each output file a run wrote to ``folder``, by name."""
+    return {p.name: p.read_text() for p in sorted(folder.glob("*.jsonl"))}
