@@ -185,16 +185,34 @@ def _merged_packed(versions: pa.Table, identity: list[str], aggregating: bool) -
         exp = versions["exp"].to_numpy()
         one_expiry = exp.min() == exp.max()  # then the events are the distinct keys
         order = None if one_expiry else np.argsort(key, kind="stable")
-        ordered = np.sort(key) if order is None else key[order]
-        starts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1]))
-        events = ordered[starts]
+        if order is None:
+            key.sort()  # the key is this function's own: sorted where it is
+            ordered = key
+        else:
+            ordered = key[order]
+        starts = _starts(ordered)
+        events = ordered if starts is None else ordered[starts]
         if order is None:
             merged_exp = np.full(len(events), exp[0])
+        elif starts is None:
+            merged_exp = exp[order]
         else:
             merged_exp = np.maximum.reduceat(exp[order], starts)
+        del exp, order, ordered, key
         columns = _unpacked(events, packing)
         columns["exp"] = pa.array(merged_exp)
     return pa.table(columns)
+
+
+def _starts(ordered: np.ndarray) -> np.ndarray | None:
+    """Where each run of equal keys begins in ``ordered``; None when every key differs (the
+    common case: then the keys are the events, and no copy of them is made)."""
+    differs = np.empty(len(ordered), dtype=bool)
+    differs[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=differs[1:])
+    if differs.all():
+        return None
+    return np.flatnonzero(differs)
 
 
 _LIMIT = 1 << 62
@@ -203,7 +221,7 @@ _LIMIT = 1 << 62
 def _packed(table: pa.Table, columns: list[str]) -> tuple[np.ndarray, _Packing] | None:
     """The rows of ``columns`` packed into one int64 each (see `_Packing`), or None where a
     column is not integers, booleans or text, holds a null, or the ranges do not fit."""
-    key = np.zeros(table.num_rows, dtype=np.int64)
+    key: np.ndarray | None = None  # built in place: millions of rows, each copy is costly
     packing: _Packing = []
     total = 1
     for name in columns:
@@ -223,9 +241,14 @@ def _packed(table: pa.Table, columns: list[str]) -> tuple[np.ndarray, _Packing] 
         if total >= _LIMIT:
             return None
         if span > 1:
-            key = key * span + (values - least)
+            if key is None:
+                key = values - least
+            else:
+                key *= span
+                key += values
+                key -= least  # int64 wraps around in between: the sum is exact
         packing.append((name, column.type, least, span, texts))
-    return key, packing
+    return (np.zeros(table.num_rows, dtype=np.int64) if key is None else key), packing
 
 
 def _ranks(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
@@ -247,12 +270,17 @@ def _unpacked(keys: np.ndarray, packing: _Packing) -> dict[str, pa.Array]:
     """The columns `_packed` packed into ``keys``, in their types."""
     columns: dict[str, pa.Array] = {}
     rest = keys
-    for name, typ, least, span, texts in reversed(packing):
-        rest, value = np.divmod(rest, span)
-        if texts is None:
-            columns[name] = pa.array(value + least).cast(typ)
+    packed = [i for i, (_, _, _, span, _) in enumerate(packing) if span > 1]
+    for i in reversed(range(len(packing))):
+        name, typ, least, span, texts = packing[i]
+        if span == 1:  # one value: not in the key
+            value = np.full(len(keys), least, dtype=np.int64)
+        elif i == packed[0]:  # the most significant: what is left is its value
+            value = rest + least
         else:
-            columns[name] = texts.take(pa.array(value + least))
+            rest, value = np.divmod(rest, span)
+            value += least
+        columns[name] = pa.array(value).cast(typ) if texts is None else texts.take(value)
     return dict(reversed(columns.items()))
 
 
