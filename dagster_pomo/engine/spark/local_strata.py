@@ -226,7 +226,7 @@ class LocalStrata:
             stats.rows[name] = ev.store.put(name, key, table, end)
             if end is not None:
                 table = table.filter(pc.less(table["kt"], end))
-            self._reads(epoch).keep(name, key, from_arrow(table))
+            self._reads(epoch).keep(name, key, table)
             ev.forget_current(epoch, name)  # Spark's plans read it anew
 
     # ------------------------------------------------------------------ @next, here

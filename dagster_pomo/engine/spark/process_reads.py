@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -45,7 +46,7 @@ class ProcessReads:
         self.wh, self.schemas, self.structs = wh, schemas, structs
         self.files, self.limit = files, limit
         # Epochs read from their files (or stored by this process), with the files' signature.
-        self._tables: dict[tuple[str, str], tuple[tuple, Cols]] = {}
+        self._tables: dict[tuple[str, str], tuple[tuple, Cols | pa.Table]] = {}
         # A lock per stored epoch: strata run side by side read it once, not twice.
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         # Reads through Spark: for the epoch under way only (see `retain`).
@@ -85,14 +86,18 @@ class ProcessReads:
             signature = self.wh.signature(name, key)
             held = self._tables.get((name, key))
             if held is not None and held[0] == signature:
-                return held[1]
+                if isinstance(held[1], pa.Table):  # stored by this process, not read yet
+                    self._tables[(name, key)] = (signature, from_arrow(held[1]))
+                return self._tables[(name, key)][1]
             schema = arrow_schema(self.schemas[name])
             rows = from_arrow(self.wh.read_table(name, [key], schema))
             self._tables[(name, key)] = (signature, rows)
             return rows
 
-    def keep(self, name: str, key: str, rows: Cols) -> None:
-        """``rows`` are epoch ``key`` of ``name`` now (this process stored them)."""
+    def keep(self, name: str, key: str, rows: pa.Table) -> None:
+        """``rows`` are epoch ``key`` of ``name`` now (this process stored them). Kept in
+        Arrow and converted when first read: most stored epochs are not read again in the
+        process (millions of versions took seconds to convert for nothing)."""
         self._tables[(name, key)] = (self.wh.signature(name, key), rows)
 
     def fetched(self, name: str, rows: DataFrame) -> Cols:
