@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -103,3 +104,41 @@ def test_the_wheel_ships_the_example_corpora_pomo_demo_runs(tmp_path: Path) -> N
     shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".pomo")}
     assert shipped == {f"dagster_pomo/rules/{p.name}" for p in RULES.glob("*.pomo")}
     assert len(shipped) == 4
+
+
+# The `pomo` command as installed, run in a fresh interpreter, which then says what numpy
+# and Arrow were set to: `engine.memory`'s choice, or the user's.
+SETTLED = """
+import sys
+from importlib.metadata import entry_points
+
+if sys.argv[1] == "imported":  # numpy and Arrow in the process before the command runs
+    import numpy, pyarrow
+(pomo,) = entry_points(group="console_scripts", name="pomo")
+sys.argv = ["pomo", "check", sys.argv[2]]
+code = pomo.load()()
+import pyarrow
+from numpy._core.multiarray import _set_madvise_hugepage
+print(code, pyarrow.default_memory_pool().backend_name, _set_madvise_hugepage(True))
+"""
+
+
+def test_pomo_takes_memory_without_huge_pages_and_with_jemalloc_unless_the_user_chose() -> None:
+    chose = ("NUMPY_MADVISE_HUGEPAGE", "ARROW_DEFAULT_MEMORY_POOL")
+    clean = {k: v for k, v in os.environ.items() if k not in chose}
+    corpus = str(RULES / "water_tanks.pomo")
+
+    def settled(when: str, **env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", SETTLED, when, corpus],
+            capture_output=True,
+            text=True,
+            env={**clean, **env},
+            check=True,
+        )
+        return done.stdout.split("\n")[-2]
+
+    assert settled("fresh") == "0 jemalloc False"
+    assert settled("imported") == "0 jemalloc False"  # set as far as it can be, then
+    user = {"NUMPY_MADVISE_HUGEPAGE": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+    assert settled("fresh", **user) == "0 system True"

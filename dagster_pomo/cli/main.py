@@ -786,5 +786,14 @@ def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+def console() -> int:
+    """The `pomo` command: `main` in a process of its own, whose memory it settles first
+    (`engine.memory`; a caller of `main` in its own process keeps its settings)."""
+    from dagster_pomo.engine.memory import settle
+
+    settle()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())
