@@ -286,33 +286,60 @@ def _unpacked(keys: np.ndarray, packing: _Packing) -> dict[str, pa.Array]:
 
 def _lines(events: pa.Table, schema: Schema, keys: Sequence[str]) -> pa.ChunkedArray:
     """Each event's line, newline included (`versions.output_object` as `json.dumps`
-    writes it)."""
-    args = [_text(events[c], typ) for c, typ in zip(schema.columns, schema.types, strict=True)]
+    writes it). A column with one value in the slice (often ``exp``, the aggregates'
+    braces, a time) is written once into the text around it: the join's cost grows with
+    its number of parts."""
+    args = [[_part(events[c], typ)] for c, typ in zip(schema.columns, schema.types, strict=True)]
     aggs = [
-        pc.binary_join_element_wise(json.dumps(key) + ": ", _text(events[column], typ), "")
+        [json.dumps(key) + ": ", _part(events[column], typ)]
         for key, column, (_, _, typ) in zip(
             keys, schema.aggregate_columns, schema.aggregates, strict=True
         )
     ]
     exp = events["exp"]
     never = pc.greater_equal(exp, NEVER)
+    if not exp.null_count and pc.all(never).as_py():
+        exp_text: object = "null"
+    else:
+        exp_text = _one(exp, "int") or pc.if_else(never, "null", pc.cast(exp, pa.string()))
     parts: list[object] = ['{"args": [']
     parts += _joined(args)
-    parts += ['], "t": ', pc.cast(events["t"], pa.string()), ', "exp": ']
-    parts += [pc.if_else(never, "null", pc.cast(exp, pa.string())), ', "aggregates": {']
+    parts += ['], "t": ', _part(events["t"], "int"), ', "exp": ', exp_text, ', "aggregates": {']
     parts += _joined(aggs)
     parts += ["}}\n"]
-    return pc.binary_join_element_wise(*parts, "")
+    merged: list[object] = []
+    for part in parts:  # neighbouring texts as one
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    if len(merged) == 1:  # every line the same
+        return pa.chunked_array([pa.array([merged[0]] * events.num_rows, pa.string())])
+    lines = pc.binary_join_element_wise(*merged, "")
+    return lines if isinstance(lines, pa.ChunkedArray) else pa.chunked_array([lines])
 
 
-def _joined(columns: list[pa.ChunkedArray]) -> list[object]:
-    """``columns`` with ", " between them, as pieces of `_lines`'s join."""
-    if not columns:
-        return [""]
-    out: list[object] = [columns[0]]
-    for column in columns[1:]:
-        out += [", ", column]
+def _joined(items: list[list[object]]) -> list[object]:
+    """The pieces of ``items`` with ", " between items, as pieces of `_lines`'s join."""
+    out: list[object] = []
+    for i, item in enumerate(items):
+        out += [", ", *item] if i else item
     return out
+
+
+def _part(column: pa.ChunkedArray, typ: str) -> object:
+    """A column's text (`_text`), or its one value's text when it has one."""
+    return _one(column, typ) or _text(column, typ)
+
+
+def _one(column: pa.ChunkedArray, typ: str) -> str | None:
+    """The text of the one value of an integer or boolean ``column``, none null; else None."""
+    if typ not in ("int", "bool") or column.null_count or not len(column):
+        return None
+    least, most = pc.min_max(column).values()
+    if least != most:
+        return None
+    return json.dumps(least.as_py())
 
 
 def _text(column: pa.ChunkedArray, typ: str) -> pa.ChunkedArray | pa.Array:
