@@ -267,8 +267,12 @@ class _Cells:
         beat = np.flatnonzero(exp > self.exp[at])
         at, exp = at[beat], exp[beat]
         before = self.exp[at]
-        np.maximum.at(self.exp, at, exp)
-        top = np.flatnonzero(exp == self.exp[at])
+        if len(exp) and exp.min() == exp.max():  # one lifetime (often: none ends): each row
+            self.exp[at] = exp[0]  # reaches it, set at once (`ufunc.at` took 6 times as long)
+            top = np.arange(len(at))
+        else:
+            np.maximum.at(self.exp, at, exp)
+            top = np.flatnonzero(exp == self.exp[at])
         mine = np.arange(len(top), dtype=np.int32)
         self.claim[at[top]] = mine
         one = top[self.claim[at[top]] == mine]
