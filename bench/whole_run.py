@@ -10,15 +10,21 @@ events. Three fresh processes, each timed from its start to its exit:
   Spark (what a larger epoch gets), for comparison;
 - the same evaluation with every version collected and merged in Python one at a time
   before writing (how `--out` was written first);
+- the first run again with numpy's and Arrow's own memory settings (transparent huge
+  pages, mimalloc) in place of those `pomo` sets (`engine.memory`);
 - DuckDB: read the events, `WITH RECURSIVE`, write the closure as JSON Lines.
 
-Each output is checked to hold the same number of events as DuckDB's.
+Each round runs the processes in a new random order (a process's speed here depends on
+what the one before it left of the machine's memory). Each output is checked to hold
+the same number of events as DuckDB's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -66,9 +72,15 @@ con.execute(
 """
 
 
-def _timed(command: list[str]) -> float:
+# What the libraries choose by themselves (see `dagster_pomo.engine.memory`).
+LIBRARY_MEMORY = {"NUMPY_MADVISE_HUGEPAGE": "1", "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}
+
+
+def _timed(command: list[str], env: dict[str, str] | None = None) -> float:
     began = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
+    )
     if done.returncode != 0:
         raise SystemExit(f"{command[:3]} failed:\n{done.stderr[-2000:]}")
     return time.perf_counter() - began
@@ -98,46 +110,34 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps({"relation": "edge", "t": 0, "args": [a, b]}) + "\n" for a, b in edges
             )
         )
-        runs: dict[str, list[float]] = {
-            "pomo run --out": [],
-            "on Spark": [],
-            "collected": [],
-            "DuckDB": [],
+        pomo_run = [pomo, "run", str(corpus), "--events", str(events), "--times", "any"]
+        # name: (command with the output's place last, its environment, the file written)
+        processes = {
+            "pomo run --out": (pomo_run + ["--out"], None, "path.jsonl"),
+            "the same, the libraries' memory settings": (
+                pomo_run + ["--out"],
+                LIBRARY_MEMORY,
+                "path.jsonl",
+            ),
+            "on Spark": ([python, "-c", ON_SPARK, str(corpus), str(events)], None, "path.jsonl"),
+            "collected": ([python, "-c", COLLECTED, str(corpus), str(events)], None, "path.jsonl"),
+            "DuckDB": ([python, "-c", DUCKDB, str(events), DUCK["path"]], None, ""),
         }
+        runs: dict[str, list[float]] = {name: [] for name in processes}
         counts: dict[str, int] = {}
+        shuffle = random.Random(1)
         for i in range(args.repeat):
-            out = work / f"out{i}"
-            runs["pomo run --out"].append(
-                _timed(
-                    [
-                        pomo,
-                        "run",
-                        str(corpus),
-                        "--events",
-                        str(events),
-                        "--times",
-                        "any",
-                        "--out",
-                        str(out),
-                    ]
-                )  # fmt: skip
-            )
-            counts["pomo run --out"] = _lines(out / "path.jsonl")
-            on_spark = work / f"spark{i}"
-            runs["on Spark"].append(
-                _timed([python, "-c", ON_SPARK, str(corpus), str(events), str(on_spark)])
-            )
-            counts["on Spark"] = _lines(on_spark / "path.jsonl")
-            collected = work / f"collected{i}"
-            runs["collected"].append(
-                _timed([python, "-c", COLLECTED, str(corpus), str(events), str(collected)])
-            )
-            counts["collected"] = _lines(collected / "path.jsonl")
-            duck = work / f"duck{i}.jsonl"
-            runs["DuckDB"].append(
-                _timed([python, "-c", DUCKDB, str(events), str(duck), DUCK["path"]])
-            )
-            counts["DuckDB"] = _lines(duck)
+            order = list(processes)
+            shuffle.shuffle(order)
+            for name in order:
+                command, env, written = processes[name]
+                out = work / f"out{i}-{order.index(name)}"
+                if name == "DuckDB":  # its script takes the file, then the query
+                    command = [*command[:-1], str(out), command[-1]]
+                else:
+                    command = [*command, str(out)]
+                runs[name].append(_timed(command, env))
+                counts[name] = _lines(out / written if written else out)
     print(f"transitive closure of G({args.nodes}, {args.edges}), {len(edges):,} edge events")
     duck_median = sorted(runs["DuckDB"])[len(runs["DuckDB"]) // 2]
     print("| process | median s | min–max s | / DuckDB | events written |")

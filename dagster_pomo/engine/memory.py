@@ -6,7 +6,7 @@ it high and erratic: numpy asks the kernel for transparent huge pages for every 
 4 MiB or more (a first touch then zeroes 2 MiB, and may wait for the kernel to compact
 memory), and Arrow's default allocator on Linux (mimalloc) gets them too. With numpy's
 request off and Arrow on its jemalloc allocator, a whole `pomo run --out` of W1's closure
-(3.85 million events) took 4.8 s against 7.4 s (medians of six; docs/operations.md).
+(3.85 million events) took 5.0 s against 7.3 s (BENCHMARKS.md).
 
 Both libraries read their setting when they are imported (Arrow's conversions to numpy
 keep the allocator it started with, whatever is set later), so `settle` sets the
