@@ -78,6 +78,10 @@ def test_two_run_processes_on_a_postgres_instance_share_the_ledger(
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
 
+    # A deployment's storage exists before its runs start (its webserver, daemon or
+    # `dagster instance migrate` makes it): two run processes making it at once race in
+    # PostgreSQL (`type "jobs" already exists`).
+    DagsterInstance.from_config(str(home)).dispose()
     side_by_side = [materialize("--partition", key) for key in KEYS[:2]]
     for process in side_by_side:
         said = process.communicate(timeout=900)[0]
