@@ -86,9 +86,11 @@ class ProcessReads:
             signature = self.wh.signature(name, key)
             held = self._tables.get((name, key))
             if held is not None and held[0] == signature:
-                if isinstance(held[1], pa.Table):  # stored by this process, not read yet
-                    self._tables[(name, key)] = (signature, from_arrow(held[1]))
-                return self._tables[(name, key)][1]
+                rows = held[1]
+                if isinstance(rows, pa.Table):  # stored by this process, not read yet
+                    rows = from_arrow(rows)
+                    self._tables[(name, key)] = (signature, rows)
+                return rows
             schema = arrow_schema(self.schemas[name])
             rows = from_arrow(self.wh.read_table(name, [key], schema))
             self._tables[(name, key)] = (signature, rows)
