@@ -41,13 +41,14 @@ def _run(
     tmp: Path,
     engine: str,
     in_process: bool = True,
+    how: Policy | None = None,
 ) -> dict:
     program = compile_corpus(corpus, "chain.pomo")
     path = tmp / "events.jsonl"
     path.write_text(
         "".join(json.dumps({"relation": r, "t": t, "args": a}) + "\n" for r, t, a in events)
     )
-    how = policy(in_process)
+    how = how or policy(in_process)
     result = run(program, path, 100, 0, 100, engine=engine, window=ANY_TIME, policy=how)
     return {name: result.events(name) for name in result.outputs}
 
@@ -113,10 +114,50 @@ def test_a_recursion_over_few_rows_runs_here_in_an_epoch_too_large_for_this_proc
 
 
 def test_spark_plans_keep_a_self_join_estimate_bounded(tmp_path: Path) -> None:
-    """The same counter on Spark's plans (as a large epoch runs it): forty rounds, which took
-    more than five minutes while the size estimate squared itself every round."""
-    out = _run(COUNTER.format(n=40, step=1), [], tmp_path, "auto", in_process=False)
+    """The same counter on Spark's plans (as a large epoch runs it, its rounds kept out of
+    tasks): forty rounds, which took more than five minutes while the size estimate squared
+    itself every round."""
+    rounds_on_plans = replace(policy(in_process=False), task_rows=0)
+    out = _run(COUNTER.format(n=40, step=1), [], tmp_path, "auto", how=rounds_on_plans)
     assert _counted(out, "c") == [(x, 40) for x in range(41)]
+
+
+def _counter_on_spark(tmp: Path, n: int, how: Policy) -> tuple[list[tuple], int, int]:
+    """The counter to ``n`` in one epoch on Spark (``how``): its versions, the rounds its
+    stratum ran and the Spark jobs the epoch ran."""
+    program = compile_corpus(COUNTER.format(n=n, step=1), "counter.pomo")
+    prepared = prepare(program, None, 100, 0, 100, ANY_TIME)
+    driver = Driver.for_run(program, prepared, str(tmp / f"wh{how.task_rows}"), how)
+    stats = driver.evaluate_epoch(driver.epochs[0])
+    (counter,) = [s for s in stats.strata if s.relations == ("c",)]
+    assert not counter.in_process
+    assert stats.spark_jobs is not None
+    return sorted(tuple(v.args) for v in driver.versions("c")), counter.rounds, stats.spark_jobs
+
+
+def test_a_recursion_on_spark_runs_its_later_rounds_in_one_task_while_it_holds_the_relation(
+    tmp_path: Path,
+) -> None:
+    """The counter (not linear: it joins its relation with itself) at n = 1,000 in an epoch
+    Spark works out: after its first round on Spark's plans, its rounds run in one Spark
+    task, a few jobs in all where each round on the plans takes at least one. A task that
+    may know fewer versions than the relation grows to hands what it knows to Spark's
+    rounds, which finish it; the versions are the same either way."""
+    n = 1000
+    expected = [(x, n) for x in range(n + 1)]
+    spark = policy(in_process=False)
+    started = time.perf_counter()
+    versions, rounds, jobs = _counter_on_spark(tmp_path, n, spark)
+    print(f"{rounds} rounds in a task: {time.perf_counter() - started:.1f} s, {jobs} jobs")
+    assert versions == expected
+    assert rounds == n + 1
+    assert jobs < 30
+    small, left = 8, 12  # the task stops knowing more than 8; the last 12 rounds on plans
+    short = replace(spark, task_rows=small)
+    versions, rounds, jobs = _counter_on_spark(tmp_path, small + left - 2, short)
+    assert versions == [(x, small + left - 2) for x in range(small + left - 1)]
+    assert rounds == small + left - 1
+    assert jobs > left  # each of Spark's rounds is a job at least
 
 
 @st.composite
@@ -147,16 +188,26 @@ def chains(draw: st.DrawFn) -> tuple[str, list[tuple[str, int, list]]]:
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
-@given(chains())
-def test_long_chains_give_on_spark_what_the_reference_gives(tmp_path_factory, chain) -> None:
+@given(chains(), st.booleans())
+def test_long_chains_give_on_spark_what_the_reference_gives(
+    tmp_path_factory, chain, hand_back: bool
+) -> None:
+    """Worked out in this process, and on Spark's plans with the later rounds in Spark's
+    tasks: as many as they take, or (``hand_back``) until a task knows all but the last few
+    versions, when Spark's rounds finish what the task began."""
     corpus, events = chain
     tmp = tmp_path_factory.mktemp("chain")
     expected = _run(corpus, events, tmp, "reference")
     got = _run(corpus, events, tmp, "auto")
+    spark = policy(in_process=False)
+    if hand_back:
+        spark = replace(spark, task_rows=max(1, max(map(len, expected.values())) - 4))
+    (tmp / "spark").mkdir()
+    on_spark = _run(corpus, events, tmp / "spark", "auto", how=spark)
     for name, rows in expected.items():
-        assert sorted((r.args, r.t, r.exp) for r in got[name]) == sorted(
-            (r.args, r.t, r.exp) for r in rows
-        ), name
+        want = sorted((r.args, r.t, r.exp) for r in rows)
+        assert sorted((r.args, r.t, r.exp) for r in got[name]) == want, name
+        assert sorted((r.args, r.t, r.exp) for r in on_spark[name]) == want, name
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))

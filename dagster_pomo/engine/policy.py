@@ -41,8 +41,9 @@ class Policy:
     # An epoch of at most this many input events runs its strata's plans without generated
     # code (see `SparkEvaluator.plans_for`); below 0: never.
     interpret_inputs: int = 50_000
-    # Rounds of a linear recursion run inside Spark tasks while a task knows at most this
-    # many versions (see `linear_fixpoint`); 0: Spark's rounds only.
+    # The later rounds of a recursion run inside Spark tasks while a task knows at most
+    # this many versions (a linear one's: `linear_fixpoint`; another of one relation, in
+    # one task: `task_rounds`); 0: Spark's rounds only.
     task_rows: int = 4_000_000
     # ... and only when each lower relation they join has at most this many rows. A
     # recursion reading at most this many versions of each relation also runs in this

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from dagster_pomo.engine import interpreter
 from dagster_pomo.engine.budgets import DEFAULT as BUDGETS
-from dagster_pomo.engine.budgets import Budgets, over
+from dagster_pomo.engine.budgets import BudgetExceeded, Budgets, over
 from dagster_pomo.engine.local import linear_fixpoint, provenance
 from dagster_pomo.engine.local import rule_columns as R
 from dagster_pomo.engine.local.arrow_schemas import arrow_schema
@@ -246,6 +246,16 @@ class _LocalRounds:
         return parts[0] if parts else self.versions[name]  # earlier epochs' alone, or none
 
     def round(self, delta: dict[str, Cols] | None) -> dict[str, Cols] | None:
+        new = self.merge(self.derived(delta))
+        if self.linear is None:  # a linear one's rounds go on in `after_first`
+            for n in new or ():
+                if height(self.versions[n]) > self.limit:
+                    raise TooLarge(f"{n} knows more than {self.limit:,} versions")
+        return new
+
+    def derived(self, delta: dict[str, Cols] | None) -> dict[str, Cols]:
+        """What the round after ``delta`` derives of each relation, one version a key (the
+        first round's when ``delta`` is None); nothing is kept yet (see `merge`)."""
         a, b = self.window
         made: dict[str, list[Cols]] = {n: [] for n in self.stratum.relations}
         for rule in self.stratum.rules:
@@ -268,16 +278,19 @@ class _LocalRounds:
                         self.limit,
                     )
                 )
+        return {n: versions(self.schemas[n], rows) for n, rows in made.items()}
+
+    def merge(self, made: Mapping[str, Cols]) -> dict[str, Cols] | None:
+        """The versions of ``made`` no known version covers, kept (but a linear
+        recursion's, whose later rounds run elsewhere); None when there are none."""
         new: dict[str, Cols] = {}
-        for n in self.stratum.relations:
+        for n, rows in made.items():
             schema = self.schemas[n]
-            fresh = _uncovered(schema, versions(schema, made[n]), self.versions[n])
+            fresh = _uncovered(schema, rows, self.versions[n])
             if height(fresh):
                 new[n] = fresh
-                if self.linear is None:  # a linear one's rounds go on in `after_first`
+                if self.linear is None:
                     self.versions[n] = versions(schema, [self.versions[n], fresh])
-                    if height(self.versions[n]) > self.limit:
-                        raise TooLarge(f"{n} knows more than {self.limit:,} versions")
         return new or None
 
     def after_first(self, delta: dict[str, Cols], ran: int) -> tuple[dict[str, Cols] | None, int]:
@@ -307,6 +320,51 @@ class _LocalRounds:
     def known(self) -> int:
         held = sum(map(height, self.versions.values()))
         return held + sum(t.num_rows for t in self.finished.values())
+
+
+def rounds_from(
+    stratum: StratumPlan,
+    schemas: Mapping[str, Schema],
+    lower: Mapping[str, Cols],
+    earlier: Mapping[str, Cols],
+    known: Mapping[str, Cols],
+    delta: dict[str, Cols],
+    window: tuple[int, int],
+    limit: int,
+    most: int,
+    rounds: int,
+    budgets: Budgets = BUDGETS,
+) -> tuple[dict[str, Cols], dict[str, Cols] | None, int]:
+    """The rounds of a recursive stratum after those that made ``known`` (its relations'
+    versions of the epoch so far) and ``delta`` (the last round's new ones), as
+    `interpreter.fixpoint` runs them, reading ``lower`` (lower strata's versions) and
+    ``earlier`` (its relations' versions of earlier epochs). They stop, leaving the rest to
+    whoever called, once ``rounds`` ran, once more than ``most`` versions are known, or
+    before a round whose joins would pass ``limit`` matches or a budget: returns the
+    versions known, one per key, what still waits to be joined (None: the fixpoint), and
+    the rounds run."""
+    rounds_here = _LocalRounds(
+        stratum,
+        schemas,
+        lower.__getitem__,
+        earlier.__getitem__,
+        known,
+        window,
+        limit,
+        budgets,
+        None,
+        0,
+    )
+    waiting: dict[str, Cols] | None = delta
+    ran = 0
+    while waiting is not None and ran < rounds and rounds_here.known() <= most:
+        try:
+            made = rounds_here.derived(waiting)
+        except (TooLarge, BudgetExceeded):
+            break  # the caller's rounds make this one, and say what went wrong
+        waiting = rounds_here.merge(made)
+        ran += 1
+    return rounds_here.versions, waiting, ran
 
 
 def _linear_rounds(

@@ -258,6 +258,10 @@ class SparkEvaluator:
             self._epoch.current[(epoch_slot(epoch), name)] = current
         return history.unionByName(current)
 
+    def history(self, name: str, epoch: Epoch) -> DataFrame:
+        """Versions of ``name`` from epochs before ``epoch`` still alive in it."""
+        return self._history(name, epoch, epoch.start)
+
     def keys_of(self, epoch: Epoch) -> list[str]:
         """The stored partitions that make up ``epoch``: its own, or a range's."""
         ranged = self._ranges.get(epoch_slot(epoch))

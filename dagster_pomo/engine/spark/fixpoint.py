@@ -24,7 +24,8 @@ from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from dagster_pomo.engine import interpreter
 from dagster_pomo.engine.budgets import Budgets
-from dagster_pomo.engine.local import column_joins, linear_fixpoint
+from dagster_pomo.engine.local import column_joins, linear_fixpoint, task_rounds
+from dagster_pomo.engine.local import stratum as local_stratum
 from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.spark import rule_frames as R
 from dagster_pomo.engine.spark.estimates import bounded
@@ -55,6 +56,7 @@ class Host(Protocol):
     def local_spark(self) -> bool: ...
     def is_range(self, epoch: Epoch) -> bool: ...
     def state(self, name: str, epoch: Epoch) -> DataFrame: ...
+    def history(self, name: str, epoch: Epoch) -> DataFrame: ...
     def hold(self, epoch: Epoch, name: str, rows: DataFrame) -> None: ...
     def empty(self, name: str) -> DataFrame: ...
     def derive(
@@ -122,18 +124,15 @@ class Recursion:
         relations' versions to store (none for those the rounds' tasks stored themselves),
         the rows those tasks stored, and how many rounds ran."""
         names = list(stratum.relations)
-        rules = list(stratum.rules)
         current = {n: self.ev.empty(n) if s is None else s for n, s in seeds.items()}
         below = stratum.reads - set(names)
         fix = _Fixpoint({b: self.ev.state(b, epoch).localCheckpoint(eager=True) for b in below})
         self._left[stratum.index] = fix.scratch
         for n in names:
             self.ev.hold(epoch, n, current[n])
-        rounds = _SparkRounds(self, fix, rules, epoch, names, current, stratum.linear)
+        rounds = _SparkRounds(self, fix, stratum, epoch, current)
         ran = interpreter.fixpoint(rounds, stratum, self.ev.budgets_for(epoch))
-        rows: dict[str, DataFrame] = {}
-        if rounds.done is not None and stratum.linear is not None:
-            rows = {stratum.linear.relation: rounds.done}
+        rows: dict[str, DataFrame] = dict(rounds.done or {})
         if not rows and not fix.written:
             rows = {n: self.ev.dedupe(n, current[n]) for n in names}
         return rows, fix.written, ran
@@ -292,13 +291,28 @@ class Recursion:
             )
             out = bounded(out.localCheckpoint(eager=True))
             self.ev.wh.discard(staging)
+        return self._from_tasks(fix, name, epoch, current, out, pending, ran)
+
+    def _from_tasks(
+        self,
+        fix: _Fixpoint,
+        name: str,
+        epoch: Epoch,
+        current: dict[str, DataFrame],
+        out: DataFrame,
+        pending: int,
+        ran: int,
+    ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
+        """What Spark's rounds do with the rows the rounds in tasks returned (``out``: the
+        stored columns and ``__new``): nothing when none waits to be joined (the rows are the
+        relation's versions); else they go on from them, the waiting ones their delta."""
         stored = out.select(*R.row_columns(self.ev.schemas[name]))
         if not pending:
             return None, stored, ran
         # A task reached its limit: Spark's rounds go on from what the tasks know.
         piece = self._piece(fix, name, stored)
         fix.pieces[name] = []
-        fix.rows[name] = task_rows  # at least what a task may know: not small
+        fix.rows[name] = self.ev.policy.task_rows  # at least what a task may know: not small
         self._keep(fix, name, piece)
         current[name] = piece
         self.ev.hold(epoch, name, piece)
@@ -306,6 +320,82 @@ class Recursion:
             *R.row_columns(self.ev.schemas[name])
         )
         return {name: waiting}, None, ran
+
+    def in_one_task(self, stratum: StratumPlan) -> bool:
+        """Whether the rounds of ``stratum`` after its first may run in one Spark task
+        (`task_rounds`): a recursion that is not linear (those have `linear_fixpoint`), of
+        one relation, whose rules this project's executor works out (no aggregate, no
+        choice), where Spark's tasks run in this machine's Python (local mode), which has
+        the project."""
+        return (
+            stratum.linear is None
+            and len(stratum.relations) == 1
+            and self.ev.policy.task_rows > 0
+            and self.ev.local_spark()
+            and local_stratum.supported(self.ev.plan, stratum)
+            and not any(r.aggregate or r.body_aggregates or r.choices for r in stratum.rules)
+        )
+
+    def _rounds_in_one_task(
+        self,
+        fix: _Fixpoint,
+        stratum: StratumPlan,
+        epoch: Epoch,
+        current: dict[str, DataFrame],
+        delta: dict[str, DataFrame],
+    ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
+        """The rounds after the first in one Spark task (see `task_rounds`), from the
+        relation's versions so far, the first round's new ones and its earlier epochs'; the
+        lower relations it reads are shipped with the task (those of more than
+        `Policy.lower_rows` rows leave every round to Spark). Returns as `_rounds_in_tasks`."""
+        (name,) = stratum.relations
+        policy = self.ev.policy
+        lower: dict[str, pa.Table] = {}
+        for r in sorted(stratum.reads - {name}):
+            table = fix.held[r].limit(policy.lower_rows + 1).toArrow()
+            if table.num_rows > policy.lower_rows:
+                return delta, None, 0
+            lower[r] = table
+        columns = R.row_columns(self.ev.schemas[name])
+        kinds = [
+            (current[name], task_rounds.KNOWN),
+            (delta[name], task_rounds.WAITING),
+            (self.ev.history(name, epoch), task_rounds.EARLIER),
+        ]
+        rows = reduce(
+            DataFrame.union,
+            [
+                df.select(*columns, F.lit(k).cast(LongType()).alias(task_rounds.KIND))
+                for df, k in kinds
+            ],
+        ).repartition(1)
+        struct = StructType(
+            [
+                *self.ev.structs[name].fields,
+                StructField(linear_fixpoint.NEW, BooleanType()),
+                StructField(linear_fixpoint.ROUNDS, LongType()),
+            ]
+        )
+        budgets = self.ev.budgets_for(epoch)
+        run = task_rounds.task(
+            stratum,
+            {name: self.ev.schemas[name]},
+            lower,
+            to_arrow_schema(struct),
+            (epoch.lower, epoch.end),
+            min(policy.local_matches, budgets.combinations),
+            min(policy.task_rows, budgets.versions),
+            budgets.rounds - 1,  # the first ran already
+            budgets,
+        )
+        out, seen = self._observed(
+            f"rounds-{name}",
+            rows.mapInArrow(run, struct),
+            F.count_if(F.col(linear_fixpoint.NEW)).alias("waiting"),
+            F.max(linear_fixpoint.ROUNDS).alias("rounds"),
+        )
+        ran, pending = int(seen.get("rounds") or 0), int(seen.get("waiting") or 0)
+        return self._from_tasks(fix, name, epoch, current, out, pending, ran)
 
     def _tasks_write(self, name: str, epoch: Epoch) -> str | None:
         """A staging folder for the rounds' tasks to write the relation's epoch into, when
@@ -401,21 +491,25 @@ class Recursion:
 
 class _SparkRounds:
     """A recursive stratum's rounds on Spark's plans (`interpreter.Rounds`), the later rounds
-    of a linear one in Spark's tasks while they can (`_rounds_in_tasks`)."""
+    in Spark's tasks while they can: a linear one's in a task per part (`_rounds_in_tasks`),
+    another's of one relation in one task (`_rounds_in_one_task`)."""
 
     def __init__(
         self,
         host: Recursion,
         fix: _Fixpoint,
-        rules: list[RulePlan],
+        stratum: StratumPlan,
         epoch: Epoch,
-        names: list[str],
         current: dict[str, DataFrame],
-        linear: linear_rounds.LinearPlan | None,
     ) -> None:
-        self.host, self.fix, self.rules, self.epoch = host, fix, rules, epoch
-        self.names, self.current, self.linear = names, current, linear
-        self.done: DataFrame | None = None  # the linear relation's versions, from the tasks
+        self.host, self.fix, self.stratum, self.epoch = host, fix, stratum, epoch
+        self.rules, self.names, self.linear = (
+            list(stratum.rules),
+            list(stratum.relations),
+            stratum.linear,
+        )
+        self.current = current
+        self.done: dict[str, DataFrame] | None = None  # the relation's versions, from the tasks
 
     def round(self, delta: dict[str, DataFrame] | None) -> dict[str, DataFrame] | None:
         return self.host._round(self.fix, self.rules, self.epoch, self.names, self.current, delta)
@@ -423,11 +517,21 @@ class _SparkRounds:
     def after_first(
         self, delta: dict[str, DataFrame], ran: int
     ) -> tuple[dict[str, DataFrame] | None, int]:
-        if self.linear is None or self.host.ev.policy.task_rows <= 0:
+        if self.host.ev.policy.task_rows <= 0:
             return delta, 0
-        left, self.done, more = self.host._rounds_in_tasks(
-            self.fix, self.linear, self.epoch, self.current, delta
-        )
+        if self.linear is not None:
+            left, done, more = self.host._rounds_in_tasks(
+                self.fix, self.linear, self.epoch, self.current, delta
+            )
+        elif self.host.in_one_task(self.stratum):
+            left, done, more = self.host._rounds_in_one_task(
+                self.fix, self.stratum, self.epoch, self.current, delta
+            )
+        else:
+            return delta, 0
+        if done is not None:
+            relation = self.linear.relation if self.linear is not None else self.names[0]
+            self.done = {relation: done}
         return left, more
 
     def known(self) -> int:
