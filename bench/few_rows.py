@@ -3,7 +3,7 @@ self-join on no shared variable, one row a round) beside a stratum of many readi
 
 Two fresh processes, each a whole `pomo run --out` timed from start to exit: as shipped
 (the counter's rounds in the process, its relation holding few rows) and with every
-recursion left to Spark's rounds (`Policy(lower_rows=-1)`), the peer. Their outputs are
+recursion left to Spark's rounds (`Policy(lower_rows=-1, task_rows=0)`), the peer. Their outputs are
 checked equal. With ``--cluster``, both run on a standalone cluster started here (two
 one-core workers): the counter's rounds in the driver, its versions brought by Spark,
 against Spark's rounds.
@@ -37,7 +37,7 @@ from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.run import run
 from dagster_pomo.lang import load_program
-how = Policy() if sys.argv[4] == "here" else Policy(lower_rows=-1)
+how = Policy() if sys.argv[4] == "here" else Policy(lower_rows=-1, task_rows=0)
 run(load_program(Path(sys.argv[1])), sys.argv[2], 3_600_000, window=ANY_TIME, policy=how,
     out=Path(sys.argv[3]))
 """

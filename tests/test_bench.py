@@ -161,3 +161,19 @@ def test_the_late_events_benchmark_stores_what_a_run_from_scratch_stores(capsys)
     for case in ("late, to the end", "late, every epoch", "late, what it reaches", "from scratch"):
         assert case in printed
     assert "water_level +6 -0" in printed, "the late readings are the inputs' changes"
+
+
+def test_the_spark_rounds_benchmark_times_both_ways_of_running_rounds(capsys) -> None:  # noqa: ANN001
+    """`python -m bench.spark_rounds` runs the counter on Spark with its rounds in a task and
+    on Spark's plans, each checked against the counter's versions and rounds (an assertion
+    fails otherwise), and prints a row for each with a round's cost."""
+    from bench.spark_rounds import main as spark_rounds
+
+    args = ["--small", "1", "--large", "4", "--plans-large", "3", "--repeat", "1"]
+    assert spark_rounds(args) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split("|")[1].strip() for r in rows[2:]] == [
+        "rounds in one task",
+        "Spark's plans (task_rows=0)",
+    ]
+    assert all(re.search(r"\| -?[\d.]+ ms \|$", r) for r in rows[2:])

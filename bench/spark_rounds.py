@@ -1,0 +1,86 @@
+"""What a round of a recursion costs on Spark, with its delta one row: the counter
+``c(x + 1, n) := c(x, _) ^ c(_, n) if x < n`` (not linear: it joins its relation with
+itself, on no shared variable) in an epoch Spark works out (`Policy(in_process_inputs=0)`).
+
+In one process and Spark application, after a warm-up: the counter to ``--small`` and to
+``--large`` rounds with the later rounds in one Spark task (as shipped), and on Spark's
+plans (`Policy(task_rows=0)`, the peer; to ``--plans-large``, as it takes a job and a plan
+a round). A round's cost is the difference of two sizes' times over the difference of
+their rounds, so the first round's plans and the epoch's fixed costs drop out. Every run's
+versions are checked against the counter's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from dagster_pomo.engine.driver import Driver
+from dagster_pomo.engine.inputs import prepare
+from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.policy import Policy
+from dagster_pomo.lang import compile_corpus
+
+COUNTER = """.decl c(x: int, n: int);
+c(0, {n});
+c(x + 1, n) := c(x, _) ^ c(_, n) if x < n;
+"""
+ON_SPARK = Policy(in_process_inputs=0)
+
+
+def timed(work: Path, n: int, how: Policy) -> float:
+    """Seconds the counter's epoch takes to ``n`` rounds (its stratum on Spark, checked)."""
+    program = compile_corpus(COUNTER.format(n=n), "counter.pomo")
+    prepared = prepare(program, None, 100, 0, 100, ANY_TIME)
+    driver = Driver.for_run(program, prepared, str(work / f"wh-{n}-{how.task_rows}"), how)
+    started = time.perf_counter()
+    stats = driver.evaluate_epoch(driver.epochs[0])
+    seconds = time.perf_counter() - started
+    (counter,) = [s for s in stats.strata if s.relations == ("c",)]
+    assert not counter.in_process and counter.rounds == n + 1, counter
+    assert sorted(v.args for v in driver.versions("c")) == [(x, n) for x in range(n + 1)]
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_rounds", description=__doc__)
+    parser.add_argument("--small", type=int, default=10)
+    parser.add_argument("--large", type=int, default=1000)
+    parser.add_argument("--plans-large", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    plans = replace(ON_SPARK, task_rows=0)
+    with tempfile.TemporaryDirectory(prefix="pomo-rounds-") as tmp:
+        work = Path(tmp)
+        timed(work / "warm", args.small, ON_SPARK)
+        timed(work / "warm", args.small, plans)
+        rows = []
+        for name, how, large in (
+            ("rounds in one task", ON_SPARK, args.large),
+            ("Spark's plans (task_rows=0)", plans, args.plans_large),
+        ):
+            small_s, large_s = [], []
+            for i in range(args.repeat):
+                small_s.append(timed(work / f"{i}", args.small, how))
+                large_s.append(timed(work / f"{i}", large, how))
+            small_m, large_m = (
+                sorted(small_s)[len(small_s) // 2],
+                sorted(large_s)[len(large_s) // 2],
+            )
+            per = (large_m - small_m) / (large - args.small)
+            rows.append((name, args.small, small_m, large, large_m, per))
+    print("| rounds | epoch, small | epoch, large | a round |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, small, small_m, large, large_m, per in rows:
+        print(
+            f"| {name} | {small_m:.2f} s ({small + 1} rounds) | {large_m:.2f} s "
+            f"({large + 1} rounds) | {per * 1000:.1f} ms |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
