@@ -122,42 +122,55 @@ def test_spark_plans_keep_a_self_join_estimate_bounded(tmp_path: Path) -> None:
     assert _counted(out, "c") == [(x, 40) for x in range(41)]
 
 
-def _counter_on_spark(tmp: Path, n: int, how: Policy) -> tuple[list[tuple], int, int]:
-    """The counter to ``n`` in one epoch on Spark (``how``): its versions, the rounds its
-    stratum ran and the Spark jobs the epoch ran."""
-    program = compile_corpus(COUNTER.format(n=n, step=1), "counter.pomo")
+def _on_spark(
+    tmp: Path, corpus: str, how: Policy, relation: str = "c"
+) -> tuple[list[tuple], int, int]:
+    """``corpus`` in one epoch on Spark (``how``): the versions of ``relation``, the rounds
+    its stratum ran and the Spark jobs the epoch ran."""
+    program = compile_corpus(corpus, "rounds.pomo")
     prepared = prepare(program, None, 100, 0, 100, ANY_TIME)
-    driver = Driver.for_run(program, prepared, str(tmp / f"wh{how.task_rows}"), how)
+    driver = Driver.for_run(program, prepared, str(tmp / f"wh{len(corpus)}-{how.task_rows}"), how)
     stats = driver.evaluate_epoch(driver.epochs[0])
-    (counter,) = [s for s in stats.strata if s.relations == ("c",)]
-    assert not counter.in_process
+    (stratum,) = [s for s in stats.strata if relation in s.relations]
+    assert not stratum.in_process
     assert stats.spark_jobs is not None
-    return sorted(tuple(v.args) for v in driver.versions("c")), counter.rounds, stats.spark_jobs
+    versions = sorted(tuple(v.args) for v in driver.versions(relation))
+    return versions, stratum.rounds, stats.spark_jobs
 
 
-def test_a_recursion_on_spark_runs_its_later_rounds_in_one_task_while_it_holds_the_relation(
+def test_a_recursion_on_spark_runs_its_later_rounds_in_one_task_while_it_holds_the_relations(
     tmp_path: Path,
 ) -> None:
     """The counter (not linear: it joins its relation with itself) at n = 1,000 in an epoch
     Spark works out: after its first round on Spark's plans, its rounds run in one Spark
-    task, a few jobs in all where each round on the plans takes at least one. A task that
-    may know fewer versions than the relation grows to hands what it knows to Spark's
-    rounds, which finish it; the versions are the same either way."""
+    task, a few jobs in all where each round on the plans takes at least one; so do two
+    relations feeding each other, one step a round. A task that may know fewer versions
+    than the relations grow to hands what it knows to Spark's rounds, which finish them;
+    the versions are the same either way."""
     n = 1000
-    expected = [(x, n) for x in range(n + 1)]
     spark = policy(in_process=False)
     started = time.perf_counter()
-    versions, rounds, jobs = _counter_on_spark(tmp_path, n, spark)
+    versions, rounds, jobs = _on_spark(tmp_path, COUNTER.format(n=n, step=1), spark)
     print(f"{rounds} rounds in a task: {time.perf_counter() - started:.1f} s, {jobs} jobs")
-    assert versions == expected
+    assert versions == [(x, n) for x in range(n + 1)]
     assert rounds == n + 1
     assert jobs < 30
-    small, left = 8, 12  # the task stops knowing more than 8; the last 12 rounds on plans
+    mutual = f"a(0);\na(x + 1) := b(x) if x < {n};\nb(x + 1) := a(x) if x < {n};"
+    versions, rounds, jobs = _on_spark(tmp_path, mutual, spark, "a")
+    assert versions == [(x,) for x in range(0, n + 1, 2)]
+    assert rounds == n + 1
+    assert jobs < 30
+    small, left = 8, 12  # the task stops knowing more than 8; the last rounds on plans
     short = replace(spark, task_rows=small)
-    versions, rounds, jobs = _counter_on_spark(tmp_path, small + left - 2, short)
-    assert versions == [(x, small + left - 2) for x in range(small + left - 1)]
-    assert rounds == small + left - 1
+    n = small + left - 2
+    versions, rounds, jobs = _on_spark(tmp_path, COUNTER.format(n=n, step=1), short)
+    assert versions == [(x, n) for x in range(n + 1)]
+    assert rounds == n + 1
     assert jobs > left  # each of Spark's rounds is a job at least
+    mutual = f"a(0);\na(x + 1) := b(x) if x < {n};\nb(x + 1) := a(x) if x < {n};"
+    versions, rounds, jobs = _on_spark(tmp_path, mutual, short, "b")
+    assert versions == [(x,) for x in range(1, n + 1, 2)]
+    assert jobs > left
 
 
 @st.composite

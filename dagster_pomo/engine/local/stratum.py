@@ -355,7 +355,7 @@ def rounds_from(
         None,
         0,
     )
-    waiting: dict[str, Cols] | None = delta
+    waiting: dict[str, Cols] | None = delta or None
     ran = 0
     while waiting is not None and ran < rounds and rounds_here.known() <= most:
         try:

@@ -223,7 +223,7 @@ class Recursion:
         epoch: Epoch,
         current: dict[str, DataFrame],
         delta: dict[str, DataFrame],
-    ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
+    ) -> tuple[dict[str, DataFrame] | None, dict[str, DataFrame] | None, int]:
         """The rounds after the first in one Spark job, each partition of the relation taken to
         its fixpoint by a task (see `linear_fixpoint`): spread on its stable argument, or all in one
         partition when it has none. Returns what Spark's rounds still have to join (None:
@@ -291,45 +291,46 @@ class Recursion:
             )
             out = bounded(out.localCheckpoint(eager=True))
             self.ev.wh.discard(staging)
-        return self._from_tasks(fix, name, epoch, current, out, pending, ran)
+        return self._from_tasks(fix, epoch, current, {name: out}, {name: pending}, ran)
 
     def _from_tasks(
         self,
         fix: _Fixpoint,
-        name: str,
         epoch: Epoch,
         current: dict[str, DataFrame],
-        out: DataFrame,
-        pending: int,
+        outs: Mapping[str, DataFrame],
+        waiting: Mapping[str, int],
         ran: int,
-    ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
-        """What Spark's rounds do with the rows the rounds in tasks returned (``out``: the
-        stored columns and ``__new``): nothing when none waits to be joined (the rows are the
-        relation's versions); else they go on from them, the waiting ones their delta."""
-        stored = out.select(*R.row_columns(self.ev.schemas[name]))
-        if not pending:
+    ) -> tuple[dict[str, DataFrame] | None, dict[str, DataFrame] | None, int]:
+        """What Spark's rounds do with the rows the rounds in tasks returned (``outs``, per
+        relation: the stored columns and ``__new``; ``waiting``: how many are new): nothing
+        when none waits to be joined (the rows are the relations' versions); else they go on
+        from them, the waiting ones their delta."""
+        stored = {n: out.select(*R.row_columns(self.ev.schemas[n])) for n, out in outs.items()}
+        if not any(waiting.values()):
             return None, stored, ran
         # A task reached its limit: Spark's rounds go on from what the tasks know.
-        piece = self._piece(fix, name, stored)
-        fix.pieces[name] = []
-        fix.rows[name] = self.ev.policy.task_rows  # at least what a task may know: not small
-        self._keep(fix, name, piece)
-        current[name] = piece
-        self.ev.hold(epoch, name, piece)
-        waiting = out.filter(F.col(linear_fixpoint.NEW)).select(
-            *R.row_columns(self.ev.schemas[name])
-        )
-        return {name: waiting}, None, ran
+        delta: dict[str, DataFrame] = {}
+        for name, out in outs.items():
+            piece = self._piece(fix, name, stored[name])
+            fix.pieces[name] = []
+            fix.rows[name] = self.ev.policy.task_rows  # at least what a task may know: not small
+            self._keep(fix, name, piece)
+            current[name] = piece
+            self.ev.hold(epoch, name, piece)
+            if waiting.get(name):
+                delta[name] = out.filter(F.col(linear_fixpoint.NEW)).select(
+                    *R.row_columns(self.ev.schemas[name])
+                )
+        return delta, None, ran
 
     def in_one_task(self, stratum: StratumPlan) -> bool:
         """Whether the rounds of ``stratum`` after its first may run in one Spark task
-        (`task_rounds`): a recursion that is not linear (those have `linear_fixpoint`), of
-        one relation, whose rules this project's executor works out (no aggregate, no
-        choice), where Spark's tasks run in this machine's Python (local mode), which has
-        the project."""
+        (`task_rounds`): a recursion that is not linear (those have `linear_fixpoint`),
+        whose rules this project's executor works out (no aggregate, no choice), where
+        Spark's tasks run in this machine's Python (local mode), which has the project."""
         return (
             stratum.linear is None
-            and len(stratum.relations) == 1
             and self.ev.policy.task_rows > 0
             and self.ev.local_spark()
             and local_stratum.supported(self.ev.plan, stratum)
@@ -343,35 +344,54 @@ class Recursion:
         epoch: Epoch,
         current: dict[str, DataFrame],
         delta: dict[str, DataFrame],
-    ) -> tuple[dict[str, DataFrame] | None, DataFrame | None, int]:
+    ) -> tuple[dict[str, DataFrame] | None, dict[str, DataFrame] | None, int]:
         """The rounds after the first in one Spark task (see `task_rounds`), from the
-        relation's versions so far, the first round's new ones and its earlier epochs'; the
-        lower relations it reads are shipped with the task (those of more than
-        `Policy.lower_rows` rows leave every round to Spark). Returns as `_rounds_in_tasks`."""
-        (name,) = stratum.relations
+        relations' versions so far, the first round's new ones and their earlier epochs';
+        the lower relations they read are shipped with the task (those of more than
+        `Policy.lower_rows` rows leave every round to Spark). The relations travel in one
+        table, a relation's columns null in another's rows (`task_rounds.column`). Returns
+        as `_rounds_in_tasks`."""
+        names = list(stratum.relations)
         policy = self.ev.policy
         lower: dict[str, pa.Table] = {}
-        for r in sorted(stratum.reads - {name}):
+        for r in sorted(stratum.reads - set(names)):
             table = fix.held[r].limit(policy.lower_rows + 1).toArrow()
             if table.num_rows > policy.lower_rows:
                 return delta, None, 0
             lower[r] = table
-        columns = R.row_columns(self.ev.schemas[name])
-        kinds = [
-            (current[name], task_rounds.KNOWN),
-            (delta[name], task_rounds.WAITING),
-            (self.ev.history(name, epoch), task_rounds.EARLIER),
+        fields = [
+            StructField(task_rounds.column(i, f.name), f.dataType)
+            for i, n in enumerate(names)
+            for f in self.ev.structs[n].fields
         ]
-        rows = reduce(
-            DataFrame.union,
-            [
-                df.select(*columns, F.lit(k).cast(LongType()).alias(task_rounds.KIND))
-                for df, k in kinds
-            ],
-        ).repartition(1)
+        parts = []
+        for i, n in enumerate(names):
+            mine = {task_rounds.column(i, f.name): f.name for f in self.ev.structs[n].fields}
+            kinds = [
+                (current[n], task_rounds.KNOWN),
+                (self.ev.history(n, epoch), task_rounds.EARLIER),
+            ]
+            if n in delta:
+                kinds.append((delta[n], task_rounds.WAITING))
+            for df, kind in kinds:
+                cells = [
+                    F.col(mine[f.name]).alias(f.name)
+                    if f.name in mine
+                    else F.lit(None).cast(f.dataType).alias(f.name)
+                    for f in fields
+                ]
+                parts.append(
+                    df.select(
+                        F.lit(i).cast(LongType()).alias(task_rounds.RELATION),
+                        F.lit(kind).cast(LongType()).alias(task_rounds.KIND),
+                        *cells,
+                    )
+                )
+        rows = reduce(DataFrame.union, parts).repartition(1)
         struct = StructType(
             [
-                *self.ev.structs[name].fields,
+                StructField(task_rounds.RELATION, LongType()),
+                *fields,
                 StructField(linear_fixpoint.NEW, BooleanType()),
                 StructField(linear_fixpoint.ROUNDS, LongType()),
             ]
@@ -379,7 +399,7 @@ class Recursion:
         budgets = self.ev.budgets_for(epoch)
         run = task_rounds.task(
             stratum,
-            {name: self.ev.schemas[name]},
+            {n: self.ev.schemas[n] for n in names},
             lower,
             to_arrow_schema(struct),
             (epoch.lower, epoch.end),
@@ -388,14 +408,26 @@ class Recursion:
             budgets.rounds - 1,  # the first ran already
             budgets,
         )
+        of = F.col(task_rounds.RELATION)
+        new = F.col(linear_fixpoint.NEW)
         out, seen = self._observed(
-            f"rounds-{name}",
+            f"rounds-{'-'.join(names)}",
             rows.mapInArrow(run, struct),
-            F.count_if(F.col(linear_fixpoint.NEW)).alias("waiting"),
             F.max(linear_fixpoint.ROUNDS).alias("rounds"),
+            *[F.count_if(new & (of == i)).alias(f"waiting{i}") for i in range(len(names))],
         )
-        ran, pending = int(seen.get("rounds") or 0), int(seen.get("waiting") or 0)
-        return self._from_tasks(fix, name, epoch, current, out, pending, ran)
+        outs = {
+            n: out.filter(of == i).select(
+                *[
+                    F.col(task_rounds.column(i, f.name)).alias(f.name)
+                    for f in self.ev.structs[n].fields
+                ],
+                new,
+            )
+            for i, n in enumerate(names)
+        }
+        waiting = {n: int(seen.get(f"waiting{i}") or 0) for i, n in enumerate(names)}
+        return self._from_tasks(fix, epoch, current, outs, waiting, int(seen.get("rounds") or 0))
 
     def _tasks_write(self, name: str, epoch: Epoch) -> str | None:
         """A staging folder for the rounds' tasks to write the relation's epoch into, when
@@ -492,7 +524,7 @@ class Recursion:
 class _SparkRounds:
     """A recursive stratum's rounds on Spark's plans (`interpreter.Rounds`), the later rounds
     in Spark's tasks while they can: a linear one's in a task per part (`_rounds_in_tasks`),
-    another's of one relation in one task (`_rounds_in_one_task`)."""
+    another's in one task (`_rounds_in_one_task`)."""
 
     def __init__(
         self,
@@ -530,8 +562,7 @@ class _SparkRounds:
         else:
             return delta, 0
         if done is not None:
-            relation = self.linear.relation if self.linear is not None else self.names[0]
-            self.done = {relation: done}
+            self.done = done
         return left, more
 
     def known(self) -> int:
