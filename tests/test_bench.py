@@ -177,3 +177,23 @@ def test_the_spark_rounds_benchmark_times_both_ways_of_running_rounds(capsys) ->
         "Spark's plans (task_rows=0)",
     ]
     assert all(re.search(r"\| -?[\d.]+ ms \|$", r) for r in rows[2:])
+
+
+def test_the_whole_run_benchmark_times_every_process_and_checks_their_outputs(capsys) -> None:  # noqa: ANN001
+    """`python -m bench.whole_run` times `pomo run --out` and its peers as fresh processes,
+    each output counted against DuckDB's (the harness exits 1 when they differ), and prints
+    a row for each with its ratio to DuckDB."""
+    from bench.whole_run import main as whole_run
+
+    assert whole_run(["--nodes", "12", "--edges", "24", "--repeat", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    names = [r.split("|")[1].strip() for r in rows[2:]]
+    assert names == [
+        "pomo run --out",
+        "the same, the libraries' memory settings",
+        "on Spark",
+        "collected",
+        "DuckDB",
+    ]
+    counts = {r.split("|")[-2].strip() for r in rows[2:]}
+    assert len(counts) == 1 and counts != {"0"}, "every process wrote the same closure"
