@@ -2,7 +2,7 @@
 writing its outputs, against a fresh DuckDB process doing the same with `WITH RECURSIVE`.
 
 Transitive closure over a random graph G(n, m) (W1's `tc`), the edges landed as JSON Lines
-events. Three fresh processes, each timed from its start to its exit:
+events. Five fresh processes, each timed from its start to its exit:
 
 - `pomo run FILE --events EDGES --out DIR`, as a user runs it (a small epoch is worked out
   in the process, and a relation of integers written from Arrow, with no JVM);
@@ -35,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import dagster_pomo
 from bench.w1_recursion import DUCK, TC, gnp
 
 COLLECTED = """
@@ -101,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--edges", type=int, default=8000)
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args(argv)
-    import dagster_pomo
-
     compileall.compile_dir(Path(dagster_pomo.__file__).parent, quiet=1)
     python = sys.executable
     pomo = str(Path(python).with_name("pomo"))
