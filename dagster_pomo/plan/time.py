@@ -46,8 +46,10 @@ def expiry(t: Any, lifetime: int | None, ops: Ops) -> Any:
 
 
 def head_times(tau: Any, t: Any, mexp: Any, lifetime: int | None, ops: Ops) -> tuple[Any, Any]:
-    """A head's ``kt`` and ``exp`` for a match at ``tau`` alive until ``mexp``, stamped ``t``."""
-    return ops.greatest(tau, t), ops.least(mexp, expiry(t, lifetime, ops))
+    """A head's ``kt`` and ``exp`` for a match at ``tau`` alive until ``mexp``, stamped ``t``
+    (``kt`` is ``tau`` itself when ``t`` is: no copy of a column for nothing)."""
+    kt = tau if t is tau else ops.greatest(tau, t)
+    return kt, ops.least(mexp, expiry(t, lifetime, ops))
 
 
 def next_stamp(

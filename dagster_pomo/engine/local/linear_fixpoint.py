@@ -193,8 +193,11 @@ def _derive(
         ok &= ~_negated(negated, df, tau)
     if not ok.any():
         return None
-    tau, alive_until = tau[ok], alive_until[ok]
-    out = {c: df[_var(v)][ok] for c, v in zip(plan.columns, rule.head, strict=True)}
+    if ok.all():  # most often: no copy of millions of rows for nothing
+        out = {c: df[_var(v)] for c, v in zip(plan.columns, rule.head, strict=True)}
+    else:
+        tau, alive_until = tau[ok], alive_until[ok]
+        out = {c: df[_var(v)][ok] for c, v in zip(plan.columns, rule.head, strict=True)}
     kt, exp = head_times(tau, tau, alive_until, plan.lifetime, NUMPY_OPS)
     out.update(t=tau, kt=kt, exp=exp, _tau=tau)
     return out
@@ -250,18 +253,29 @@ class _Cells:
         self.size = 0
 
     def _address(self, rows: Cols) -> np.ndarray:
-        at = np.zeros(height(rows), dtype=np.int64)
+        """Each row's cell, made in place: a column of one value (a span of one) adds
+        nothing, and the first column's digits become the addresses."""
+        at: np.ndarray | None = None
         for c, lo, span, stride in zip(self.key, self.lows, self.spans, self.strides, strict=True):
-            digit = rows[c].astype(np.int64, copy=False) - lo
-            if len(digit) and (digit.min() < 0 or digit.max() >= span):
+            col = rows[c].astype(np.int64, copy=False)
+            if len(col) and (col.min() < lo or col.max() >= lo + span):
                 raise _Outside
-            at += digit * stride
-        return at
+            if span == 1:
+                continue
+            digit = col - lo
+            if stride != 1:
+                digit *= stride
+            if at is None:
+                at = digit
+            else:
+                at += digit
+        return np.zeros(height(rows), dtype=np.int64) if at is None else at
 
     def add(self, rows: Cols) -> tuple[Cols, bool]:
         """As `_Known.add`. The rows that beat their key's known lifetime raise it to their
         greatest; of those reaching it, one per key is kept (whichever claims the cell)."""
-        if not (np.array_equal(rows["t"], rows["kt"]) and np.array_equal(rows["_tau"], rows["t"])):
+        t = rows["t"]
+        if not all(rows[c] is t or np.array_equal(rows[c], t) for c in ("kt", "_tau")):
             raise _Outside
         at, exp = self._address(rows), rows["exp"]
         beat = np.flatnonzero(exp > self.exp[at])
