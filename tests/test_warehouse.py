@@ -694,6 +694,93 @@ def test_writers_at_once_never_trip_over_the_staging_folder(tmp_path: Path) -> N
     assert not (tmp_path / "c" / "_staging").exists()
 
 
+def test_a_large_epoch_is_written_in_parts_side_by_side_and_reads_back_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An epoch this process writes past `PART_ROWS` rows is cut into one file a core,
+    written at once; the files read in order of their names, by this process or by Spark,
+    are the table it put, row for row, and a read of a range of times takes its rows."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dagster_pomo.engine.spark import warehouse
+    from dagster_pomo.engine.spark.session import spark_session
+
+    monkeypatch.setattr(warehouse, "PART_ROWS", 10)
+    rows = 101
+    table = pa.table(
+        {
+            "name": [f"n{i % 7}" for i in range(rows)],
+            "t": [(i * 37) % 50 for i in range(rows)],
+            "kt": list(range(rows)),
+        }
+    )
+    wh = warehouse.Warehouse(spark_session(), str(tmp_path), "c")
+    wh.put("r", "k", table)
+    files = sorted((tmp_path / "c" / "r" / "epoch=k").glob("*.parquet"))
+    assert len(files) == min(os.cpu_count() or 1, 10)
+    assert pa.concat_tables(pq.read_table(f) for f in files).equals(table)
+
+    other = warehouse.Warehouse(spark_session(), str(tmp_path), "c")  # holds nothing in memory
+    assert other.read_table("r", ["k"], table.schema).equals(table)
+    by_spark = wh.spark.read.parquet(str(files[0].parent)).collect()
+    put = zip(*table.to_pydict().values(), strict=True)
+    assert sorted(tuple(r) for r in by_spark) == sorted(put)
+    some = other.read_table("r", ["k"], table.schema, times=(10, 30))
+    assert sorted(some["kt"].to_pylist()) == [i for i in range(rows) if 10 <= (i * 37) % 50 < 30]
+
+
+def test_a_table_put_is_read_from_memory_only_while_its_files_are_those_it_became(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An epoch this process put and still holds is read back from memory, with no file
+    decoded, exactly as its files give it (a range of times too); once another writer
+    replaces or removes the epoch, or the table is let go of, reads come from the files."""
+    import gc
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dagster_pomo.engine.spark import warehouse
+    from dagster_pomo.engine.spark.session import spark_session
+
+    decoded: list[str] = []
+    read = pq.read_table
+
+    def counted(source, **kw):  # noqa: ANN001, ANN202
+        decoded.append(str(source))
+        return read(source, **kw)
+
+    monkeypatch.setattr(warehouse.pq, "read_table", counted)
+    schema = pa.schema([("x", pa.int64()), ("t", pa.int64())])
+    first = pa.table({"x": [1, 2, 3, 4], "t": [5, 1, 9, 1]}, schema=schema)
+    wh = warehouse.Warehouse(spark_session(), str(tmp_path), "c")
+    wh.put("r", "k", first)
+    assert wh.read_table("r", ["k"], schema).equals(first)
+    assert wh.read_table("r", ["k"], schema, times=(1, 6))["x"].to_pylist() == [1, 2, 4]
+    assert wh.read_table("r", ["k"], schema, times=(2, None))["x"].to_pylist() == [1, 3]
+    assert decoded == []
+
+    second = pa.table({"x": [7], "t": [2]}, schema=schema)
+    warehouse.Warehouse(spark_session(), str(tmp_path), "c").put("r", "k", second)
+    decoded.clear()  # (the other writer read what the epoch held before)
+    assert wh.read_table("r", ["k"], schema).equals(second)  # another writer's files
+    assert len(decoded) == 1
+
+    wh.put("r", "k", first)
+    wh.remove("r", "k")
+    assert wh.read_table("r", ["k"], schema).num_rows == 0
+
+    wh.put("r", "k", first)
+    del first
+    gc.collect()
+    decoded.clear()
+    assert wh.read_table("r", ["k"], schema)["x"].to_pylist() == [1, 2, 3, 4]
+    assert len(decoded) == 1
+
+
 def test_an_epoch_reads_again_only_the_stored_epochs_whose_files_changed(
     tmp_path: Path, events_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

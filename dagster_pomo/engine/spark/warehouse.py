@@ -17,10 +17,13 @@ import shutil
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -35,6 +38,9 @@ STALE_SECONDS = 24 * 3600  # a staging folder this old was left by a run that di
 # Stored versions this process reads itself from a local warehouse, rather than through a
 # Spark job: a job costs more than reading so few, and Spark may not have started at all.
 LOCAL_ROWS = 100_000
+# The fewest rows of each file `Warehouse.put` writes side by side (3.8 million versions:
+# 0.15 s in one file, 0.08 s in two on two cores).
+PART_ROWS = 1_000_000
 
 
 class Warehouse:
@@ -45,6 +51,9 @@ class Warehouse:
         self.root = (os.path.abspath(root) if _local(root) == root else root).rstrip("/")
         self.corpus = corpus
         self.passing: Pass | None = None  # the pass storing versions now (`epoch_versions`)
+        # The tables this process put, while something else holds them, with the signature
+        # of the files they became: `read_table` takes them instead of decoding the files.
+        self._written: dict[tuple[str, str], tuple[tuple, weakref.ref[pa.Table]]] = {}
 
     @property
     def is_local(self) -> bool:
@@ -141,17 +150,52 @@ class Warehouse:
 
     def put(self, relation: str, key: str, table: pa.Table, deferred: bool = False) -> None:
         """``table`` as epoch ``key`` of ``relation``, written by this process with no Spark
-        job (the warehouse must be on the local file system): one Parquet file in a staging
-        folder, which then replaces the epoch whole (see ``promote``)."""
+        job (the warehouse must be on the local file system): Parquet files in a staging
+        folder, which then replaces the epoch whole (see ``promote``). A large epoch is cut
+        in consecutive parts written side by side, one a core (`PART_ROWS` rows at least
+        each: Arrow's writer encodes a file on one core); read in order of their names they
+        are the table again."""
         staging = self.staging(relation, deferred)
         if staging is None:
             raise ValueError(f"{self.root} is not on the local file system")
+        count = max(1, min(os.cpu_count() or 1, table.num_rows // PART_ROWS))
+        size = -(-table.num_rows // count)
+        parts = [table.slice(i * size, size) for i in range(count)]
+
+        def write(i: int) -> None:
+            pq.write_table(parts[i], os.path.join(staging, f"part-{i:05d}.snappy.parquet"))
+
         try:
-            pq.write_table(table, os.path.join(staging, "part-00000.snappy.parquet"))
+            if count == 1:
+                write(0)
+            else:
+                with ThreadPoolExecutor(count, thread_name_prefix="pomo-put") as pool:
+                    list(pool.map(write, range(count)))
         except BaseException:
             self.discard(staging)
             raise
         self.promote(staging, relation, key, deferred)
+        if not deferred:
+            self._remember(relation, key, table)
+
+    def _remember(self, relation: str, key: str, table: pa.Table) -> None:
+        """``table`` is what epoch ``key`` of ``relation`` holds now, while it lives."""
+        place = (relation, key)
+
+        def gone(ref: weakref.ref[pa.Table]) -> None:
+            if self._written.get(place, (None, None))[1] is ref:
+                self._written.pop(place, None)
+
+        self._written[place] = (self.signature(relation, key), weakref.ref(table, gone))
+
+    def _held(self, relation: str, key: str) -> pa.Table | None:
+        """The table this process put as epoch ``key`` of ``relation``, if it still lives
+        and the epoch's files are still those it became (no other writer replaced them)."""
+        signature, ref = self._written.get((relation, key), ((), None))
+        table = ref() if ref is not None else None
+        if table is None or signature != self.signature(relation, key):
+            return None
+        return table
 
     def signature(self, relation: str, key: str) -> tuple[tuple[str, int, int, int], ...]:
         """What tells one writing of epoch ``key`` of ``relation`` from another: its Parquet
@@ -240,12 +284,17 @@ class Warehouse:
     ) -> pa.Table:
         """The stored epochs ``keys`` of ``relation`` read by this process, with no Spark job
         (the warehouse must be on the local file system); their versions whose ``t`` lies
-        in ``times`` (``[lo, hi)``, None: unbounded)."""
+        in ``times`` (``[lo, hi)``, None: unbounded). An epoch this process put, and still
+        holds as it put it, is taken from memory (`_held`)."""
         lo, hi = times
         filters = [("t", ">=", lo)] if lo is not None else []
         filters += [("t", "<", hi)] if hi is not None else []
         parts = []
         for key in keys:
+            held = None if deferred else self._held(relation, key)
+            if held is not None:  # as the files would give it, with no decoding
+                parts.append(held.filter(_within(held["t"], lo, hi)) if filters else held)
+                continue
             folder = Path(_local(self.path(relation, key, deferred)))
             if folder.is_dir():
                 parts += [
@@ -371,3 +420,12 @@ def _tidy(base: Path) -> None:
         base.rmdir()
     except OSError:
         pass
+
+
+def _within(t: pa.ChunkedArray, lo: int | None, hi: int | None) -> pa.ChunkedArray:
+    """Which times lie in ``[lo, hi)`` (None: unbounded), as `read_table`'s filters say."""
+    inside = pc.greater_equal(t, lo) if lo is not None else None
+    if hi is not None:
+        below = pc.less(t, hi)
+        inside = below if inside is None else pc.and_(inside, below)
+    return inside
