@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -293,7 +292,7 @@ class Warehouse:
         for key in keys:
             held = None if deferred else self._held(relation, key)
             if held is not None:  # as the files would give it, with no decoding
-                parts.append(held.filter(_within(held["t"], lo, hi)) if filters else held)
+                parts.append(held.filter(pq.filters_to_expression(filters)) if filters else held)
                 continue
             folder = Path(_local(self.path(relation, key, deferred)))
             if folder.is_dir():
@@ -420,12 +419,3 @@ def _tidy(base: Path) -> None:
         base.rmdir()
     except OSError:
         pass
-
-
-def _within(t: pa.ChunkedArray, lo: int | None, hi: int | None) -> pa.ChunkedArray:
-    """Which times lie in ``[lo, hi)`` (None: unbounded), as `read_table`'s filters say."""
-    inside = pc.greater_equal(t, lo) if lo is not None else None
-    if hi is not None:
-        below = pc.less(t, hi)
-        inside = below if inside is None else pc.and_(inside, below)
-    return inside
