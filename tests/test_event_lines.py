@@ -68,6 +68,19 @@ def relations(draw: st.DrawFn) -> tuple[Schema, bool, list[tuple[object, ...]]]:
     return schema, aggregating, records
 
 
+def _assert_written(
+    path: Path, written: int, records: list[tuple[object, ...]], schema: Schema, aggregating: bool
+) -> None:
+    """``path`` holds the lines the event-by-event writer makes of ``records``, and
+    ``written`` counts them."""
+    keys = [key for _, key, _ in schema.aggregates]
+    versions = [from_record(r, schema) for r in records]
+    events = sorted(merge_versions(versions, aggregating), key=output_order)
+    expected = "".join(json.dumps(event_object(e, keys, False)) + "\n" for e in events)
+    assert path.read_text(encoding="utf-8") == expected
+    assert written == len(events)
+
+
 @given(relations(), st.sampled_from([1, 3, event_lines.SLICE]))
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_arrow_lines_are_the_bytes_of_the_event_by_event_writer(
@@ -88,11 +101,7 @@ def test_arrow_lines_are_the_bytes_of_the_event_by_event_writer(
         written = event_lines.write([lambda: table], schema, aggregating, keys, path)
     finally:
         event_lines.SLICE = whole
-    versions = [from_record(r, schema) for r in records]
-    events = sorted(merge_versions(versions, aggregating), key=output_order)
-    expected = "".join(json.dumps(event_object(e, keys, False)) + "\n" for e in events)
-    assert path.read_text(encoding="utf-8") == expected
-    assert written == len(events)
+    _assert_written(path, written, records, schema, aggregating)
 
 
 @given(relations(), st.integers(1, 12), st.integers(1, 4), st.randoms(use_true_random=False))
@@ -139,11 +148,26 @@ def test_a_relation_read_a_range_of_times_at_a_time_gives_the_same_lines(
     reads = [lambda s=s: read(*s) for s in slices]
     path = Path(tmp_path_factory.mktemp("out")) / "r.jsonl"  # type: ignore[attr-defined]
     written = event_lines.write(reads, schema, aggregating, keys, path)
-    versions = [from_record(r, schema) for r in records]
-    events = sorted(merge_versions(versions, aggregating), key=output_order)
-    expected = "".join(json.dumps(event_object(e, keys, False)) + "\n" for e in events)
-    assert path.read_text(encoding="utf-8") == expected
-    assert written == len(events)
+    _assert_written(path, written, records, schema, aggregating)
+
+
+def test_events_of_many_repeated_versions_are_found_dense_or_sparse(tmp_path: Path) -> None:
+    """Versions that all live forever (a closure's paths), each event several times over:
+    the events are the distinct keys, found by a table of their range where they are dense
+    in it and by sorting where they are not; both give the event-by-event writer's bytes."""
+    schema = Schema("path", ("a", "b"), ("int", "int"), ())
+    arrow = arrow_schema(schema)
+    for spread in (60, 10**6):  # 60 nodes of 120 numbers, then of two million
+        rnd = random.Random(spread)
+        nodes = rnd.sample(range(-spread, spread), 60)
+        records = [(rnd.choice(nodes), rnd.choice(nodes), 7, 7, NEVER, 7) for _ in range(20_000)]
+        table = pa.Table.from_pylist(
+            [dict(zip(arrow.names, r, strict=True)) for r in records], arrow
+        )
+        path = tmp_path / f"path{spread}.jsonl"
+        written = event_lines.write([lambda t=table: t], schema, False, [], path)
+        _assert_written(path, written, records, schema, False)
+        assert 3_500 < written <= 3_600  # of 60 x 60 pairs
 
 
 def test_sets_and_provenance_are_left_to_the_other_writers() -> None:
