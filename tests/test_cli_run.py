@@ -42,6 +42,23 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
     return corpus, events
 
 
+Ran = tuple[Path, subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="module")
+def on_spark_plans(tmp_path_factory: pytest.TempPathFactory) -> Ran:
+    """One `pomo run` of `setup`'s files on Spark's plans (``--in-process-inputs 0`` on
+    ``local[1]``, its outputs in ``plans``), shared by the tests that read what it wrote
+    and said: a fresh process that starts a JVM costs a test 10-15 s of a core. Its
+    folder and the finished process."""
+    tmp = tmp_path_factory.mktemp("plans")
+    corpus, events = setup(tmp)
+    return tmp, pomo(
+        *("run", str(corpus), "--events", str(events), "--out", str(tmp / "plans")),
+        *("--master", "local[1]", "--in-process-inputs", "0"),
+    )
+
+
 def test_out_files_follow_the_documented_format(tmp_path: Path) -> None:
     corpus, events = setup(tmp_path)
     out = tmp_path / "out"
@@ -71,7 +88,9 @@ def test_out_files_follow_the_documented_format(tmp_path: Path) -> None:
     assert "4 lines read, 2 accepted, 2 quarantined" in result.stderr
 
 
-def test_the_default_engine_takes_spark_options_and_agrees(tmp_path: Path) -> None:
+def test_the_default_engine_takes_spark_options_and_agrees(
+    tmp_path: Path, on_spark_plans: Ran
+) -> None:
     """`auto`, the default: a small epoch in this process; `--engine spark` and
     `--in-process-inputs 0` on Spark's plans; the same files every way."""
     corpus, events = setup(tmp_path)
@@ -92,13 +111,10 @@ def test_the_default_engine_takes_spark_options_and_agrees(tmp_path: Path) -> No
     assert pomo("run", str(corpus), "--events", str(events), "--conf", "nonsense").returncode == 2
     # A small epoch is worked out in this process unless told never; the same files either way.
     assert "evaluated in 1 pass, in this process" in spark.stderr
-    plans = pomo(
-        *("run", str(corpus), "--events", str(events), "--out", str(tmp_path / "plans")),
-        *("--master", "local[1]", "--in-process-inputs", "0"),
-    )
+    planned, plans = on_spark_plans  # the same files, `--in-process-inputs 0`
     assert plans.returncode == 0, plans.stderr
     assert "evaluated in 1 pass, on Spark's plans" in plans.stderr
-    assert (tmp_path / "plans" / "avg.jsonl").read_text() == (
+    assert (planned / "plans" / "avg.jsonl").read_text() == (
         tmp_path / "spark" / "avg.jsonl"
     ).read_text()
     forced = pomo(
@@ -139,12 +155,12 @@ def test_the_spark_flags_reach_the_session(tmp_path: Path) -> None:
     assert "Spark did not start on local[*]" in tiny.stderr
 
 
-def test_spark_s_own_logging_is_quiet_unless_verbose(tmp_path: Path) -> None:
+def test_spark_s_own_logging_is_quiet_unless_verbose(tmp_path: Path, on_spark_plans: Ran) -> None:
     """A run that starts local Spark prints no Spark or JVM log lines of its own (the log4j
     profile, warnings about the host name or native libraries); ``--verbose`` shows them."""
     corpus, events = setup(tmp_path)
     run = ("run", str(corpus), "--events", str(events), "--in-process-inputs", "0")
-    quiet, verbose = pomo(*run), pomo(*run, "--verbose")
+    quiet, verbose = on_spark_plans[1], pomo(*run, "--verbose")
     assert quiet.returncode == verbose.returncode == 0, quiet.stderr + verbose.stderr
     assert "on Spark's plans" in quiet.stderr
     for said in ("log4j", " WARN ", "Setting default log level"):
