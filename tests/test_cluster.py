@@ -30,10 +30,14 @@ HOUR = 3_600_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``spark://127.0.0.1:PORT`` of a master with two one-core workers, stopped after."""
-    with standalone(tmp_path_factory.mktemp("cluster")) as url:
+    """``spark://127.0.0.1:PORT`` of a master with two one-core workers, stopped after. One
+    that does not start fails the tests, with the master's log: the suite needs Java for
+    local Spark already, and the cluster needs nothing more."""
+    work = tmp_path_factory.mktemp("cluster")
+    with standalone(work) as url:
         if url is None:
-            pytest.skip("a standalone Spark master and two workers did not start here")
+            log = (work / "master.log").read_text(errors="replace")[-3000:]
+            pytest.fail(f"a standalone Spark master and two workers did not start:\n{log}")
         yield url
 
 
