@@ -460,6 +460,32 @@ def test_arithmetic_beyond_64_bits_is_undefined(tmp_path, engine, epoch) -> None
     assert out["quotient"] == [ev([1, 1.0 / 1e-300], 0), ev([-3, -2.0 / 1e-300], 5)]
 
 
+def test_a_float_s_integer_beyond_64_bits_is_undefined(tmp_path, engine, epoch) -> None:
+    """`floor`, `ceil`, `round` and `int` of a float whose integer leaves 64 bits are
+    undefined on every engine (the JVM would saturate it at the largest long, Python would
+    not): every float in [-2**63, 2**63) has one, the others none."""
+    corpus = """.decl n(x: int, f: float);
+    down(x, y) := n(x, f) where y = floor(f);
+    up(x, y) := n(x, f) where y = ceil(f);
+    near(x, y) := n(x, f) where y = round(f);
+    cut(x, y) := n(x, f) where y = int(f);"""
+    least, below = -(2.0**63), 2.0**63 - 1024  # the ends in range: -2**63, the last float
+    events = [
+        ("n", 0, [1, -3.5]),
+        ("n", 3, [2, 1e20]),
+        ("n", 4, [3, -1e20]),
+        ("n", 5, [4, least]),
+        ("n", 6, [5, 2.0**63]),
+        ("n", 7, [6, below]),
+    ]
+    out = evaluate(tmp_path, corpus, events, epoch, engine)
+    ends = [ev([4, -(2**63)], 5), ev([6, 2**63 - 1024], 7)]
+    assert out["down"] == [ev([1, -4], 0), *ends]
+    assert out["up"] == [ev([1, -3], 0), *ends]
+    assert out["near"] == [ev([1, -4], 0), *ends]
+    assert out["cut"] == [ev([1, -3], 0), *ends]
+
+
 def test_async_delivers_each_match_at_the_next_epoch(tmp_path, engine) -> None:
     """A message per match of an epoch (negation as of its time), delivered at the next
     epoch's start and living its lifetime; `@next` beside it carries state one epoch."""

@@ -100,9 +100,9 @@ def _to_int(v: Any) -> int:
     if isinstance(v, float):
         if not math.isfinite(v):
             raise Undefined("not a finite number")
-        return int(v)
+        return _fits(int(v))
     try:
-        return int(v)
+        return _fits(int(v))
     except ValueError:
         raise Undefined(f"{v!r} is not an integer") from None
 
@@ -126,9 +126,9 @@ FUNCTIONS: dict[str, Callable[..., Value]] = {
     "abs": lambda x: abs(_number(x)),
     "min": lambda *xs: min(_number(x) for x in xs),
     "max": lambda *xs: max(_number(x) for x in xs),
-    "floor": lambda x: math.floor(_number(x)),
-    "ceil": lambda x: math.ceil(_number(x)),
-    "round": lambda x: round_half_away(_number(x)),
+    "floor": lambda x: _fits(math.floor(_number(x))),
+    "ceil": lambda x: _fits(math.ceil(_number(x))),
+    "round": lambda x: _fits(round_half_away(_number(x))),
     "lower": lambda s: _str_arg(s).lower(),
     "upper": lambda s: _str_arg(s).upper(),
     "length": lambda s: len(_str_arg(s)),

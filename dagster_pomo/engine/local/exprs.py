@@ -85,6 +85,15 @@ def to_long(values: np.ndarray) -> np.ndarray:
     return result
 
 
+def in_long_range(values: np.ndarray) -> np.ndarray:
+    """Where a float's integer (toward zero, down, up or rounded) fits in 64 bits: the
+    floats in [-2**63, 2**63), the others' integer is undefined (`interpret._fits`)."""
+    return (values >= -(2.0**63)) & (values < 2.0**63)
+
+
+_ROUNDING = {Fn.FLOOR: np.floor, Fn.CEIL: np.ceil}
+
+
 def cast(vec: Vec, typ: str) -> Vec:
     """``vec`` in a column of type ``typ`` (a number into int or float, anything else as is)."""
     if vec.typ is None:
@@ -92,7 +101,7 @@ def cast(vec: Vec, typ: str) -> Vec:
     if typ == "float" and vec.typ == "int":
         return Vec(to_float(vec.values), vec.ok, "float")
     if typ == "int" and vec.typ == "float":
-        return Vec(to_long(vec.values), vec.ok, "int")
+        return Vec(to_long(vec.values), _both(vec.ok, in_long_range(vec.values)), "int")
     return vec
 
 
@@ -221,10 +230,9 @@ def _apply(expr: Apply, args: list[Vec], ok: np.ndarray | None) -> Vec:  # noqa:
         else:
             out = stacked.min(axis=0) if fn is Fn.MIN else stacked.max(axis=0)
         return Vec(out, ok, expr.type)
-    if fn in (Fn.FLOOR, Fn.CEIL):
-        return Vec(to_long((np.floor if fn is Fn.FLOOR else np.ceil)(values[0])), ok, "int")
-    if fn is Fn.ROUND:
-        return Vec(to_long(_round(values[0])), ok, "int")
+    if fn in (Fn.FLOOR, Fn.CEIL, Fn.ROUND):
+        whole = _round(values[0]) if fn is Fn.ROUND else _ROUNDING[fn](values[0])
+        return Vec(to_long(whole), _both(ok, in_long_range(values[0])), "int")
     if fn is Fn.LENGTH:
         return Vec(np.array([len(v) for v in values[0].tolist()], np.int64), ok, "int")
     if fn in (Fn.LOWER, Fn.UPPER):

@@ -103,7 +103,10 @@ def _column(expr: Expr, env: Mapping[str, tuple[str, str]]) -> Column:  # noqa: 
     if isinstance(expr, Negate):
         return -_column(expr.operand, env)
     if isinstance(expr, Convert):
-        return _column(expr.operand, env).cast(SPARK_TYPES[expr.type])
+        operand = _column(expr.operand, env)
+        if expr.type == "int":
+            return _in_long_range(operand, operand.cast("long"))
+        return operand.cast(SPARK_TYPES[expr.type])
     if isinstance(expr, Compare):
         return _COMPARE[expr.op](_column(expr.left, env), _column(expr.right, env))
     if isinstance(expr, Arithmetic):
@@ -141,6 +144,12 @@ def _arithmetic(expr: Arithmetic, left: Column, right: Column) -> Column:
     return _finite(plain[expr.op](left, right))
 
 
+def _in_long_range(x: Column, whole: Column) -> Column:
+    """``whole``, the integer of the float ``x``, or null (undefined) where it does not fit in
+    64 bits (the JVM would saturate it): ``x`` outside [-2**63, 2**63)."""
+    return F.when((x >= F.lit(-(2.0**63))) & (x < F.lit(2.0**63)), whole)
+
+
 def _finite(value: Column) -> Column:
     """``value``, or null (undefined) where it overflowed to an infinity."""
     return F.when(F.abs(value) < float("inf"), value)
@@ -155,9 +164,10 @@ def _apply(expr: Apply, cols: list[Column]) -> Column:  # noqa: PLR0911
         undefined = reduce(operator.or_, [c.isNull() for c in cols])
         return F.when(~undefined, F.least(*cols) if fn is Fn.MIN else F.greatest(*cols))
     if fn in (Fn.FLOOR, Fn.CEIL):
-        return (F.floor if fn is Fn.FLOOR else F.ceil)(cols[0]).cast("long")
+        whole = (F.floor if fn is Fn.FLOOR else F.ceil)(cols[0]).cast("long")
+        return _in_long_range(cols[0], whole)
     if fn is Fn.ROUND:
-        return F.round(cols[0], 0).cast("long")
+        return _in_long_range(cols[0], F.round(cols[0], 0).cast("long"))
     if fn is Fn.LENGTH:
         return F.length(cols[0]).cast("long")
     if fn in (Fn.LOWER, Fn.UPPER):
