@@ -486,6 +486,24 @@ def test_a_float_s_integer_beyond_64_bits_is_undefined(tmp_path, engine, epoch) 
     assert out["cut"] == [ev([1, -3], 0), *ends]
 
 
+def test_the_least_integer_has_no_negation_and_no_absolute_value(tmp_path, engine, epoch) -> None:
+    """-2**63 is the one integer whose negation (2**63) leaves 64 bits: `-x` and `abs(x)`
+    of it are undefined on every engine (the JVM and numpy would give it back unchanged,
+    Python 2**63); of the others, and of floats, they are as written."""
+    corpus = """.decl n(x: int, f: float);
+    neg(x, y) := n(x, f) where y = -x;
+    pos(x, y) := n(x, f) where y = abs(x);
+    fneg(x, g) := n(x, f) where g = -f;
+    fpos(x, g) := n(x, f) where g = abs(f);"""
+    least = -(2**63)
+    events = [("n", 0, [-3, -2.5]), ("n", 2, [least, float(least)]), ("n", 4, [least + 1, 1.0])]
+    out = evaluate(tmp_path, corpus, events, epoch, engine)
+    assert out["neg"] == [ev([-3, 3], 0), ev([least + 1, 2**63 - 1], 4)]
+    assert out["pos"] == [ev([-3, 3], 0), ev([least + 1, 2**63 - 1], 4)]
+    assert out["fneg"] == [ev([-3, 2.5], 0), ev([least, 2.0**63], 2), ev([least + 1, -1.0], 4)]
+    assert out["fpos"] == [ev([-3, 2.5], 0), ev([least, 2.0**63], 2), ev([least + 1, 1.0], 4)]
+
+
 def test_async_delivers_each_match_at_the_next_epoch(tmp_path, engine) -> None:
     """A message per match of an epoch (negation as of its time), delivered at the next
     epoch's start and living its lifetime; `@next` beside it carries state one epoch."""

@@ -123,7 +123,7 @@ def _str_arg(v: Any) -> str:
 
 
 FUNCTIONS: dict[str, Callable[..., Value]] = {
-    "abs": lambda x: abs(_number(x)),
+    "abs": lambda x: _fits(abs(_number(x))),
     "min": lambda *xs: min(_number(x) for x in xs),
     "max": lambda *xs: max(_number(x) for x in xs),
     "floor": lambda x: _fits(math.floor(_number(x))),
@@ -146,7 +146,7 @@ def evaluate(expr: ast.Expr, env: Mapping[str, Value]) -> Value:
     if isinstance(expr, ast.Var):
         return env[expr.name]
     if isinstance(expr, ast.Neg):
-        return -_number(evaluate(expr.operand, env))
+        return _fits(-_number(evaluate(expr.operand, env)))
     if isinstance(expr, ast.Call):
         return FUNCTIONS[expr.func](*(evaluate(a, env) for a in expr.args))
     if isinstance(expr, ast.BinOp):

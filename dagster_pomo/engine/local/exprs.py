@@ -34,6 +34,7 @@ from dagster_pomo.plan.exprs import (
 
 NUMPY = {"int": np.int64, "float": np.float64, "str": object, "bool": np.bool_}
 LONG_MAX = np.iinfo(np.int64).max
+LONG_MIN = np.iinfo(np.int64).min
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,12 @@ def to_long(values: np.ndarray) -> np.ndarray:
     return result
 
 
+def _negates(vec: Vec) -> np.ndarray | None:
+    """Where ``-vec`` (and so ``abs``) is defined: every float; every integer but the least,
+    whose negation leaves 64 bits (numpy and the JVM would give it back unchanged)."""
+    return vec.values != LONG_MIN if vec.typ == "int" else None
+
+
 def in_long_range(values: np.ndarray) -> np.ndarray:
     """Where a float's integer (toward zero, down, up or rounded) fits in 64 bits: the
     floats in [-2**63, 2**63), the others' integer is undefined (`interpret._fits`)."""
@@ -125,7 +132,7 @@ def value(expr: Expr, df: Mapping[str, np.ndarray], env: Env) -> Vec:  # noqa: P
         return Vec(df[col.column], ok, col.typ)
     if isinstance(expr, Negate):
         inner = value(expr.operand, df, env)
-        return Vec(-inner.values, inner.ok, inner.typ)
+        return Vec(-inner.values, _both(inner.ok, _negates(inner)), inner.typ)
     if isinstance(expr, Convert):
         return cast(value(expr.operand, df, env), expr.type)
     if isinstance(expr, Compare):
@@ -165,7 +172,7 @@ def _arithmetic(op: Arith, left: Vec, right: Vec) -> Vec:
                 out = rem if op is Arith.MOD else (a - rem) // safe
             bad = zero
             if op is Arith.DIV:  # the one quotient beyond 64 bits: the least integer by -1
-                bad = zero | ((a == np.iinfo(np.int64).min) & (b == -1))
+                bad = zero | ((a == LONG_MIN) & (b == -1))
             return Vec(out, _both(ok, ~bad), "int")
         with np.errstate(over="ignore"):
             out = _PLAIN[op](a, b)
@@ -190,7 +197,7 @@ def _overflowed(op: Arith, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.
         return ((a ^ out) & (b ^ out)) < 0
     if op is Arith.SUB:
         return ((a ^ b) & (a ^ out)) < 0
-    low = np.iinfo(np.int64).min
+    low = LONG_MIN
     with np.errstate(all="ignore"):
         nonzero = a != 0
         back = np.floor_divide(out, np.where(nonzero, a, 1))
@@ -218,7 +225,7 @@ def _strings(values: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
 def _apply(expr: Apply, args: list[Vec], ok: np.ndarray | None) -> Vec:  # noqa: PLR0911
     fn, values = expr.fn, [a.values for a in args]
     if fn is Fn.ABS:
-        return Vec(np.abs(values[0]), ok, expr.type)
+        return Vec(np.abs(values[0]), _both(ok, _negates(args[0])), expr.type)
     if fn in (Fn.MIN, Fn.MAX):
         stacked = np.stack(values)
         if expr.type == "float":  # Spark orders NaN above every number

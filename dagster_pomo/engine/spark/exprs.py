@@ -101,7 +101,7 @@ def _column(expr: Expr, env: Mapping[str, tuple[str, str]]) -> Column:  # noqa: 
     if isinstance(expr, Var):
         return F.col(env[expr.name][0])
     if isinstance(expr, Negate):
-        return -_column(expr.operand, env)
+        return _negated(expr.operand.type, _column(expr.operand, env), operator.neg)
     if isinstance(expr, Convert):
         operand = _column(expr.operand, env)
         if expr.type == "int":
@@ -144,6 +144,12 @@ def _arithmetic(expr: Arithmetic, left: Column, right: Column) -> Column:
     return _finite(plain[expr.op](left, right))
 
 
+def _negated(typ: str, x: Column, fn: Callable[[Column], Column]) -> Column:
+    """``fn(x)``, a negation or ``abs``, or null (undefined) for the least integer, whose
+    negation leaves 64 bits (the JVM would give it back unchanged)."""
+    return F.when(x != F.lit(-(2**63)), fn(x)) if typ == "int" else fn(x)
+
+
 def _in_long_range(x: Column, whole: Column) -> Column:
     """``whole``, the integer of the float ``x``, or null (undefined) where it does not fit in
     64 bits (the JVM would saturate it): ``x`` outside [-2**63, 2**63)."""
@@ -158,7 +164,7 @@ def _finite(value: Column) -> Column:
 def _apply(expr: Apply, cols: list[Column]) -> Column:  # noqa: PLR0911
     fn = expr.fn
     if fn is Fn.ABS:
-        return F.abs(cols[0])
+        return _negated(expr.args[0].type, cols[0], F.abs)
     if fn in (Fn.MIN, Fn.MAX):
         # Spark's least and greatest skip a null argument; an undefined one makes it undefined.
         undefined = reduce(operator.or_, [c.isNull() for c in cols])
