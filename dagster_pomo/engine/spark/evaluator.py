@@ -67,6 +67,9 @@ class _EpochCaches:
 
     # Its versions so far, by (`epoch_slot`, relation): read once, reused by rules.
     current: dict[tuple[tuple[int, int], str], DataFrame] = field(default_factory=dict)
+    # Earlier epochs' versions, by relation and partitions: rules and strata reading the same
+    # history share one scan (resolving a scan's files costs the driver ~10 ms each time).
+    history: dict[tuple[str, tuple[str, ...]], DataFrame] = field(default_factory=dict)
     read: set[tuple[str, str]] = field(default_factory=set)  # partitions it read
 
 
@@ -194,7 +197,11 @@ class SparkEvaluator:
         if name == CLOCK:
             return self._ticks(after, epoch.start)
         keys = self.history_keys(name, epoch, after)
-        return self.wh.read(name, self.structs[name], keys).filter(F.col("exp") > after)
+        stored = self._epoch.history.get((name, tuple(keys)))
+        if stored is None:  # earlier epochs are not written while this one is evaluated
+            stored = self.wh.read(name, self.structs[name], keys)
+            self._epoch.history[(name, tuple(keys))] = stored
+        return stored.filter(F.col("exp") > after)
 
     def history_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
         """The stored epochs before ``epoch`` that may hold versions of ``name`` alive after
