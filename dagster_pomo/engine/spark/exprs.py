@@ -78,7 +78,7 @@ def _as_the_language_does(function: str, typ: str) -> Callable[[Column], Column]
             return None
         return out
 
-    return F.udf(one, SPARK_TYPES[typ])
+    return F.udf(one, SPARK_TYPES[typ], useArrow=False)  # as `rule_frames._merged_by`
 
 
 def literal(value: object, typ: str) -> Column:

@@ -673,7 +673,9 @@ def _merged_by(name: str, typ: str) -> Callable[[Column], Column]:
     def merged(values: list[Value]) -> Value | None:
         return lattices.fold(merge, values)
 
-    return F.udf(merged, spark_type(typ))
+    # Pickled, whatever the session's Arrow setting: Arrow would coerce the values its own
+    # way (and PySpark would warn that it cannot read the kind of UDF from the hints).
+    return F.udf(merged, spark_type(typ), useArrow=False)
 
 
 def _by_window(
