@@ -581,7 +581,8 @@ def test_floats_as_text_and_text_as_numbers_read_as_the_language_reads_them(
 ) -> None:
     """`str` of a float is its shortest text as Python writes it (1e+20, not the JVM's
     1.0E20), `int` and `float` of text read it as Python does (" 12 " is 12, "1_000" is
-    1000, "1e3" is no integer but the float 1000.0): the same on every engine."""
+    1000, "1e3" is no integer but the float 1000.0; an integer past 64 bits is none): the
+    same on every engine."""
     corpus = """.decl r(x: float, s: str);
     shown(t) := r(x, _) where t = str(x);
     joined(t) := r(x, s) where t = concat(s, x);
@@ -592,17 +593,30 @@ def test_floats_as_text_and_text_as_numbers_read_as_the_language_reads_them(
         ("r", 2, [1.5e-7, "1_000"]),
         ("r", 3, [12345678.9, "1e3"]),
         ("r", 4, [0.5, "x"]),
+        ("r", 5, [2.0, "99999999999999999999"]),
     ]
     out = evaluate(tmp_path, corpus, events, 1000, engine)
-    assert [e["args"] for e in out["shown"]] == [["1e+20"], ["1.5e-07"], ["12345678.9"], ["0.5"]]
+    assert [e["args"] for e in out["shown"]] == [
+        ["1e+20"],
+        ["1.5e-07"],
+        ["12345678.9"],
+        ["0.5"],
+        ["2.0"],
+    ]
     assert [e["args"] for e in out["joined"]] == [
         [" 12 1e+20"],
         ["1_0001.5e-07"],
         ["1e312345678.9"],
         ["x0.5"],
+        ["999999999999999999992.0"],
     ]
     assert [(e["args"], e["t"]) for e in out["whole"]] == [([12], 1), ([1000], 2)]
-    assert [(e["args"], e["t"]) for e in out["real"]] == [([12.0], 1), ([1000.0], 2), ([1000.0], 3)]
+    assert [(e["args"], e["t"]) for e in out["real"]] == [
+        ([12.0], 1),
+        ([1000.0], 2),
+        ([1000.0], 3),
+        ([1e20], 5),
+    ]
 
 
 def test_choose_is_a_dependency_across_time(tmp_path, engine, epoch) -> None:
