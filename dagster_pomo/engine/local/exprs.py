@@ -98,9 +98,6 @@ def in_long_range(values: np.ndarray) -> np.ndarray:
     return (values >= -(2.0**63)) & (values < 2.0**63)
 
 
-_ROUNDING = {Fn.FLOOR: np.floor, Fn.CEIL: np.ceil}
-
-
 def cast(vec: Vec, typ: str) -> Vec:
     """``vec`` in a column of type ``typ`` (a number into int or float, anything else as is)."""
     if vec.typ is None:
@@ -210,6 +207,9 @@ def _round(x: np.ndarray) -> np.ndarray:
     return whole + np.sign(x) * (np.abs(x - whole) >= 0.5)
 
 
+_ROUNDING = {Fn.FLOOR: np.floor, Fn.CEIL: np.ceil, Fn.ROUND: _round}
+
+
 def _text(vec: Vec) -> np.ndarray:
     if vec.typ == "bool":
         return np.where(vec.values, "true", "false").astype(object)
@@ -238,7 +238,7 @@ def _apply(expr: Apply, args: list[Vec], ok: np.ndarray | None) -> Vec:  # noqa:
             out = stacked.min(axis=0) if fn is Fn.MIN else stacked.max(axis=0)
         return Vec(out, ok, expr.type)
     if fn in (Fn.FLOOR, Fn.CEIL, Fn.ROUND):
-        whole = _round(values[0]) if fn is Fn.ROUND else _ROUNDING[fn](values[0])
+        whole = _ROUNDING[fn](values[0])
         return Vec(to_long(whole), _both(ok, in_long_range(values[0])), "int")
     if fn is Fn.LENGTH:
         return Vec(np.array([len(v) for v in values[0].tolist()], np.int64), ok, "int")

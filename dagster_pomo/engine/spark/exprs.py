@@ -63,20 +63,16 @@ def to_text(col: Column, typ: str | None) -> Column:
 def _as_the_language_does(function: str, typ: str) -> Callable[[Column], Column]:
     """The language's own ``function`` (`interpret.FUNCTIONS`) of each value, in Spark's
     Python workers, for what Spark's casts do otherwise (a float as text, text as a
-    number): one meaning on every engine. Undefined, or an integer past 64 bits, is null."""
+    number): one meaning on every engine. Undefined (an integer past 64 bits too) is null."""
     fn, undefined = interpret.FUNCTIONS[function], interpret.Undefined
-    low, high = -(2**63), 2**63
 
     def one(value: object) -> object:
         if value is None:
             return None
         try:
-            out = fn(value)
+            return fn(value)
         except (undefined, OverflowError):
             return None
-        if typ == "int" and not low <= out < high:  # type: ignore[operator]
-            return None
-        return out
 
     return F.udf(one, SPARK_TYPES[typ], useArrow=False)  # as `rule_frames._merged_by`
 
