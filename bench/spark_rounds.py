@@ -7,17 +7,21 @@ In one process and Spark application, after a warm-up: the counter to ``--small`
 plans (`Policy(task_rows=0)`, the peer; to ``--plans-large``, as it takes a job and a plan
 a round). A round's cost is the difference of two sizes' times over the difference of
 their rounds, so the first round's plans and the epoch's fixed costs drop out. Every run's
-versions are checked against the counter's.
+versions are checked against the counter's. ``--cluster``: the same on a standalone
+cluster started here, whose executors have the project.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench.standalone import on_cluster, standalone
 from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
@@ -51,7 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large", type=int, default=1000)
     parser.add_argument("--plans-large", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--cluster", action="store_true", help="on a standalone cluster of two one-core workers"
+    )
     args = parser.parse_args(argv)
+    if args.cluster:
+        given = sys.argv[1:] if argv is None else argv
+        return _on_cluster([a for a in given if a != "--cluster"])
     plans = replace(ON_SPARK, task_rows=0)
     with tempfile.TemporaryDirectory(prefix="pomo-rounds-") as tmp:
         work = Path(tmp)
@@ -80,6 +90,19 @@ def main(argv: list[str] | None = None) -> int:
             f"({large + 1} rounds) | {per * 1000:.1f} ms |"
         )
     return 0
+
+
+def _on_cluster(argv: list[str]) -> int:
+    """This benchmark in a process of its own whose Spark runs on a standalone cluster
+    started here (its executors' Python is this one, which has the project)."""
+    with tempfile.TemporaryDirectory(prefix="pomo-rounds-cluster-") as tmp:
+        with standalone(Path(tmp)) as master:
+            if master is None:
+                print("the standalone cluster did not start")
+                return 1
+            print(f"on a standalone cluster ({master}), two one-core workers")
+            command = [sys.executable, "-m", "bench.spark_rounds", *argv]
+            return subprocess.run(command, env=on_cluster(master), check=False).returncode
 
 
 if __name__ == "__main__":

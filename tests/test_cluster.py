@@ -72,6 +72,7 @@ from pathlib import Path
 from dagster_pomo.cli.main import main
 from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.lines import ANY_TIME
+from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.run import prepare
 from dagster_pomo.lang import load_program
 
@@ -87,17 +88,25 @@ for epoch in prepared.epoch_range.epochs:
     ran += [[s.relations, s.rounds, s.in_process] for s in stats.strata if "c" in s.relations]
 args = sorted(v.args for v in driver.versions("c"))
 print("counter:", json.dumps({"ran": ran, "c": args}))
+# The counter again with its epoch on Spark's plans, as an epoch too large for the driver
+plans = Driver.for_run(program, prepared, sys.argv[3] + "-plans", Policy(in_process_inputs=0))
+stats = plans.evaluate_epoch(prepared.epoch_range.epochs[0])
+ran = [[s.relations, s.rounds, s.in_process] for s in stats.strata if "c" in s.relations]
+args = sorted(v.args for v in plans.versions("c"))
+print("on spark:", json.dumps({"ran": ran, "c": args, "jobs": stats.spark_jobs}))
 """
 
 
-def test_pomo_run_on_a_cluster_writes_what_local_mode_writes_and_recursion_rounds_run_in_the_driver(
+def test_a_cluster_writes_what_local_mode_writes_and_runs_rounds_in_the_driver_or_a_task(
     cluster: str, tanks: Path, local: RunResult, tmp_path: Path
 ) -> None:
     """The landing read by the cluster's executors (`--landing-reader spark`), the local run
     having read it in its process. Then, in the same process, the counter that joins its
     relation with itself on no shared variable, one row a round: its 1,000 rounds run in
     the driver, its versions brought by Spark (a Spark round would cost ~0.2 s); the
-    second epoch reads the first's versions through Spark too, and derives nothing new."""
+    second epoch reads the first's versions through Spark too, and derives nothing new.
+    Its epoch on Spark's plans runs the rounds after the first in one of the cluster's
+    tasks, its executors having this project (`executors.have_project`)."""
     assert write_outputs(local, tmp_path / "local")["overflow_alert"] > 0
     rounds = 1000
     counter = tmp_path / "counter.pomo"
@@ -126,6 +135,13 @@ def test_pomo_run_on_a_cluster_writes_what_local_mode_writes_and_recursion_round
     said = json.loads(done.stdout.split("counter: ")[1].splitlines()[0])
     assert said["c"] == [[x, rounds] for x in range(rounds + 1)]
     assert said["ran"] == [[["c"], rounds + 1, True], [["c"], 1, True]]
+    # On Spark's plans, the rounds after the first run in one task on the cluster, whose
+    # executors import this project (a Spark round there costs ~0.3 s: 1,000 would take
+    # minutes, each a job at least)
+    said = json.loads(done.stdout.split("on spark: ")[1].splitlines()[0])
+    assert said["c"] == [[x, rounds] for x in range(rounds + 1)]
+    assert said["ran"] == [[["c"], rounds + 1, False]]
+    assert said["jobs"] < 30, said["jobs"]
 
 
 def test_a_dagster_backfill_on_a_cluster_stores_what_pomo_run_derives(

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,8 @@ from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.run import run
+from dagster_pomo.engine.spark import executors
+from dagster_pomo.engine.spark.session import spark_session
 from dagster_pomo.lang import compile_corpus
 from tests.compare import policy
 
@@ -171,6 +174,20 @@ def test_a_recursion_on_spark_runs_its_later_rounds_in_one_task_while_it_holds_t
     versions, rounds, jobs = _on_spark(tmp_path, mutual, short, "b")
     assert versions == [(x,) for x in range(1, n + 1, 2)]
     assert jobs > left
+
+
+def test_rounds_go_to_a_task_only_where_executors_import_this_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The module that runs those rounds in a task goes to the executors by reference, so
+    on a cluster or under Spark Connect they run there only where the executors import this
+    very version of the project; one task says which (`executors.ask`, once per Spark
+    application; `tests/test_cluster.py` runs the rounds on a cluster's executors). Here
+    the executors are this Python."""
+    spark = spark_session()
+    assert executors.ask(spark)
+    monkeypatch.setattr(executors, "__version__", "0.0.0+another")
+    assert not executors.ask(spark), "an executor of another version must not run them"
 
 
 @st.composite

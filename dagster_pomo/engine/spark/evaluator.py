@@ -34,7 +34,7 @@ from dagster_pomo.engine.budgets import Budgets, over
 from dagster_pomo.engine.local.column_joins import TooLarge
 from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.reach import Records
-from dagster_pomo.engine.spark import epoch_versions, frames
+from dagster_pomo.engine.spark import epoch_versions, executors, frames
 from dagster_pomo.engine.spark import rule_frames as R
 from dagster_pomo.engine.spark.epoch_jobs import JobCount, counted_jobs, interpreted
 from dagster_pomo.engine.spark.epoch_store import EpochStore
@@ -189,6 +189,11 @@ class SparkEvaluator:
     def local_spark(self) -> bool:
         """Whether Spark runs in this process's machine (local mode, not Connect)."""
         return runs_here(self.spark)
+
+    def tasks_have_project(self) -> bool:
+        """Whether Spark's tasks can run this project's own modules by reference: in local
+        mode, or where the executors import this version of it (asked once)."""
+        return self.local_spark() or executors.have_project(self.spark)
 
     # ------------------------------------------------------------------ state
 

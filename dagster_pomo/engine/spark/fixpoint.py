@@ -54,6 +54,7 @@ class Host(Protocol):
     partitions: int
 
     def local_spark(self) -> bool: ...
+    def tasks_have_project(self) -> bool: ...
     def is_range(self, epoch: Epoch) -> bool: ...
     def state(self, name: str, epoch: Epoch) -> DataFrame: ...
     def history(self, name: str, epoch: Epoch) -> DataFrame: ...
@@ -328,13 +329,14 @@ class Recursion:
         """Whether the rounds of ``stratum`` after its first may run in one Spark task
         (`task_rounds`): a recursion that is not linear (those have `linear_fixpoint`),
         whose rules this project's executor works out (no aggregate, no choice), where
-        Spark's tasks run in this machine's Python (local mode), which has the project."""
+        Spark's tasks import the project (local mode, or executors that have this version
+        of it installed: `executors.have_project`)."""
         return (
             stratum.linear is None
             and self.ev.policy.task_rows > 0
-            and self.ev.local_spark()
             and local_stratum.supported(self.ev.plan, stratum)
             and not any(r.aggregate or r.body_aggregates or r.choices for r in stratum.rules)
+            and self.ev.tasks_have_project()
         )
 
     def _rounds_in_one_task(
