@@ -8,7 +8,8 @@ plans (`Policy(task_rows=0)`, the peer; to ``--plans-large``, as it takes a job 
 a round). A round's cost is the difference of two sizes' times over the difference of
 their rounds, so the first round's plans and the epoch's fixed costs drop out. Every run's
 versions are checked against the counter's. ``--cluster``: the same on a standalone
-cluster started here, whose executors have the project.
+cluster started here, whose executors have the project; with ``POMO_SPARK_REMOTE`` set
+(``local``: a Spark Connect server started here), under Spark Connect.
 """
 
 from __future__ import annotations
