@@ -193,7 +193,7 @@ class SparkEvaluator:
     def tasks_have_project(self) -> bool:
         """Whether Spark's tasks can run this project's own modules by reference: in local
         mode, or where the executors import this version of it (asked once)."""
-        return self.local_spark() or executors.have_project(self.spark)
+        return executors.have_project(self.spark)
 
     # ------------------------------------------------------------------ state
 

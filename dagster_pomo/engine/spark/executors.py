@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from dagster_pomo import __version__
 from dagster_pomo.engine.spark.lookups import is_connect
+from dagster_pomo.engine.spark.session import runs_here
 
 _ANSWERS: dict[str, bool] = {}  # per Spark application (or Connect session)
 
@@ -30,7 +31,7 @@ def _application(spark: Any) -> str:
 def have_project(spark: Any) -> bool:
     """Whether ``spark``'s executors import this dagster-pomo: true in local mode (this
     machine's Python), asked once per application elsewhere (`ask`)."""
-    if not is_connect(spark) and spark.sparkContext.master.startswith("local"):
+    if runs_here(spark):
         return True
     app = _application(spark)
     if app not in _ANSWERS:
