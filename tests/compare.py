@@ -6,7 +6,7 @@ import bisect
 import json
 from collections.abc import Iterable
 
-from dagster_pomo.engine.policy import Policy
+from dagster_pomo.engine.policy import DEFAULT, Policy
 
 
 def rounded(values: tuple) -> tuple:
@@ -15,11 +15,14 @@ def rounded(values: tuple) -> tuple:
     return tuple(round(v, 9) if isinstance(v, float) else v for v in values)
 
 
-def policy(in_process: bool, one_pass: bool = True) -> Policy:
+def policy(in_process: bool, one_pass: bool = True, scans: bool = False) -> Policy:
     """How a test runs the Spark engine: small epochs' strata worked out in this process
     when ``in_process``, else always by Spark's plans (`LocalStrata.takes`); a range
-    of epochs in one pass where it can when ``one_pass``, else epoch by epoch."""
-    return Policy(one_pass=one_pass, in_process_inputs=10**9 if in_process else 0)
+    of epochs in one pass where it can when ``one_pass``, else epoch by epoch; the stored
+    epochs Spark's plans read come to them through Spark's scans of their files when
+    ``scans``, else, being few, as local relations (`Policy.plan_rows`)."""
+    few = 0 if scans else DEFAULT.plan_rows
+    return Policy(one_pass, 10**9 if in_process else 0, plan_rows=few)
 
 
 def window_versions(lines: Iterable[str], life: int, until: int) -> int:

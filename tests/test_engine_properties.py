@@ -128,13 +128,14 @@ def test_spark_gives_what_the_reference_gives(tmp_path_factory, case: Case) -> N
     local`) give what the reference gives. Epochs this small run Spark's plans
     interpreted; the one-epoch run is made to compile them, as a large epoch does
     (`SparkEvaluator.plans_for`), so both ways are checked. Epochs of 12 run as `pomo run`
-    does (a range at once where it can), of 16 epoch by epoch, as a schedule does."""
+    does (a range at once where it can), of 16 epoch by epoch, as a schedule does, the
+    stored epochs read through Spark's scans (the others, being few, as local relations)."""
     tmp = tmp_path_factory.mktemp("spark")
     batch = outcome(case, tmp, HORIZON_END, "reference")
     for size in (12, 16, HORIZON_END):
         expected = outcome(case, tmp, size, "reference") if case.sequential else batch
         with generated_code(size == HORIZON_END):
-            how = policy(in_process=False, one_pass=size != 16)
+            how = policy(in_process=False, one_pass=size != 16, scans=size == 16)
             assert outcome(case, tmp, size, "auto", how) == expected, size
         if size != 12:  # and as this process works small epochs out (a range never is)
             how = policy(in_process=True, one_pass=False)
@@ -147,11 +148,11 @@ def test_spark_gives_what_the_reference_gives(tmp_path_factory, case: Case) -> N
 
 
 def _same_on_every_engine(case: Case, tmp: Path) -> None:
-    """Spark's plans (a range at once, and epoch by epoch), this process's and this process
-    alone's give what the reference gives in one batch."""
+    """Spark's plans (a range at once, and epoch by epoch reading through Spark's scans),
+    this process's and this process alone's give what the reference gives in one batch."""
     batch = outcome(case, tmp, HORIZON_END, "reference")
     for size in (12, 16):
-        how = policy(in_process=False, one_pass=size != 16)
+        how = policy(in_process=False, one_pass=size != 16, scans=size == 16)
         assert outcome(case, tmp, size, "auto", how) == batch, size
     assert outcome(case, tmp, 16, "auto", policy(in_process=True, one_pass=False)) == batch
     assert outcome(case, tmp, 16, "local") == batch

@@ -16,6 +16,7 @@ from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
 from dagster_pomo.engine.policy import Policy
+from dagster_pomo.engine.spark.warehouse import Warehouse
 from dagster_pomo.engine.versions import Version
 from dagster_pomo.lang import compile_corpus
 from dagster_pomo.timeline import epoch_key
@@ -81,9 +82,11 @@ def contents(evaluator, program) -> dict[str, Counter]:
 
 def by_epoch(evaluator, relation: str, deferred: bool = False) -> dict[str, Counter]:
     """The rows of each stored epoch of ``relation`` (or of its deferred events), by the
-    folder they are in (one read)."""
+    folder they are in (one read, by Spark's scan: a local relation knows no files)."""
     keys = [epoch_key(e) for e in evaluator.epochs]
-    df = evaluator.backend.wh.read(relation, evaluator.backend.structs[relation], keys, deferred)
+    wh = evaluator.backend.wh
+    scan = Warehouse(wh.spark, wh.root, wh.corpus, plan_rows=0)
+    df = scan.read(relation, evaluator.backend.structs[relation], keys, deferred)
     folder = F.regexp_extract(F.input_file_name(), "/epoch=([^/]+)/", 1).alias("_folder")
     out: dict[str, Counter] = {k: Counter() for k in keys}
     for rec in df.select(folder, *df.columns).collect():
@@ -384,7 +387,6 @@ def test_files_beside_the_warehouse_are_replaced_whole_by_writers_at_once(tmp_pa
     """Two runs may record the landing files at the same time: each write replaces the file
     whole, none fails, and no partial file is left behind."""
     from dagster_pomo.engine.spark.session import spark_session
-    from dagster_pomo.engine.spark.warehouse import Warehouse
 
     wh = Warehouse(spark_session(), str(tmp_path), "sensors")
     texts = [json.dumps({"writer": w, "pad": "x" * 20_000}) for w in range(8)]
@@ -671,7 +673,6 @@ def test_writers_at_once_never_trip_over_the_staging_folder(tmp_path: Path) -> N
     import pyarrow as pa
 
     from dagster_pomo.engine.spark.session import spark_session
-    from dagster_pomo.engine.spark.warehouse import Warehouse
 
     wh = Warehouse(spark_session(), str(tmp_path), "c")
     table = pa.table({"x": [1, 2, 3]})
@@ -841,3 +842,49 @@ def test_an_epoch_reads_again_only_the_stored_epochs_whose_files_changed(
     fresh.evaluate_epoch(epochs[-1])
     anew = {k: v for k, v in partitions(tmp_path / "wh", program, fresh).items() if k[1] == sixth}
     assert anew == after
+
+
+def test_few_stored_versions_reach_spark_as_a_local_relation_and_more_as_a_scan(
+    tmp_path: Path, events_file: Path
+) -> None:
+    """`Policy.plan_rows`: stored epochs holding at most that many versions together (the
+    deferred ones counted apart) go into Spark's plans as a local relation this process
+    read, every row of them; more, or a bound of 0, as Spark's scan of their files."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from dagster_pomo.engine.spark.session import spark_session
+
+    struct = StructType([StructField("w", StringType()), StructField("t", LongType())])
+    spark = spark_session()
+
+    def table(*rows: tuple[str, int]) -> pa.Table:
+        return pa.table(
+            {"w": pa.array([w for w, _ in rows], pa.string()), "t": [t for _, t in rows]}
+        )
+
+    def read(bound: int, keys: list[str], deferred: bool = False) -> tuple[str, Counter]:
+        df = Warehouse(spark, str(tmp_path), "c", bound).read_stored("r", struct, keys, deferred)
+        assert df is not None
+        plan = df._jdf.queryExecution().analyzed().toString()
+        how = "local" if "LocalRelation" in plan else "scan" if "parquet" in plan else plan
+        return how, Counter(tuple(row) for row in df.collect())
+
+    wh = Warehouse(spark, str(tmp_path), "c")
+    wh.put("r", "1", table(("fig", 1), ("kiwi", 2)))
+    wh.put("r", "2", table(("pear", 3), ("fig", 4)))
+    wh.put("r", "2", table(("late", 30)), deferred=True)
+    wh.put("r", "0", table())
+    both = Counter([("fig", 1), ("kiwi", 2), ("pear", 3), ("fig", 4)])
+    assert read(4, ["1", "2", "3"]) == ("local", both)  # epoch 3 is not stored
+    # an empty epoch between two others: PySpark dropped the rows after an empty batch
+    assert read(4, ["1", "0", "2"]) == ("local", both)
+    assert read(3, ["1", "2"]) == ("scan", both)
+    assert read(0, ["1"]) == ("scan", Counter([("fig", 1), ("kiwi", 2)]))
+    assert read(1, ["2"], deferred=True) == ("local", Counter([("late", 30)]))
+    assert Warehouse(spark, str(tmp_path), "c", 9).read_stored("r", struct, ["3"]) is None
+    program = compile_corpus(CORPUS, "sensors.pomo")  # a run's warehouse takes its policy's
+    prepared = prepare(program, events_file, EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
+    for bound in (0, 7):
+        driver = Driver.for_run(program, prepared, str(tmp_path / "run"), Policy(plan_rows=bound))
+        assert driver.backend.wh.plan_rows == bound

@@ -159,7 +159,7 @@ class Driver:
         # told to do without it, never.
         local = policy.local_only
         spark = _without_spark(warehouse) if local else session or lazy_session(settings)
-        wh = Warehouse(spark, warehouse, program.name)
+        wh = Warehouse(spark, warehouse, program.name, policy.plan_rows)
         plan = plan or compile_plan(program, schemas)  # the one place a driver compiles
         backend = SparkEvaluator(
             spark, program, schemas, wh, epochs, clock_start, plan, facts, policy=policy

@@ -49,6 +49,11 @@ class Policy:
     # recursion reading at most this many versions of each relation also runs in this
     # process (`LocalStrata.takes`: in a large epoch, or on a cluster); 0: never.
     lower_rows: int = 200_000
+    # Stored epochs that Spark's plans read from a warehouse on this machine's disk, at most
+    # this many versions together, are read by this process and go into the plans as a
+    # local relation (see `Warehouse.read_stored`): no file listing, data-source lookup or
+    # scan tasks, about a seventh of a small epoch on Spark's plans; 0: Spark's scans always.
+    plan_rows: int = 10_000
     # A landing of more bytes than this is read by Spark's tasks, not by this process (see
     # `engine.spark.landing`); below 0: never.
     spark_landing_bytes: int = 256 << 20

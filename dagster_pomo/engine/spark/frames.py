@@ -37,6 +37,14 @@ def arrow_table(rows: Sequence[tuple], struct: StructType) -> pa.Table:
 
 def local(spark: SparkSession, rows: Sequence[tuple], struct: StructType) -> DataFrame:
     """``rows`` (tuples in the order of ``struct``) as a local relation."""
-    if not rows:
+    return local_table(spark, arrow_table(rows, struct), struct)
+
+
+def local_table(spark: SparkSession, table: pa.Table, struct: StructType) -> DataFrame:
+    """``table`` (of ``struct``'s columns and types) as a local relation; given its schema,
+    Spark need not work it out from Arrow's. In one piece: PySpark 4.3 drops the rows
+    after an empty batch that is not the first (a table read from several epochs, one of
+    them empty, or put together from several parts)."""
+    if not table.num_rows:
         return empty(spark, struct)
-    return spark.createDataFrame(arrow_table(rows, struct))
+    return spark.createDataFrame(table.combine_chunks(), struct)

@@ -220,7 +220,7 @@ class LocalStrata:
         for name, table in made.items():
             end = epoch.end if name in ev.defers else None
             if not ev.store.local:  # Spark's writer, to wherever the warehouse is
-                rows = ev.spark.createDataFrame(table, ev.structs[name])
+                rows = frames.local_table(ev.spark, table, ev.structs[name])
                 stats.rows[name] = ev.store_rows(name, epoch, rows, end)
                 continue
             stats.rows[name] = ev.store.put(name, key, table, end)

@@ -25,12 +25,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from dagster_pomo.engine.event_lines import FileTimes
 from dagster_pomo.engine.spark.epoch_changes import dropping, replacing
 from dagster_pomo.engine.spark.epoch_versions import Pass
-from dagster_pomo.engine.spark.frames import empty
+from dagster_pomo.engine.spark.frames import empty, local_table
 from dagster_pomo.engine.spark.session import refuses_spark
 
 STALE_SECONDS = 24 * 3600  # a staging folder this old was left by a run that died
@@ -43,8 +44,10 @@ PART_ROWS = 1_000_000
 
 
 class Warehouse:
-    def __init__(self, spark: SparkSession, root: str, corpus: str) -> None:
+    def __init__(self, spark: SparkSession, root: str, corpus: str, plan_rows: int = 0) -> None:
+        """``plan_rows``: see `read_stored` (`Policy.plan_rows`)."""
         self.spark = spark
+        self.plan_rows = plan_rows
         # A folder named relative to where the run started: the JVM and Spark's Python
         # workers have folders of their own, so every part is given the same full path.
         self.root = (os.path.abspath(root) if _local(root) == root else root).rstrip("/")
@@ -213,10 +216,10 @@ class Warehouse:
                 files.append((entry.name, st.st_size, st.st_ino, st.st_mtime_ns))
         return tuple(sorted(files))
 
-    def stored_rows(self, relation: str, key: str) -> int:
+    def stored_rows(self, relation: str, key: str, deferred: bool = False) -> int:
         """How many rows epoch ``key`` of ``relation`` holds, read from its Parquet files'
         footers (no Spark job); the warehouse must be on the local file system."""
-        folder = Path(_local(self.path(relation, key)))
+        folder = Path(_local(self.path(relation, key, deferred)))
         if not folder.is_dir():
             return 0
         return sum(pq.read_metadata(f).num_rows for f in folder.glob("*.parquet"))
@@ -230,9 +233,9 @@ class Warehouse:
             return False
         return refuses_spark(self.spark) or self.stored_total(relation, keys) <= LOCAL_ROWS
 
-    def stored_total(self, relation: str, keys: Iterable[str]) -> int:
+    def stored_total(self, relation: str, keys: Iterable[str], deferred: bool = False) -> int:
         """How many versions the epochs ``keys`` of ``relation`` hold (`stored_rows`)."""
-        return sum(self.stored_rows(relation, k) for k in keys)
+        return sum(self.stored_rows(relation, k, deferred) for k in keys)
 
     def stored_keys(self, relation: str, deferred: bool = False) -> set[str]:
         """The epochs of ``relation`` stored (one listing of its folder; the warehouse must be
@@ -395,9 +398,21 @@ class Warehouse:
     def read_stored(
         self, relation: str, schema: StructType, keys: Iterable[str], deferred: bool = False
     ) -> DataFrame | None:
-        """The epochs ``keys`` of ``relation`` that are stored, or None when none is."""
-        paths = [p for k in keys if self.exists(p := self.path(relation, k, deferred))]
-        return self.spark.read.schema(schema).parquet(*paths) if paths else None
+        """The epochs ``keys`` of ``relation`` that are stored, or None when none is.
+
+        On this machine's disk, at most ``plan_rows`` versions are read by this process and
+        go to Spark as a local relation, whose size its planner knows: for so few a scan
+        costs more (listing the files, looking the data source up, a task to read them)
+        than the rows do. The rows are read now rather than when a plan runs, which no
+        caller can tell: nothing rewrites an epoch while plans that read it are unfinished."""
+        keys = [k for k in keys if self.exists(self.path(relation, k, deferred))]
+        if not keys:
+            return None
+        if self.is_local and self.stored_total(relation, keys, deferred) <= self.plan_rows:
+            table = self.read_table(relation, keys, to_arrow_schema(schema), deferred)
+            return local_table(self.spark, table, schema)
+        paths = [self.path(relation, k, deferred) for k in keys]
+        return self.spark.read.schema(schema).parquet(*paths)
 
 
 def is_local_path(path: str) -> bool:
