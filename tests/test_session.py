@@ -28,7 +28,9 @@ def test_a_connect_server_is_sent_session_settings_only() -> None:
 def test_a_column_function_is_one_call_into_the_jvm() -> None:
     """An epoch builds thousands of columns; PySpark asks the JVM what a class and its
     method are before each call. The session remembers both: one round trip per column,
-    with the same results (and a static field is still read afresh each time)."""
+    with the same results (and a static field is still read afresh each time); so does
+    a table of rows handed to Spark."""
+    import pyarrow as pa
     from pyspark import SparkContext
     from pyspark.sql import functions as F
 
@@ -43,6 +45,11 @@ def test_a_column_function_is_one_call_into_the_jvm() -> None:
     assert calls.lookups == 0
     assert calls.count - calls.released == 4  # col, lit, and max over the column "a" names
     assert spark.range(5).select(F.max("id") + F.lit(1)).first()[0] == 5
+    table = pa.table({"a": pa.array([1, 2], pa.int64())})
+    assert spark.createDataFrame(table, "a long").count() == 2  # a table of rows too
+    with counting(JvmCalls()) as calls:
+        spark.createDataFrame(table, "a long")
+    assert calls.lookups == 0
     jvm = SparkContext._jvm
     with counting(JvmCalls()) as calls:
         assert jvm.java.lang.Integer.MAX_VALUE == 2**31 - 1

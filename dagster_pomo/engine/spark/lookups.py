@@ -50,13 +50,19 @@ def is_connect(spark: Any) -> bool:
 
 def remember_lookups(spark: Any) -> None:
     """Make the JVM view of ``spark``'s context remember its look-ups (once per context; a
-    Spark Connect session has no JVM here and is left as it is)."""
+    Spark Connect session has no JVM here and is left as it is), and ``spark`` use that
+    view: a session keeps the view it was made with, through which PySpark looks up the
+    classes that take a table of rows to the JVM (each such class found by trying every
+    package PySpark imports, a search of every jar for each miss)."""
     from pyspark import SparkContext
 
     if is_connect(spark):
         return
 
     view = SparkContext._jvm
-    if view is None or isinstance(view, _RememberingView):
+    if view is None:
         return
-    SparkContext._jvm = _RememberingView(view)
+    if not isinstance(view, _RememberingView):
+        view = SparkContext._jvm = _RememberingView(view)
+    if getattr(spark, "_jvm", None) is not None:
+        spark._jvm = view
