@@ -35,7 +35,8 @@ def test_a_column_function_is_one_call_into_the_jvm() -> None:
     from pyspark.sql import functions as F
 
     from bench.epoch_profile import JvmCalls, counting
-    from dagster_pomo.engine.spark.session import spark_session
+    from dagster_pomo.engine.spark.lookups import remember_lookups
+    from dagster_pomo.engine.spark.session import LazySession, spark_session
 
     spark = spark_session()
     F.col("a"), F.lit(1), F.max("a")  # the first use of each looks it up
@@ -50,6 +51,9 @@ def test_a_column_function_is_one_call_into_the_jvm() -> None:
     with counting(JvmCalls()) as calls:
         spark.createDataFrame(table, "a long")
     assert calls.lookups == 0
+    for lazy in (LazySession(SparkSettings()), LazySession(SparkSettings(), "no Spark here")):
+        remember_lookups(lazy)  # a session yet to start is neither started nor asked
+        assert not lazy.started
     jvm = SparkContext._jvm
     with counting(JvmCalls()) as calls:
         assert jvm.java.lang.Integer.MAX_VALUE == 2**31 - 1

@@ -55,6 +55,7 @@ def remember_lookups(spark: Any) -> None:
     classes that take a table of rows to the JVM (each such class found by trying every
     package PySpark imports, a search of every jar for each miss)."""
     from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
     if is_connect(spark):
         return
@@ -64,5 +65,5 @@ def remember_lookups(spark: Any) -> None:
         return
     if not isinstance(view, _RememberingView):
         view = SparkContext._jvm = _RememberingView(view)
-    if getattr(spark, "_jvm", None) is not None:
+    if isinstance(spark, SparkSession):  # not a session yet to start (`LazySession`)
         spark._jvm = view
