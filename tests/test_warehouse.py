@@ -881,6 +881,7 @@ def test_few_stored_versions_reach_spark_as_a_local_relation_and_more_as_a_scan(
     assert read(4, ["1", "0", "2"]) == ("local", both)
     assert read(3, ["1", "2"]) == ("scan", both)
     assert read(0, ["1"]) == ("scan", Counter([("fig", 1), ("kiwi", 2)]))
+    assert read(0, ["0"]) == ("scan", Counter())  # 0: scans always, even of no rows
     assert read(1, ["2"], deferred=True) == ("local", Counter([("late", 30)]))
     assert Warehouse(spark, str(tmp_path), "c", 9).read_stored("r", struct, ["3"]) is None
     program = compile_corpus(CORPUS, "sensors.pomo")  # a run's warehouse takes its policy's

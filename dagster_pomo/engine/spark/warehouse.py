@@ -408,7 +408,8 @@ class Warehouse:
         keys = [k for k in keys if self.exists(self.path(relation, k, deferred))]
         if not keys:
             return None
-        if self.is_local and self.stored_total(relation, keys, deferred) <= self.plan_rows:
+        few = 0 < self.plan_rows and self.is_local
+        if few and self.stored_total(relation, keys, deferred) <= self.plan_rows:
             table = self.read_table(relation, keys, to_arrow_schema(schema), deferred)
             return local_table(self.spark, table, schema)
         paths = [self.path(relation, k, deferred) for k in keys]
