@@ -22,7 +22,7 @@ def policy(in_process: bool, one_pass: bool = True, scans: bool = False) -> Poli
     epochs Spark's plans read come to them through Spark's scans of their files when
     ``scans``, else, being few, as local relations (`Policy.plan_rows`)."""
     few = 0 if scans else DEFAULT.plan_rows
-    return Policy(one_pass, 10**9 if in_process else 0, plan_rows=few)
+    return Policy(one_pass=one_pass, in_process_inputs=10**9 if in_process else 0, plan_rows=few)
 
 
 def window_versions(lines: Iterable[str], life: int, until: int) -> int:
