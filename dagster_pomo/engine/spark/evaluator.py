@@ -66,10 +66,11 @@ class _EpochCaches:
     """What the epoch under way has read, kept for its strata; new for every epoch."""
 
     # Its versions so far, by (`epoch_slot`, relation): read once, reused by rules.
-    current: dict[tuple[tuple[int, int], str], DataFrame] = field(default_factory=dict)
+    # None: nothing stored.
+    current: dict[tuple[tuple[int, int], str], DataFrame | None] = field(default_factory=dict)
     # Earlier epochs' versions, by relation and partitions: rules and strata reading the same
     # history share one scan (resolving a scan's files costs the driver ~10 ms each time).
-    history: dict[tuple[str, tuple[str, ...]], DataFrame] = field(default_factory=dict)
+    history: dict[tuple[str, tuple[str, ...]], DataFrame | None] = field(default_factory=dict)
     read: set[tuple[str, str]] = field(default_factory=set)  # partitions it read
 
 
@@ -199,14 +200,20 @@ class SparkEvaluator:
 
     def _history(self, name: str, epoch: Epoch, after: int) -> DataFrame:
         """Versions from epochs before ``epoch`` still alive after ``after``."""
+        found = self._stored_history(name, epoch, after)
+        return self.empty(name) if found is None else found
+
+    def _stored_history(self, name: str, epoch: Epoch, after: int) -> DataFrame | None:
+        """:meth:`_history`, or None when no epoch that could hold such versions is stored:
+        a plan leaves out what cannot hold a row rather than analyse and optimize it away
+        (the first epochs of a run, and relations whose lifetime reaches no stored epoch)."""
         if name == CLOCK:
             return self._ticks(after, epoch.start)
-        keys = self.history_keys(name, epoch, after)
-        stored = self._epoch.history.get((name, tuple(keys)))
-        if stored is None:  # earlier epochs are not written while this one is evaluated
-            stored = self.wh.read(name, self.structs[name], keys)
-            self._epoch.history[(name, tuple(keys))] = stored
-        return stored.filter(F.col("exp") > after)
+        slot = (name, tuple(self.history_keys(name, epoch, after)))
+        if slot not in self._epoch.history:  # not written while this epoch is evaluated
+            self._epoch.history[slot] = self.wh.read_stored(name, self.structs[name], slot[1])
+        stored = self._epoch.history[slot]
+        return None if stored is None else stored.filter(F.col("exp") > after)
 
     def history_keys(self, name: str, epoch: Epoch, after: int) -> list[str]:
         """The stored epochs before ``epoch`` that may hold versions of ``name`` alive after
@@ -263,11 +270,15 @@ class SparkEvaluator:
             return held[name]
         if name == CLOCK:
             return self._ticks(epoch.start - earlier, epoch.end)
-        history = self._history(name, epoch, epoch.start - earlier)
-        current = self._epoch.current.get((epoch_slot(epoch), name))
-        if current is None:
-            current = self.wh.read(name, self.structs[name], self.keys_of(epoch))
-            self._epoch.current[(epoch_slot(epoch), name)] = current
+        history = self._stored_history(name, epoch, epoch.start - earlier)
+        slot = (epoch_slot(epoch), name)
+        if slot not in self._epoch.current:
+            keys = self.keys_of(epoch)
+            self._epoch.current[slot] = self.wh.read_stored(name, self.structs[name], keys)
+        current = self._epoch.current[slot]
+        if history is None or current is None:
+            found = current if history is None else history
+            return self.empty(name) if found is None else found
         return history.unionByName(current)
 
     def history(self, name: str, epoch: Epoch) -> DataFrame:
@@ -394,7 +405,7 @@ class SparkEvaluator:
                 derived = reduce(DataFrame.unionByName, made)
                 later = self.dedupe(name, ranged.stamped_later(derived), by=["epoch"])
             stored = ranged.store(self.wh, name, rows, later)
-        self._epoch.current[(epoch_slot(epoch), name)] = self.wh.read(
+        self._epoch.current[(epoch_slot(epoch), name)] = self.wh.read_stored(
             name, self.structs[name], self.keys_of(epoch)
         )
         return stored
