@@ -77,16 +77,23 @@ def test_python_workers_talk_to_spark_over_unix_sockets() -> None:
 
     rows = spark_session().range(3, numPartitions=1).mapInArrow(same, "id long").collect()
     assert [r.id for r in rows] == [0, 1, 2]
-    daemons = [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "pyspark.daemon" in " ".join(p.cmdline())
-    ]
+
+    def named(process: psutil.Process) -> str:
+        try:
+            return " ".join(process.cmdline())
+        except psutil.Error:  # gone, or a worker that exited and is not yet reaped
+            return ""
+
+    daemons = [p for p in psutil.Process().children(recursive=True) if "pyspark.daemon" in named(p)]
     assert daemons, "Spark started its Python workers' daemon"
     for daemon in daemons:
         assert daemon.net_connections(kind="unix"), "the daemon listens on a Unix socket"
         for process in (daemon, *daemon.children(recursive=True)):
-            assert not process.net_connections(kind="inet"), process.cmdline()
+            try:
+                inet = process.net_connections(kind="inet")
+            except psutil.Error:  # a worker that has just exited
+                continue
+            assert not inet, named(process)
 
 
 SMALL_EPOCH = """
