@@ -273,13 +273,13 @@ class SparkEvaluator:
         history = self._stored_history(name, epoch, epoch.start - earlier)
         slot = (epoch_slot(epoch), name)
         if slot not in self._epoch.current:
-            keys = self.keys_of(epoch)
-            self._epoch.current[slot] = self.wh.read_stored(name, self.structs[name], keys)
-        current = self._epoch.current[slot]
-        if history is None or current is None:
-            found = current if history is None else history
-            return self.empty(name) if found is None else found
-        return history.unionByName(current)
+            self._epoch.current[slot] = self._stored_current(name, epoch)
+        parts = [df for df in (history, self._epoch.current[slot]) if df is not None]
+        return reduce(DataFrame.unionByName, parts) if parts else self.empty(name)
+
+    def _stored_current(self, name: str, epoch: Epoch) -> DataFrame | None:
+        """``epoch``'s versions of ``name`` so far, or None when none is stored."""
+        return self.wh.read_stored(name, self.structs[name], self.keys_of(epoch))
 
     def history(self, name: str, epoch: Epoch) -> DataFrame:
         """Versions of ``name`` from epochs before ``epoch`` still alive in it."""
@@ -405,9 +405,7 @@ class SparkEvaluator:
                 derived = reduce(DataFrame.unionByName, made)
                 later = self.dedupe(name, ranged.stamped_later(derived), by=["epoch"])
             stored = ranged.store(self.wh, name, rows, later)
-        self._epoch.current[(epoch_slot(epoch), name)] = self.wh.read_stored(
-            name, self.structs[name], self.keys_of(epoch)
-        )
+        self._epoch.current[(epoch_slot(epoch), name)] = self._stored_current(name, epoch)
         return stored
 
     def one_pass(self, epochs: Sequence[Epoch], strata: Sequence[StratumPlan]) -> Epoch | None:
