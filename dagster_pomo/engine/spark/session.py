@@ -57,7 +57,7 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
     # Each task of a Python function (aggregates, content IDs) connects to a Python worker:
     # over a Unix domain socket rather than TCP with its handshake, a small job's ~150 ms
-    # are ~95 ms (the driver's own Arrow exchanges with PySpark go the same way).
+    # are ~95 ms.
     "spark.python.unix.domain.socket.enabled": "true",
 }
 
