@@ -51,11 +51,20 @@ def _listening(log: Path) -> tuple[str, int] | None:
 
 
 @contextmanager
-def standalone(work: Path, workers: int = 2, wait: float = 90) -> Iterator[str | None]:
+def standalone(
+    work: Path, workers: int = 2, wait: float = 90, java_options: str = ""
+) -> Iterator[str | None]:
     """``spark://127.0.0.1:PORT`` of a master with ``workers`` one-core workers (their logs
     and folders under ``work``), stopped after; None when they did not start within
-    ``wait`` seconds."""
+    ``wait`` seconds. ``java_options``: for every JVM of the cluster, the master, the
+    workers and the executors they start (Spark reads them from its configuration folder's
+    ``java-opts``)."""
     env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOG_DIR": str(work)}
+    if java_options:
+        conf = work / "conf"
+        conf.mkdir(exist_ok=True)
+        (conf / "java-opts").write_text(java_options + "\n")
+        env["SPARK_CONF_DIR"] = str(conf)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     master = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
     master += ["--port", str(free_port()), "--webui-port", str(free_port())]

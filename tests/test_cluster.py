@@ -9,6 +9,7 @@ The cluster's driver runs in a process of its own (this one keeps its local sess
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -26,17 +27,24 @@ from tests.conftest import RULES
 from tests.test_dagster_assets import _normal, stored
 
 HOUR = 3_600_000
+JAVA_OPTIONS = os.environ.get("SPARK_SUBMIT_OPTS", "")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def cluster_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of the cluster's logs, its workers' folders and its configuration."""
+    return tmp_path_factory.mktemp("cluster")
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_work: Path) -> Iterator[str]:
     """``spark://127.0.0.1:PORT`` of a master with two one-core workers, stopped after. One
     that does not start fails the tests, with the master's log: the suite needs Java for
-    local Spark already, and the cluster needs nothing more."""
-    work = tmp_path_factory.mktemp("cluster")
-    with standalone(work) as url:
+    local Spark already, and the cluster needs nothing more. Its JVMs, the executors too,
+    compile as the tests' drivers do (`SPARK_SUBMIT_OPTS`, see conftest.py)."""
+    with standalone(cluster_work, java_options=JAVA_OPTIONS) as url:
         if url is None:
-            log = (work / "master.log").read_text(errors="replace")[-3000:]
+            log = (cluster_work / "master.log").read_text(errors="replace")[-3000:]
             pytest.fail(f"a standalone Spark master and two workers did not start:\n{log}")
         yield url
 
@@ -98,7 +106,7 @@ print("on spark:", json.dumps({"ran": ran, "c": args, "jobs": stats.spark_jobs})
 
 
 def test_a_cluster_writes_what_local_mode_writes_and_runs_rounds_in_the_driver_or_a_task(
-    cluster: str, tanks: Path, local: RunResult, tmp_path: Path
+    cluster: str, cluster_work: Path, tanks: Path, local: RunResult, tmp_path: Path
 ) -> None:
     """The landing read by the cluster's executors (`--landing-reader spark`), the local run
     having read it in its process. Then, in the same process, the counter that joins its
@@ -142,6 +150,10 @@ def test_a_cluster_writes_what_local_mode_writes_and_runs_rounds_in_the_driver_o
     assert said["c"] == [[x, rounds] for x in range(rounds + 1)]
     assert said["ran"] == [[["c"], rounds + 1, False]]
     assert said["jobs"] < 30, said["jobs"]
+    # The executors started with the cluster's Java options (each one's log begins with
+    # its command line)
+    started = [p.read_text() for p in cluster_work.glob("worker*/app-*/*/stderr")]
+    assert started and all(JAVA_OPTIONS in log.split("\n=", 1)[0] for log in started)
 
 
 def test_a_dagster_backfill_on_a_cluster_stores_what_pomo_run_derives(
