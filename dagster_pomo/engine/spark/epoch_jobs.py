@@ -4,7 +4,7 @@ partition."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -77,13 +77,8 @@ def interpreted(spark: SparkSession | LazySession) -> Iterator[bool]:
     if any(spark.conf.get(k, None) is not None for k in INTERPRETED):
         yield False
         return
-    for k, v in INTERPRETED.items():
-        spark.conf.set(k, v)
-    try:
+    with _settings(spark, INTERPRETED):
         yield True
-    finally:
-        for k in INTERPRETED:
-            spark.conf.unset(k)
 
 
 @contextmanager
@@ -96,15 +91,26 @@ def one_partition(spark: SparkSession | LazySession) -> Iterator[None]:
     epoch's stages ran eight tasks over a few hundred rows. In one partition the driver's
     JVM spent about a tenth less CPU on a small water-tank epoch, and an epoch of 50,000
     readings took 2.07 s against 2.33 s (docs/operations.md)."""
-    earlier = {k: spark.conf.get(k, None) for k in ONE_PARTITION}
-    ours = [k for k, v in earlier.items() if v is None or v == DEFAULT_CONF.get(k)]
-    for k in ours:
-        spark.conf.set(k, ONE_PARTITION[k])
+    ours = {
+        k: v
+        for k, v in ONE_PARTITION.items()
+        if spark.conf.get(k, None) in (None, DEFAULT_CONF.get(k))
+    }
+    with _settings(spark, ours):
+        yield
+
+
+@contextmanager
+def _settings(spark: SparkSession | LazySession, wanted: Mapping[str, str]) -> Iterator[None]:
+    """Within this block the session has the settings ``wanted``; afterwards, what it had."""
+    earlier = {k: spark.conf.get(k, None) for k in wanted}
+    for k, v in wanted.items():
+        spark.conf.set(k, v)
     try:
         yield
     finally:
-        for k in ours:
-            if earlier[k] is None:
+        for k, v in earlier.items():
+            if v is None:
                 spark.conf.unset(k)
             else:
-                spark.conf.set(k, earlier[k])
+                spark.conf.set(k, v)
