@@ -566,52 +566,6 @@ def test_small_epochs_run_without_generated_code_and_hold_the_same_rows(
         spark.conf.unset("spark.sql.codegen.wholeStage")
 
 
-def test_small_epochs_run_in_one_partition_unless_the_user_says_otherwise(
-    tmp_path: Path, events_file: Path
-) -> None:
-    """A small epoch's plans read each local relation and shuffle into one partition (a
-    stage of two tasks is a union of two); where the user set the partitions, theirs are
-    kept. Both store the same rows, and the session's settings are as they were after
-    each epoch."""
-    from dagster_pomo.engine.spark.epoch_jobs import ONE_PARTITION
-
-    plans = Policy(in_process_inputs=0)
-    ours = compile_corpus(FLAT, "ours.pomo")
-    prepared = prepare(ours, events_file, 2 * EPOCH, 0, EPOCH * EPOCHS, window=ANY_TIME)
-    driver = Driver.for_run(ours, prepared, str(tmp_path / "ours"), policy=plans)
-    spark = driver.backend.spark
-    theirs = compile_corpus(FLAT, "theirs.pomo")  # its own job groups
-    user = Driver.for_run(theirs, prepared, str(tmp_path / "theirs"), policy=plans, session=spark)
-    tracker = spark.sparkContext.statusTracker()
-
-    def stage_tasks(program, evaluator) -> list[int]:  # noqa: ANN001
-        """The tasks of each stage of ``evaluator``'s epochs, evaluated now."""
-        settings = {k: spark.conf.get(k, None) for k in ONE_PARTITION}
-        tasks = []
-        for epoch in evaluator.epochs:
-            assert evaluator.evaluate_epoch(epoch).interpreted
-            assert {k: spark.conf.get(k, None) for k in ONE_PARTITION} == settings
-            group = f"pomo-{program.name}-{epoch_key(epoch)}"
-            for job in tracker.getJobIdsForGroup(group):
-                tasks += [
-                    tracker.getStageInfo(s).numTasks for s in tracker.getJobInfo(job).stageIds
-                ]
-        return tasks
-
-    one = stage_tasks(ours, driver)
-    spark.conf.set("spark.sql.shuffle.partitions", "3")
-    spark.conf.set("spark.sql.leafNodeDefaultParallelism", "3")
-    try:
-        three = stage_tasks(theirs, user)
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", "2")
-        spark.conf.unset("spark.sql.leafNodeDefaultParallelism")
-    assert max(one) <= 2 and max(three) >= 3 and sum(one) < sum(three), (one, three)
-    assert partitions(tmp_path / "ours", ours, driver) == partitions(
-        tmp_path / "theirs", theirs, user
-    )
-
-
 @pytest.mark.parametrize("corpus", [FLAT, CORPUS], ids=["flat", "with-recursion"])
 def test_small_epochs_worked_out_in_this_process_hold_what_spark_holds(
     tmp_path: Path, events_file: Path, corpus: str

@@ -1,29 +1,22 @@
 """What an epoch's Spark jobs carry: the epoch's job group, counted at its end, and for a
-small epoch's plans, Spark's settings for running them without generated code and in one
-partition."""
+small epoch's plans, Spark's settings for running them without generated code."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
 from dagster_pomo.engine.spark.lookups import is_connect
-from dagster_pomo.engine.spark.session import DEFAULT_CONF, LazySession, started
+from dagster_pomo.engine.spark.session import LazySession, started
 
 # Spark's settings for plans run without generated code (see `interpreted`). The second is
 # internal to Spark; without it, Spark still generates each expression's code.
 INTERPRETED = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
-# Spark's settings for a small epoch's plans in one partition (see `one_partition`): each
-# local relation, and the rows after each shuffle.
-ONE_PARTITION = {
-    "spark.sql.shuffle.partitions": "1",
-    "spark.sql.leafNodeDefaultParallelism": "1",
 }
 
 
@@ -77,40 +70,10 @@ def interpreted(spark: SparkSession | LazySession) -> Iterator[bool]:
     if any(spark.conf.get(k, None) is not None for k in INTERPRETED):
         yield False
         return
-    with _settings(spark, INTERPRETED):
-        yield True
-
-
-@contextmanager
-def one_partition(spark: SparkSession | LazySession) -> Iterator[None]:
-    """Within this block Spark's plans read each local relation, and shuffle their rows, into
-    one partition, but where somebody has set the number otherwise; the session's settings
-    are as they were afterwards.
-
-    Every task costs the driver its scheduling and serializing whatever its rows: a small
-    epoch's stages ran eight tasks over a few hundred rows. In one partition the driver's
-    JVM spent about a tenth less CPU on a small water-tank epoch, and an epoch of 50,000
-    readings took 2.07 s against 2.33 s (docs/operations.md)."""
-    ours = {
-        k: v
-        for k, v in ONE_PARTITION.items()
-        if spark.conf.get(k, None) in (None, DEFAULT_CONF.get(k))
-    }
-    with _settings(spark, ours):
-        yield
-
-
-@contextmanager
-def _settings(spark: SparkSession | LazySession, wanted: Mapping[str, str]) -> Iterator[None]:
-    """Within this block the session has the settings ``wanted``; afterwards, what it had."""
-    earlier = {k: spark.conf.get(k, None) for k in wanted}
-    for k, v in wanted.items():
+    for k, v in INTERPRETED.items():
         spark.conf.set(k, v)
     try:
-        yield
+        yield True
     finally:
-        for k, v in earlier.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+        for k in INTERPRETED:
+            spark.conf.unset(k)

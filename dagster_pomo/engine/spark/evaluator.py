@@ -36,12 +36,7 @@ from dagster_pomo.engine.policy import DEFAULT, Policy
 from dagster_pomo.engine.reach import Records
 from dagster_pomo.engine.spark import epoch_versions, executors, frames
 from dagster_pomo.engine.spark import rule_frames as R
-from dagster_pomo.engine.spark.epoch_jobs import (
-    JobCount,
-    counted_jobs,
-    interpreted,
-    one_partition,
-)
+from dagster_pomo.engine.spark.epoch_jobs import JobCount, counted_jobs, interpreted
 from dagster_pomo.engine.spark.epoch_store import EpochStore
 from dagster_pomo.engine.spark.fixpoint import Recursion
 from dagster_pomo.engine.spark.local_strata import LocalStrata
@@ -351,11 +346,10 @@ class SparkEvaluator:
     @contextmanager
     def plans_for(self, epoch: Epoch, strata: Sequence[StratumPlan]) -> Iterator[bool]:
         """Within this block, where ``strata`` of ``epoch`` are evaluated, run their plans
-        `interpreted`, without generated code, and in `one_partition` when the epoch is
-        small (at most ``Policy.interpret_inputs`` input events, counted from its files:
-        Spark and the warehouse on this machine) and none of ``strata`` is recursive (rounds
-        can make far more rows than the epoch reads). The block is given whether they run
-        without generated code."""
+        `interpreted`, without generated code, when the epoch is small (at most
+        ``Policy.interpret_inputs`` input events, counted from its files: Spark and the
+        warehouse on this machine) and none of ``strata`` is recursive (rounds can make far
+        more rows than the epoch reads). The block is given whether they run so."""
         small = (
             self.store.local
             and not all(self.local.takes(s, epoch) for s in strata)  # no plans to run
@@ -366,7 +360,7 @@ class SparkEvaluator:
         if not small:
             yield False
             return
-        with interpreted(self.spark) as plain, one_partition(self.spark):
+        with interpreted(self.spark) as plain:
             yield plain
 
     def evaluate_next(self, epoch: Epoch) -> dict[str, DataFrame]:
