@@ -21,13 +21,16 @@ import pytest
 from bench.standalone import on_cluster, standalone
 from dagster_pomo.engine.policy import Policy
 from dagster_pomo.engine.run import RunResult, run, write_outputs
+from dagster_pomo.engine.settings import QUICK_JIT
 from dagster_pomo.examples import water_tank_events
 from dagster_pomo.lang import load_program
 from tests.conftest import RULES
 from tests.test_dagster_assets import _normal, stored
 
 HOUR = 3_600_000
-JAVA_OPTIONS = os.environ.get("SPARK_SUBMIT_OPTS", "")
+# The JIT's quick tier for the cluster's JVMs when the tests' drivers have it (conftest.py);
+# not the drivers' other options, a debugger's or profiler's port, which JVMs cannot share.
+JAVA_OPTIONS = QUICK_JIT if QUICK_JIT in os.environ.get("SPARK_SUBMIT_OPTS", "").split() else ""
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,7 @@ def cluster(cluster_work: Path) -> Iterator[str]:
     """``spark://127.0.0.1:PORT`` of a master with two one-core workers, stopped after. One
     that does not start fails the tests, with the master's log: the suite needs Java for
     local Spark already, and the cluster needs nothing more. Its JVMs, the executors too,
-    compile as the tests' drivers do (`SPARK_SUBMIT_OPTS`, see conftest.py)."""
+    compile on the tier the tests' drivers do (`JAVA_OPTIONS`)."""
     with standalone(cluster_work, java_options=JAVA_OPTIONS) as url:
         if url is None:
             log = (cluster_work / "master.log").read_text(errors="replace")[-3000:]
