@@ -32,12 +32,13 @@ class JobCount:
 def counted_jobs(spark: SparkSession | LazySession, group: str, about: str) -> Iterator[JobCount]:
     """Within this block Spark's jobs carry the job group ``group`` (described as ``about``),
     also when the session starts within it; how many ran is in the count given once the
-    block ends. Spark keeps a group's jobs across blocks of the same group: only this
-    block's are counted."""
+    block ends. Spark keeps a group's jobs across blocks of the same group (and sessions
+    of one process): only this block's are counted."""
     count = JobCount()
     lazy = spark if isinstance(spark, LazySession) else None
     if lazy is not None:
         lazy.job_group = (group, about)  # the session gets it if it starts within the block
+        lazy.earlier_jobs = set()
     running = started(spark)
     classic = not is_connect(spark)
     earlier: set[int] = set()
@@ -49,6 +50,7 @@ def counted_jobs(spark: SparkSession | LazySession, group: str, about: str) -> I
     finally:
         if lazy is not None:
             lazy.job_group = None
+            earlier |= lazy.earlier_jobs  # the group's jobs when it started within the block
         running = started(spark)
         if not classic:
             count.jobs = None

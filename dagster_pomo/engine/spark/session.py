@@ -165,8 +165,10 @@ class LazySession:
         # saying so, never a JVM started behind the user's back.
         self.refusal = refusal
         self._session: SparkSession | None = None
-        # The job group of the epoch under way, given to the session when it starts.
+        # The job group of the epoch under way, given to the session when it starts, and
+        # the jobs the group had then (the process's Spark may have run it before).
         self.job_group: tuple[str, str] | None = None
+        self.earlier_jobs: set[int] = set()
 
     @property
     def started(self) -> bool:
@@ -179,7 +181,10 @@ class LazySession:
                 raise SparkRefused(self.refusal)
             self._session = spark_session(self.settings)
             if self.job_group is not None:
-                self._session.sparkContext.setJobGroup(*self.job_group)
+                context = self._session.sparkContext
+                context.setJobGroup(*self.job_group)
+                group = self.job_group[0]
+                self.earlier_jobs = set(context.statusTracker().getJobIdsForGroup(group))
         return self._session
 
     def conf_value(self, key: str) -> str | None:
