@@ -10,11 +10,17 @@ their rounds, so the first round's plans and the epoch's fixed costs drop out. E
 versions are checked against the counter's. ``--cluster``: the same on a standalone
 cluster started here, whose executors have the project; with ``POMO_SPARK_REMOTE`` set
 (``local``: a Spark Connect server started here), under Spark Connect.
+
+``--closure``: instead, the closure ``p(x, z) := p(x, y) ^ e(y, z)`` of a chain of
+``--small`` and ``--large`` edges (a round a node; the last round's paths grow with the
+chain), its tasks allowed ``--task-rows`` versions each, fewer than the closure has: the
+rounds go on in more tasks, spread on ``x`` (as shipped), against Spark's plans.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -33,20 +39,37 @@ COUNTER = """.decl c(x: int, n: int);
 c(0, {n});
 c(x + 1, n) := c(x, _) ^ c(_, n) if x < n;
 """
+CLOSURE = """.decl e(x: int, y: int);
+p(x, y) := e(x, y);
+p(x, z) := p(x, y) ^ e(y, z);
+"""
 ON_SPARK = Policy(in_process_inputs=0)
 
 
-def timed(work: Path, n: int, how: Policy) -> float:
-    """Seconds the counter's epoch takes to ``n`` rounds (its stratum on Spark, checked)."""
-    program = compile_corpus(COUNTER.format(n=n), "counter.pomo")
-    prepared = prepare(program, None, 100, 0, 100, ANY_TIME)
+def timed(work: Path, n: int, how: Policy, closure: bool = False) -> float:
+    """Seconds the counter's epoch takes to ``n`` rounds, or with ``closure`` the closure of a
+    chain of ``n`` edges (its stratum on Spark, its versions checked)."""
+    corpus, name = (CLOSURE, "p") if closure else (COUNTER.format(n=n), "c")
+    program = compile_corpus(corpus, "rounds.pomo")
+    events = None
+    if closure:
+        events = work / f"chain-{n}.jsonl"
+        events.parent.mkdir(parents=True, exist_ok=True)
+        lines = (json.dumps({"relation": "e", "t": 1, "args": [i, i + 1]}) for i in range(n))
+        events.write_text("".join(line + "\n" for line in lines))
+    prepared = prepare(program, events, 100, 0, 100, ANY_TIME)
     driver = Driver.for_run(program, prepared, str(work / f"wh-{n}-{how.task_rows}"), how)
     started = time.perf_counter()
     stats = driver.evaluate_epoch(driver.epochs[0])
     seconds = time.perf_counter() - started
-    (counter,) = [s for s in stats.strata if s.relations == ("c",)]
-    assert not counter.in_process and counter.rounds == n + 1, counter
-    assert sorted(v.args for v in driver.versions("c")) == [(x, n) for x in range(n + 1)]
+    (stratum,) = [s for s in stats.strata if s.relations == (name,)]
+    assert not stratum.in_process, stratum
+    versions = sorted(v.args for v in driver.versions(name))
+    if closure:
+        assert versions == [(x, y) for x in range(n) for y in range(x + 1, n + 1)]
+    else:
+        assert stratum.rounds == n + 1, stratum
+        assert versions == [(x, n) for x in range(n + 1)]
     return seconds
 
 
@@ -59,30 +82,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cluster", action="store_true", help="on a standalone cluster of two one-core workers"
     )
+    parser.add_argument(
+        "--closure", action="store_true", help="a chain's closure, past what a task may know"
+    )
+    parser.add_argument("--task-rows", type=int, default=2000, help="with --closure")
     args = parser.parse_args(argv)
     if args.cluster:
         given = sys.argv[1:] if argv is None else argv
         return _on_cluster([a for a in given if a != "--cluster"])
     plans = replace(ON_SPARK, task_rows=0)
+    shipped, name = ON_SPARK, "rounds in one task"
+    if args.closure:
+        shipped = replace(ON_SPARK, task_rows=args.task_rows)
+        name = f"rounds in tasks, spread past task_rows={args.task_rows:,}"
     with tempfile.TemporaryDirectory(prefix="pomo-rounds-") as tmp:
         work = Path(tmp)
-        timed(work / "warm", args.small, ON_SPARK)
-        timed(work / "warm", args.small, plans)
+        timed(work / "warm", args.small, shipped, args.closure)
+        timed(work / "warm", args.small, plans, args.closure)
         rows = []
-        for name, how, large in (
-            ("rounds in one task", ON_SPARK, args.large),
+        for label, how, large in (
+            (name, shipped, args.large),
             ("Spark's plans (task_rows=0)", plans, args.plans_large),
         ):
             small_s, large_s = [], []
             for i in range(args.repeat):
-                small_s.append(timed(work / f"{i}", args.small, how))
-                large_s.append(timed(work / f"{i}", large, how))
+                small_s.append(timed(work / f"{i}", args.small, how, args.closure))
+                large_s.append(timed(work / f"{i}", large, how, args.closure))
             small_m, large_m = (
                 sorted(small_s)[len(small_s) // 2],
                 sorted(large_s)[len(large_s) // 2],
             )
             per = (large_m - small_m) / (large - args.small)
-            rows.append((name, args.small, small_m, large, large_m, per))
+            rows.append((label, args.small, small_m, large, large_m, per))
     print("| rounds | epoch, small | epoch, large | a round |")
     print("| --- | ---: | ---: | ---: |")
     for name, small, small_m, large, large_m, per in rows:

@@ -179,6 +179,22 @@ def test_the_spark_rounds_benchmark_times_both_ways_of_running_rounds(capsys) ->
     assert all(re.search(r"\| -?[\d.]+ ms \|$", r) for r in rows[2:])
 
 
+def test_the_spark_rounds_benchmark_times_a_closure_past_what_a_task_may_know(capsys) -> None:  # noqa: ANN001
+    """``--closure`` times a chain's closure with its tasks allowed fewer versions than it
+    has (``--task-rows``), and on Spark's plans, each run's paths checked (an assertion
+    fails otherwise), a row for each."""
+    from bench.spark_rounds import main as spark_rounds
+
+    args = ["--closure", "--small", "3", "--large", "12", "--plans-large", "5", "--repeat", "1"]
+    assert spark_rounds([*args, "--task-rows", "20"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split("|")[1].strip() for r in rows[2:]] == [
+        "rounds in tasks, spread past task_rows=20",
+        "Spark's plans (task_rows=0)",
+    ]
+    assert "(13 rounds)" in rows[2]
+
+
 def test_the_whole_run_benchmark_times_every_process_and_checks_their_outputs(capsys) -> None:  # noqa: ANN001
     """`python -m bench.whole_run` times `pomo run --out` and its peers as fresh processes,
     each output counted against DuckDB's (the harness exits 1 when they differ), and prints

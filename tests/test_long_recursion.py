@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -126,12 +127,22 @@ def test_spark_plans_keep_a_self_join_estimate_bounded(tmp_path: Path) -> None:
 
 
 def _on_spark(
-    tmp: Path, corpus: str, how: Policy, relation: str = "c"
+    tmp: Path,
+    corpus: str,
+    how: Policy,
+    relation: str = "c",
+    events: Sequence[tuple[str, int, list]] = (),
 ) -> tuple[list[tuple], int, int]:
-    """``corpus`` in one epoch on Spark (``how``): the versions of ``relation``, the rounds
-    its stratum ran and the Spark jobs the epoch ran."""
+    """``corpus`` in one epoch on Spark (``how``), over ``events``: the versions of
+    ``relation``, the rounds its stratum ran and the Spark jobs the epoch ran."""
     program = compile_corpus(corpus, "rounds.pomo")
-    prepared = prepare(program, None, 100, 0, 100, ANY_TIME)
+    path = None
+    if events:
+        tmp.mkdir(parents=True, exist_ok=True)
+        path = tmp / f"events-{len(corpus)}-{len(events)}.jsonl"
+        lines = [json.dumps({"relation": r, "t": t, "args": a}) + "\n" for r, t, a in events]
+        path.write_text("".join(lines))
+    prepared = prepare(program, path, 100, 0, 100, ANY_TIME)
     driver = Driver.for_run(program, prepared, str(tmp / f"wh{len(corpus)}-{how.task_rows}"), how)
     stats = driver.evaluate_epoch(driver.epochs[0])
     (stratum,) = [s for s in stats.strata if relation in s.relations]
@@ -176,6 +187,44 @@ def test_a_recursion_on_spark_runs_its_later_rounds_in_one_task_while_it_holds_t
     assert jobs > left
 
 
+CLOSURE = """.decl e(x: int, y: int);
+p(x, y) := e(x, y);
+p(x, z) := p(x, y) ^ e(y, z);
+"""
+
+
+def test_a_closure_that_outgrows_its_tasks_is_spread_over_more_of_them(tmp_path: Path) -> None:
+    """A linear recursion spread on an argument its rules keep (the closure's ``x``) whose
+    tasks come to know more than `Policy.task_rows` versions goes on in more tasks, those
+    keys whose versions still wait to be joined only, rather than in Spark's rounds (a job
+    each at least): a chain of 40 edges, 820 paths, at most 60 versions a task. With a
+    single key (the paths from one node, over 14 edges), spreading cannot help: Spark's
+    rounds finish it. The versions are the rules' either way."""
+    n = 40
+    chain = [("e", 1, [i, i + 1]) for i in range(n)]
+    spark = replace(policy(in_process=False), task_rows=60)
+    versions, rounds, jobs = _on_spark(tmp_path / "spread", CLOSURE, spark, "p", chain)
+    assert versions == [(x, y) for x in range(n) for y in range(x + 1, n + 1)]
+    assert rounds >= n  # each pass's longest task, added up
+    assert jobs < n // 2, jobs
+    one = CLOSURE.replace("p(x, y) := e(x, y);", "p(x, y) := e(x, y) if x == 0;")
+    few = replace(spark, task_rows=8)
+    versions, rounds, jobs = _on_spark(tmp_path / "one", one, few, "p", chain[:14])
+    assert versions == [(0, y) for y in range(1, 15)]
+    assert jobs > 14 - 8  # the rounds after the task's limit: one job each at least
+
+
+def test_an_epoch_run_again_in_the_process_counts_only_its_own_spark_jobs(tmp_path: Path) -> None:
+    """Each run of an epoch starts from a session not yet asked for (Spark starts with the
+    first plan) in the job group the epoch had before: its count is its own jobs, not
+    theirs too (the second run counted both)."""
+    spark = policy(in_process=False)
+    counts = [
+        _on_spark(tmp_path / f"run{i}", COUNTER.format(n=3, step=1), spark)[2] for i in (1, 2)
+    ]
+    assert counts[0] > 0 and counts[1] == counts[0], counts
+
+
 def test_rounds_go_to_a_task_only_where_executors_import_this_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -193,7 +242,7 @@ def test_rounds_go_to_a_task_only_where_executors_import_this_version(
 @st.composite
 def chains(draw: st.DrawFn) -> tuple[str, list[tuple[str, int, list]]]:
     """A recursive corpus whose fixpoint takes many rounds, and its events."""
-    shape = draw(st.sampled_from(["counter", "path", "halving", "mutual", "cross"]))
+    shape = draw(st.sampled_from(["counter", "path", "halving", "closure", "mutual", "cross"]))
     n = draw(st.integers(20, 120))
     if shape == "counter":  # joins the relation with itself, no shared variable
         return COUNTER.format(n=n, step=draw(st.integers(1, 3))), []
@@ -206,6 +255,8 @@ def chains(draw: st.DrawFn) -> tuple[str, list[tuple[str, int, list]]]:
         corpus = """p(x, y) := e(x, y);
         p(x, z) := p(x, y) ^ p(y, z);"""
         return corpus, [("e", i % 5, [i, i + 1]) for i in range(min(n, 40))]
+    if shape == "closure":  # linear, spread on the argument its rules keep
+        return CLOSURE, [("e", i % 5, [i, i + 1]) for i in range(min(n, 40))]
     if shape == "mutual":  # two relations feeding each other, one step a round
         corpus = f"""a(0);
         a(x + 1) := b(x) if x < {n};

@@ -42,8 +42,8 @@ class Policy:
     # code (see `SparkEvaluator.plans_for`); below 0: never.
     interpret_inputs: int = 50_000
     # The later rounds of a recursion run inside Spark tasks while a task knows at most
-    # this many versions (a linear one's: `linear_fixpoint`; another's, in one task:
-    # `task_rounds`); 0: Spark's rounds only.
+    # this many versions (a linear one's: `linear_fixpoint`, spread over more tasks when
+    # they outgrow it; another's, in one task: `task_rounds`); 0: Spark's rounds only.
     task_rows: int = 4_000_000
     # ... and only when each lower relation they join has at most this many rows. A
     # recursion reading at most this many versions of each relation also runs in this

@@ -225,17 +225,21 @@ class Recursion:
         current: dict[str, DataFrame],
         delta: dict[str, DataFrame],
     ) -> tuple[dict[str, DataFrame] | None, dict[str, DataFrame] | None, int]:
-        """The rounds after the first in one Spark job, each partition of the relation taken to
-        its fixpoint by a task (see `linear_fixpoint`): spread on its stable argument, or all in one
-        partition when it has none. Returns what Spark's rounds still have to join (None:
+        """The rounds after the first in Spark jobs, each partition of the relation taken to
+        its fixpoint by a task (see `linear_fixpoint`): spread on its stable argument, or all in
+        one partition when it has none. Returns what Spark's rounds still have to join (None:
         nothing), the relation's versions when that is nothing (one per version key; None
-        when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran. Lower
-        relations too large to ship leave every round to Spark. Rounds run inside tasks while
-        a task knows at most `Policy.task_rows` versions (then Spark's rounds go on from
-        there), and only when the lower relations they join have at most
-        `Policy.lower_rows` rows each: all are shipped with every task."""
+        when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran (each
+        pass's longest, added up). Lower relations too large to ship leave every round to
+        Spark. Rounds run inside tasks while
+        a task knows at most `Policy.task_rows` versions, and only when the lower relations
+        they join have at most `Policy.lower_rows` rows each: all are shipped with every task.
+
+        A relation spread on its stable argument that outgrows its tasks is spread again over
+        more of them (`_more_tasks`), each going on from what the last knew, until its rounds
+        end or spreading it further stops helping; then Spark's rounds go on from there."""
         name = plan.relation
-        task_rows, lower_rows = self.ev.policy.task_rows, self.ev.policy.lower_rows
+        lower_rows = self.ev.policy.lower_rows
         lower: dict[str, pa.Table] = {}
         for r in sorted(plan.lower):
             table = fix.held[r].limit(lower_rows + 1).toArrow()
@@ -243,13 +247,77 @@ class Recursion:
                 return delta, None, 0
             lower[r] = table
         pieces = [rows for rows, _ in fix.pieces[name]]
-        flagged = [
-            p.withColumn(linear_fixpoint.NEW, F.lit(i == len(pieces) - 1))
-            for i, p in enumerate(pieces)
-        ]
-        rows = reduce(DataFrame.union, flagged)
+        rows = reduce(
+            DataFrame.union,
+            [
+                p.withColumn(linear_fixpoint.NEW, F.lit(i == len(pieces) - 1))
+                for i, p in enumerate(pieces)
+            ],
+        )
+        tasks = self.ev.partitions if name in self._stable else 1
+        left = self.ev.policy.budgets.rounds - 1  # the first ran already
+        ran = 0
+        columns = [*R.row_columns(self.ev.schemas[name]), linear_fixpoint.NEW]
+        finished: list[DataFrame] = []  # versions of keys whose rounds have ended
+        idle = 0  # passes in a row that spread the rows again and ran no round
+        while True:
+            out, pending, busy, more = self._tasks_pass(
+                fix, plan, epoch, lower, rows, tasks, left, len(finished)
+            )
+            ran, left = ran + more, left - more
+            if out is None:  # the tasks stored the epoch
+                return None, None, ran
+            idle = idle + 1 if finished and not more else 0
+            wider = self._more_tasks(name, busy) if pending and left > 0 else 0
+            if not wider or idle >= self.IDLE_PASSES:
+                break  # done; nothing to spread on; or spreading again does not help
+            # A key's versions come only from its own (the argument is stable): the keys
+            # none of whose versions waits are done, and the rest go on in more tasks.
+            spread = self._spread[name]
+            waiting = out.filter(F.col(linear_fixpoint.NEW)).select(*spread).distinct()
+            if busy == 1 and waiting.limit(2).count() < 2:
+                break  # one key waits: no spreading splits it
+            finished.append(out.join(waiting, on=spread, how="left_anti").select(*columns))
+            rows, tasks = out.join(waiting, on=spread, how="left_semi").select(*columns), wider
+        if finished:
+            out = reduce(DataFrame.union, [*finished, out.select(*columns)])
+        return self._from_tasks(fix, epoch, current, {name: out}, {name: pending}, ran)
+
+    MOST_TASKS = 1024  # the most tasks a relation's rounds are spread over (`_more_tasks`)
+    # Passes in a row that may spread a relation's rows again without any task running a
+    # round (its keys met in one task again, or a key alone is more than a task may know).
+    IDLE_PASSES = 3
+
+    def _more_tasks(self, name: str, busy: int) -> int:
+        """How many tasks the rounds of ``name`` go on in once ``busy`` tasks stopped with
+        versions still to join (each knowing more than `Policy.task_rows`): four for each,
+        so that each knows about a quarter of that to begin with (at most `MOST_TASKS`); 0
+        when the relation cannot be spread (it has no stable argument)."""
+        return min(self.MOST_TASKS, 4 * max(1, busy)) if name in self._stable else 0
+
+    def _tasks_pass(
+        self,
+        fix: _Fixpoint,
+        plan: linear_rounds.LinearPlan,
+        epoch: Epoch,
+        lower: Mapping[str, pa.Table],
+        rows: DataFrame,
+        tasks: int,
+        rounds: int,
+        again: int,
+    ) -> tuple[DataFrame | None, int, int, int]:
+        """One Spark job whose ``tasks`` tasks take ``rows`` (the relation's versions and
+        ``__new``) to their fixpoint, at most ``rounds`` rounds: the first pass over them,
+        whose tasks may write the epoch themselves (`_tasks_write`), or the ``again``-th
+        over the keys still to join, laid out anew (keys that met in a task may not meet
+        again). Returns the versions the tasks know,
+        with ``__new`` (None when the tasks stored the epoch, all rounds done), how many
+        wait to be joined, how many tasks stopped with some waiting, and the rounds the
+        tasks ran (the most any ran)."""
+        name = plan.relation
         if name in self._stable:
-            rows = rows.repartition(self.ev.partitions, *self._spread[name])
+            salt = [F.lit(again)] if again else []
+            rows = rows.repartition(tasks, *[F.col(c) for c in self._spread[name]], *salt)
         else:
             rows = rows.repartition(1)
         struct = StructType(
@@ -260,8 +328,8 @@ class Recursion:
             ]
         )
         arrow = to_arrow_schema(struct)
-        staging = self._tasks_write(name, epoch)
-        rounds = self.ev.policy.budgets.rounds - 1  # the first ran already
+        staging = None if again else self._tasks_write(name, epoch)
+        task_rows = self.ev.policy.task_rows
         run = linear_fixpoint.task(
             plan, lower, arrow, epoch.lower, epoch.end, task_rows, staging, rounds
         )
@@ -273,26 +341,30 @@ class Recursion:
                 F.max(linear_fixpoint.ROUNDS).alias("rounds"),
             )
             ran, pending = int(seen.get("rounds") or 0), int(seen.get("waiting") or 0)
-        else:
-            try:
-                summary = rows.mapInArrow(run, from_arrow_schema(linear_fixpoint.SUMMARY)).collect()
-            except BaseException:
-                self.ev.wh.discard(staging)
-                raise
-            ran = max((r["rounds"] for r in summary), default=0)
-            pending = sum(r["waiting"] for r in summary)
-            if not pending:
-                self.ev.wh.promote(staging, name, epoch_key(epoch))
-                fix.written[name] = sum(r["rows"] for r in summary)
-                return None, None, ran
-            # The tasks' files, in memory again (files without ``__new`` hold no waiting row).
-            read = self.ev.spark.read.schema(struct).parquet(staging)
-            out = read.withColumn(
-                linear_fixpoint.NEW, F.coalesce(F.col(linear_fixpoint.NEW), F.lit(False))
-            )
-            out = bounded(out.localCheckpoint(eager=True))
+            busy = 0
+            if pending:  # the tasks left with versions to join (the stored rows keep their parts)
+                waiting = out.filter(F.col(linear_fixpoint.NEW))
+                busy = waiting.select(F.spark_partition_id()).distinct().count()
+            return out, pending, busy, ran
+        try:
+            summary = rows.mapInArrow(run, from_arrow_schema(linear_fixpoint.SUMMARY)).collect()
+        except BaseException:
             self.ev.wh.discard(staging)
-        return self._from_tasks(fix, epoch, current, {name: out}, {name: pending}, ran)
+            raise
+        ran = max((r["rounds"] for r in summary), default=0)
+        pending = sum(r["waiting"] for r in summary)
+        if not pending:
+            self.ev.wh.promote(staging, name, epoch_key(epoch))
+            fix.written[name] = sum(r["rows"] for r in summary)
+            return None, 0, 0, ran
+        # The tasks' files, in memory again (files without ``__new`` hold no waiting row).
+        read = self.ev.spark.read.schema(struct).parquet(staging)
+        out = read.withColumn(
+            linear_fixpoint.NEW, F.coalesce(F.col(linear_fixpoint.NEW), F.lit(False))
+        )
+        out = bounded(out.localCheckpoint(eager=True))
+        self.ev.wh.discard(staging)
+        return out, pending, sum(1 for r in summary if r["waiting"]), ran
 
     def _from_tasks(
         self,
