@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dagster_pomo.engine.budgets import BudgetExceeded, Budgets
 from dagster_pomo.engine.driver import Driver
 from dagster_pomo.engine.inputs import prepare
 from dagster_pomo.engine.lines import ANY_TIME
@@ -197,7 +198,8 @@ def test_a_closure_that_outgrows_its_tasks_is_spread_over_more_of_them(tmp_path:
     """A linear recursion spread on an argument its rules keep (the closure's ``x``) whose
     tasks come to know more than `Policy.task_rows` versions goes on in more tasks, those
     keys whose versions still wait to be joined only, rather than in Spark's rounds (a job
-    each at least): a chain of 40 edges, 820 paths, at most 60 versions a task. With a
+    each at least): a chain of 40 edges, 820 paths, at most 60 versions a task; their
+    rounds count towards the rounds budget as the rounds that led to each. With a
     single key (the paths from one node, over 14 edges), spreading cannot help: Spark's
     rounds finish it. The versions are the rules' either way."""
     n = 40
@@ -205,8 +207,12 @@ def test_a_closure_that_outgrows_its_tasks_is_spread_over_more_of_them(tmp_path:
     spark = replace(policy(in_process=False), task_rows=60)
     versions, rounds, jobs = _on_spark(tmp_path / "spread", CLOSURE, spark, "p", chain)
     assert versions == [(x, y) for x in range(n) for y in range(x + 1, n + 1)]
-    assert rounds >= n  # each pass's longest task, added up
+    # The rounds that led to the deepest path, counted from the deepest a task was given.
+    assert n + 1 <= rounds <= 2 * (n + 1), rounds
     assert jobs < n // 2, jobs
+    short = replace(spark, budgets=Budgets(rounds=n - 10))  # the passes count to the budget
+    with pytest.raises(BudgetExceeded, match=f"did not end within {n - 10} rounds"):
+        _on_spark(tmp_path / "short", CLOSURE, short, "p", chain)
     one = CLOSURE.replace("p(x, y) := e(x, y);", "p(x, y) := e(x, y) if x == 0;")
     few = replace(spark, task_rows=8)
     versions, rounds, jobs = _on_spark(tmp_path / "one", one, few, "p", chain[:14])

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dagster_pomo.engine.local.column_joins import (
@@ -518,7 +519,9 @@ def task(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs on each partition of the relation's rows: their
     fixpoint (or its first ``rounds`` rounds), in ``schema`` (the stored columns, ``__new``
-    and ``__rounds``).
+    and ``__rounds``). Rows that went through such tasks before may carry ``__rounds``, the
+    rounds that led to them: the task goes on from the most of those (its rounds count
+    towards ``rounds`` and its rows carry the total).
 
     With a ``folder`` (local to the task), each task writes its rows there as one Parquet
     file and returns only a `SUMMARY` row: what Spark would spend taking millions of rows
@@ -529,9 +532,15 @@ def task(
         got = list(batches)
         if not got or not any(b.num_rows for b in got):
             return
-        rows = from_arrow(pa.Table.from_batches(got))
+        given = pa.Table.from_batches(got)
+        before = 0
+        if ROUNDS in given.column_names:
+            before = int(pc.max(given[ROUNDS]).as_py() or 0)
+            given = given.drop_columns([ROUNDS])
+        rows = from_arrow(given)
         frames = {name: from_arrow(table) for name, table in lower.items()}
-        out, ran = fixpoint(plan, rows, frames, start, end, budget, rounds)
+        out, ran = fixpoint(plan, rows, frames, start, end, budget, rounds - before)
+        ran += before
         if folder is None:
             out = out.append_column(ROUNDS, pa.array(np.full(out.num_rows, ran)))
             yield from as_stored(out, schema).to_batches(max_chunksize=1 << 16)

@@ -229,9 +229,8 @@ class Recursion:
         its fixpoint by a task (see `linear_fixpoint`): spread on its stable argument, or all in
         one partition when it has none. Returns what Spark's rounds still have to join (None:
         nothing), the relation's versions when that is nothing (one per version key; None
-        when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran (each
-        pass's longest, added up). Lower relations too large to ship leave every round to
-        Spark. Rounds run inside tasks while
+        when the tasks stored them, see `_tasks_write`), and the rounds the tasks ran. Lower
+        relations too large to ship leave every round to Spark. Rounds run inside tasks while
         a task knows at most `Policy.task_rows` versions, and only when the lower relations
         they join have at most `Policy.lower_rows` rows each: all are shipped with every task.
 
@@ -255,30 +254,34 @@ class Recursion:
             ],
         )
         tasks = self.ev.partitions if name in self._stable else 1
-        left = self.ev.policy.budgets.rounds - 1  # the first ran already
-        ran = 0
+        rounds = self.ev.policy.budgets.rounds - 1  # the first ran already
         columns = [*R.row_columns(self.ev.schemas[name]), linear_fixpoint.NEW]
         finished: list[DataFrame] = []  # versions of keys whose rounds have ended
-        idle = 0  # passes in a row that spread the rows again and ran no round
+        ran = pending = 0
+        idle = 0  # passes in a row that spread the rows again and changed nothing
         while True:
-            out, pending, busy, more = self._tasks_pass(
-                fix, plan, epoch, lower, rows, tasks, left, len(finished)
+            before = pending
+            out, pending, busy, depth = self._tasks_pass(
+                fix, plan, epoch, lower, rows, tasks, rounds, len(finished)
             )
-            ran, left = ran + more, left - more
+            ran = max(ran, depth)
             if out is None:  # the tasks stored the epoch
                 return None, None, ran
-            idle = idle + 1 if finished and not more else 0
-            wider = self._more_tasks(name, busy) if pending and left > 0 else 0
+            # A task that ran no round hands back what it was given: as many waiting.
+            idle = idle + 1 if finished and pending == before else 0
+            wider = self._more_tasks(name, busy) if pending and depth < rounds else 0
             if not wider or idle >= self.IDLE_PASSES:
                 break  # done; nothing to spread on; or spreading again does not help
             # A key's versions come only from its own (the argument is stable): the keys
-            # none of whose versions waits are done, and the rest go on in more tasks.
+            # none of whose versions waits are done, and the rest go on in more tasks, with
+            # the rounds that led to them.
             spread = self._spread[name]
             waiting = out.filter(F.col(linear_fixpoint.NEW)).select(*spread).distinct()
             if busy == 1 and waiting.limit(2).count() < 2:
                 break  # one key waits: no spreading splits it
             finished.append(out.join(waiting, on=spread, how="left_anti").select(*columns))
-            rows, tasks = out.join(waiting, on=spread, how="left_semi").select(*columns), wider
+            going = out.join(waiting, on=spread, how="left_semi")
+            rows, tasks = going.select(*columns, linear_fixpoint.ROUNDS), wider
         if finished:
             out = reduce(DataFrame.union, [*finished, out.select(*columns)])
         return self._from_tasks(fix, epoch, current, {name: out}, {name: pending}, ran)
@@ -310,10 +313,10 @@ class Recursion:
         ``__new``) to their fixpoint, at most ``rounds`` rounds: the first pass over them,
         whose tasks may write the epoch themselves (`_tasks_write`), or the ``again``-th
         over the keys still to join, laid out anew (keys that met in a task may not meet
-        again). Returns the versions the tasks know,
-        with ``__new`` (None when the tasks stored the epoch, all rounds done), how many
-        wait to be joined, how many tasks stopped with some waiting, and the rounds the
-        tasks ran (the most any ran)."""
+        again), which carry the rounds that led to them. Returns the versions the tasks
+        know, with ``__new`` and ``__rounds`` (None when the tasks stored the epoch, all
+        rounds done), how many wait to be joined, how many tasks stopped with some
+        waiting, and the most rounds that led to a version."""
         name = plan.relation
         if name in self._stable:
             salt = [F.lit(again)] if again else []
@@ -361,7 +364,7 @@ class Recursion:
         read = self.ev.spark.read.schema(struct).parquet(staging)
         out = read.withColumn(
             linear_fixpoint.NEW, F.coalesce(F.col(linear_fixpoint.NEW), F.lit(False))
-        )
+        ).withColumn(linear_fixpoint.ROUNDS, F.lit(ran))  # files hold no rounds: the most
         out = bounded(out.localCheckpoint(eager=True))
         self.ev.wh.discard(staging)
         return out, pending, sum(1 for r in summary if r["waiting"]), ran
