@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -103,25 +103,43 @@ class _Lower:
     cols: Cols
     on: tuple[str, ...]
     keys: SortedKeys | None = None
+    # The time columns (``__kt<i>``, ``__exp<i>``) whose one value every version has (events
+    # stamped alike that never end): kept as that value, not copied into every match.
+    same: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, cols: Cols, bound: set[str]) -> _Lower:
+    def of(cls, cols: Cols, bound: set[str], shared_times: bool = False) -> _Lower:
+        """``cols`` to join on the variables in ``bound``; with ``shared_times``, a time
+        column of one value becomes `same` (where the atom has a variable to keep)."""
+        same: dict[str, int] = {}
+        if shared_times and any(c.startswith("v_") for c in cols):
+            for c, v in cols.items():
+                if c.startswith("__") and len(v) and v.min() == v.max():
+                    same[c] = int(v[0])
+            cols = {c: v for c, v in cols.items() if c not in same}
         on = tuple(c for c in cols if c.startswith("v_") and c in bound)
         if len(on) != 1:
-            return cls(cols, on)
+            return cls(cols, on, None, same)
         keys = SortedKeys.of(cols[on[0]])
-        return cls(take(cols, keys.order), on, keys)
+        return cls(take(cols, keys.order), on, keys, same)
 
-    def join(self, left: Cols) -> Cols:
+    def join(self, left: Cols, carry: Sequence[str] | None = None) -> Cols:
+        """The matches of ``left``'s rows with these: ``left``'s columns (those in ``carry``,
+        when given) and these but the ones joined on."""
         if not self.on:
             li, ri = cross_pairs(height(left), height(self.cols))
         elif self.keys is not None:
             ri, li = spread(*self.keys.runs(left[self.on[0]]))
         else:
             li, ri = pairs_on([left[c] for c in self.on], [self.cols[c] for c in self.on])
-        out = take(left, li)
+        out = take(left if carry is None else {c: left[c] for c in carry}, li)
         out.update({c: v[ri] for c, v in self.cols.items() if c not in self.on})
         return out
+
+    def time(self, match: Cols, name: str) -> np.ndarray | int:
+        """A time column of these versions in ``match`` (taken out of it), or the one value
+        they all have."""
+        return self.same[name] if name in self.same else match.pop(name)
 
 
 # The time rules' element-wise functions over numpy arrays (see `plan.time.Ops`).
@@ -175,9 +193,14 @@ def _derive(
     head = {_var(v) for v in rule.head}
     for i in range(len(lower) + 1):
         if i:
-            df = lower[i - 1].join(df)
-            df["__kt"] = np.maximum(df["__kt"], df.pop(f"__kt{i}"))
-            df["__exp"] = np.minimum(df["__exp"], df.pop(f"__exp{i}"))
+            low = lower[i - 1]
+            # What the match needs after this join: a variable the head, a later join or a
+            # guard still to apply reads (the one joined on is read by the join itself).
+            ahead = {c for later in (*lower[i:], *negated) for c in later.on}
+            ahead |= head | {_var(v) for g in guards for v in _guard_vars(g)}
+            df = low.join(df, [c for c in df if not c.startswith("v_") or c in ahead])
+            df["__kt"] = np.maximum(df["__kt"], low.time(df, f"__kt{i}"))
+            df["__exp"] = np.minimum(df["__exp"], low.time(df, f"__exp{i}"))
         keep = (df["__exp"] > df["__kt"]) & (df["__kt"] < end)
         for guard in [g for g in guards if all(_var(v) in df for v in _guard_vars(g))]:
             guards.remove(guard)
@@ -432,7 +455,7 @@ def _fixpoint(
         bound = {_var(v) for _, v in rule.recursive.reads}
         lows = []
         for i, atom in enumerate(rule.others):
-            low = _Lower.of(_atom_cols(atom, lower[atom.relation], i + 1), bound)
+            low = _Lower.of(_atom_cols(atom, lower[atom.relation], i + 1), bound, True)
             bound |= {c for c in low.cols if c.startswith("v_")}
             lows.append(low)
         frames.append(lows)
