@@ -109,6 +109,10 @@ class Recursion:
     # other round: storing it costs a small job, while planning a round's anti-joins against
     # many pieces cost more (100 single-row rounds: 0.19 s a round against 0.47 s).
     SMALL_ROWS = 100_000
+    MOST_TASKS = 1024  # the most tasks a relation's rounds in tasks are spread over
+    # Passes in a row that may spread a relation's rows again without any task running a
+    # round (its keys met in one task again, or a key alone is more than a task may know).
+    IDLE_PASSES = 3
 
     def __init__(self, evaluator: Host) -> None:
         self.ev = evaluator
@@ -285,11 +289,6 @@ class Recursion:
         if finished:
             out = reduce(DataFrame.union, [*finished, out.select(*columns)])
         return self._from_tasks(fix, epoch, current, {name: out}, {name: pending}, ran)
-
-    MOST_TASKS = 1024  # the most tasks a relation's rounds are spread over (`_more_tasks`)
-    # Passes in a row that may spread a relation's rows again without any task running a
-    # round (its keys met in one task again, or a key alone is more than a task may know).
-    IDLE_PASSES = 3
 
     def _more_tasks(self, name: str, busy: int) -> int:
         """How many tasks the rounds of ``name`` go on in once ``busy`` tasks stopped with
