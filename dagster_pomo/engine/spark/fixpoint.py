@@ -315,7 +315,8 @@ class Recursion:
         again), which carry the rounds that led to them. Returns the versions the tasks
         know, with ``__new`` and ``__rounds`` (None when the tasks stored the epoch, all
         rounds done), how many wait to be joined, how many tasks stopped with some
-        waiting, and the most rounds that led to a version."""
+        waiting (where the rows may be spread again, else 0), and the most rounds that led
+        to a version."""
         name = plan.relation
         if name in self._stable:
             salt = [F.lit(again)] if again else []
@@ -344,7 +345,9 @@ class Recursion:
             )
             ran, pending = int(seen.get("rounds") or 0), int(seen.get("waiting") or 0)
             busy = 0
-            if pending:  # the tasks left with versions to join (the stored rows keep their parts)
+            # The tasks left with versions to join (the stored rows keep their parts): a job
+            # only where the rows may be spread again.
+            if pending and name in self._stable and ran < rounds:
                 waiting = out.filter(F.col(linear_fixpoint.NEW))
                 busy = waiting.select(F.spark_partition_id()).distinct().count()
             return out, pending, busy, ran
