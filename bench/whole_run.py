@@ -1,8 +1,9 @@
 """What a user of `pomo run` waits for: a fresh process reading events, evaluating them and
 writing its outputs, against a fresh DuckDB process doing the same with `WITH RECURSIVE`.
 
-Transitive closure over a random graph G(n, m) (W1's `tc`), the edges landed as JSON Lines
-events. Five fresh processes, each timed from its start to its exit:
+Transitive closure (W1's `tc`, the default) or same generation (`--program sg`) over a
+random graph G(n, m), the edges landed as JSON Lines events. Five fresh processes, each
+timed from its start to its exit:
 
 - `pomo run FILE --events EDGES --out DIR`, as a user runs it (a small epoch is worked out
   in the process, and a relation of integers written from Arrow, with no JVM);
@@ -12,7 +13,7 @@ events. Five fresh processes, each timed from its start to its exit:
   before writing (how `--out` was written first);
 - the first run again with numpy's and Arrow's own memory settings (transparent huge
   pages, mimalloc) in place of those `pomo` sets (`engine.memory`);
-- DuckDB: read the events, `WITH RECURSIVE`, write the closure as JSON Lines.
+- DuckDB: read the events, `WITH RECURSIVE`, write the result as JSON Lines.
 
 Each round runs the processes in a new random order (a process's speed here depends on
 what the one before it left of the machine's memory). Each output is checked to hold
@@ -36,7 +37,7 @@ import time
 from pathlib import Path
 
 import dagster_pomo
-from bench.w1_recursion import DUCK, TC, gnp
+from bench.w1_recursion import DUCK, PROGRAMS, gnp
 
 COLLECTED = """
 import sys
@@ -69,9 +70,9 @@ con.execute(
     "FROM read_json(?, columns = {'relation': 'VARCHAR', 't': 'BIGINT', 'args': 'BIGINT[]'})",
     [sys.argv[1]],
 )
-con.execute("CREATE TABLE path AS " + sys.argv[3])
+con.execute("CREATE TABLE result AS " + sys.argv[3])
 con.execute(
-    "COPY (SELECT [a, b] AS args, 0 AS t, NULL AS exp FROM path ORDER BY a, b) "
+    "COPY (SELECT [a, b] AS args, 0 AS t, NULL AS exp FROM result ORDER BY a, b) "
     "TO '" + sys.argv[2] + "' (FORMAT JSON)"
 )
 """
@@ -101,14 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--edges", type=int, default=8000)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--program", choices=("tc", "sg"), default="tc")
     args = parser.parse_args(argv)
     compileall.compile_dir(Path(dagster_pomo.__file__).parent, quiet=1)
     python = sys.executable
     pomo = str(Path(python).with_name("pomo"))
     with tempfile.TemporaryDirectory(prefix="pomo-whole-") as tmp:
         work = Path(tmp)
-        corpus = work / "tc.pomo"
-        corpus.write_text(TC)
+        source, relation = PROGRAMS[args.program]
+        written = f"{relation}.jsonl"
+        corpus = work / f"{args.program}.pomo"
+        corpus.write_text(source)
         events = work / "edges.jsonl"
         edges = gnp(args.nodes, args.edges, seed=1)
         events.write_text(
@@ -119,15 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         pomo_run = [pomo, "run", str(corpus), "--events", str(events), "--times", "any"]
         # name: (command with the output's place last, its environment, the file written)
         processes = {
-            "pomo run --out": (pomo_run + ["--out"], None, "path.jsonl"),
+            "pomo run --out": (pomo_run + ["--out"], None, written),
             "the same, the libraries' memory settings": (
                 pomo_run + ["--out"],
                 LIBRARY_MEMORY,
-                "path.jsonl",
+                written,
             ),
-            "on Spark": ([python, "-c", ON_SPARK, str(corpus), str(events)], None, "path.jsonl"),
-            "collected": ([python, "-c", COLLECTED, str(corpus), str(events)], None, "path.jsonl"),
-            "DuckDB": ([python, "-c", DUCKDB, str(events), DUCK["path"]], None, ""),
+            "on Spark": ([python, "-c", ON_SPARK, str(corpus), str(events)], None, written),
+            "collected": ([python, "-c", COLLECTED, str(corpus), str(events)], None, written),
+            "DuckDB": ([python, "-c", DUCKDB, str(events), DUCK[relation]], None, ""),
         }
         runs: dict[str, list[float]] = {name: [] for name in processes}
         counts: dict[str, int] = {}
@@ -136,15 +140,16 @@ def main(argv: list[str] | None = None) -> int:
             order = list(processes)
             shuffle.shuffle(order)
             for name in order:
-                command, env, written = processes[name]
+                command, env, output = processes[name]
                 out = work / f"out{i}-{order.index(name)}"
                 if name == "DuckDB":  # its script takes the file, then the query
                     command = [*command[:-1], str(out), command[-1]]
                 else:
                     command = [*command, str(out)]
                 runs[name].append(_timed(command, env))
-                counts[name] = _lines(out / written if written else out)
-    print(f"transitive closure of G({args.nodes}, {args.edges}), {len(edges):,} edge events")
+                counts[name] = _lines(out / output if output else out)
+    what = {"tc": "transitive closure", "sg": "same generation"}[args.program]
+    print(f"{what} of G({args.nodes}, {args.edges}), {len(edges):,} edge events")
     duck_median = sorted(runs["DuckDB"])[len(runs["DuckDB"]) // 2]
     print("| process | median s | min–max s | / DuckDB | events written |")
     print("| --- | ---: | ---: | ---: | ---: |")

@@ -198,11 +198,15 @@ def test_the_spark_rounds_benchmark_times_a_closure_past_what_a_task_may_know(ca
 def test_the_whole_run_benchmark_times_every_process_and_checks_their_outputs(capsys) -> None:  # noqa: ANN001
     """`python -m bench.whole_run` times `pomo run --out` and its peers as fresh processes,
     each output counted against DuckDB's (the harness exits 1 when they differ), and prints
-    a row for each with its ratio to DuckDB."""
+    a row for each with its ratio to DuckDB. `--program sg` runs same generation: every
+    process writes its pairs, not the closure's."""
+    from bench.w1_recursion import gnp
     from bench.whole_run import main as whole_run
 
-    assert whole_run(["--nodes", "12", "--edges", "24", "--repeat", "1"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert whole_run(["--nodes", "12", "--edges", "24", "--repeat", "1", "--program", "sg"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("same generation of G(12, 24)")
+    rows = [line for line in printed if line.startswith("| ")]
     names = [r.split("|")[1].strip() for r in rows[2:]]
     assert names == [
         "pomo run --out",
@@ -211,5 +215,13 @@ def test_the_whole_run_benchmark_times_every_process_and_checks_their_outputs(ca
         "collected",
         "DuckDB",
     ]
-    counts = {r.split("|")[-2].strip() for r in rows[2:]}
-    assert len(counts) == 1 and counts != {"0"}, "every process wrote the same closure"
+    edges = gnp(12, 24, seed=1)
+    sg = {(x, y) for p, x in edges for q, y in edges if p == q and x != y}
+    while more := {(x, y) for a, x in edges for b, y in edges if (a, b) in sg} - sg:
+        sg |= more
+    closure = set(edges)
+    while more := {(a, c) for a, b in closure for b2, c in edges if b == b2} - closure:
+        closure |= more
+    assert len(sg) != len(closure), "the graph tells the two programs apart"
+    counts = {int(r.split("|")[-2].strip().replace(",", "")) for r in rows[2:]}
+    assert counts == {len(sg)}, "every process wrote the same generation's pairs"
