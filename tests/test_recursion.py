@@ -202,3 +202,56 @@ def test_a_small_epochs_linear_recursion_runs_here_on_the_tasks_executor(
     monkeypatch.setattr(warehouse, "LOCAL_ROWS", 0)  # Spark writes the lines too
     monkeypatch.setattr(event_lines, "ROWS", -1)
     assert here == written(SPARK, "spark")
+
+
+def test_partial_matches_met_before_are_not_joined_again_and_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same generation on a random graph, its edges landing in three epochs (the last ones
+    with a lifetime): a partial match `(x, b)` that many `(a, b)` make goes on to its second
+    join once, and the rounds make what the reference makes, epoch by epoch and in one
+    epoch, in this process alone and on Spark's tasks."""
+    corpus = """
+    .decl edge(a: int, b: int);
+    .decl short(a: int, b: int) lifetime 4;
+    .decl link(a: int, b: int);
+    .decl sg(a: int, b: int);
+    link(a, b) := edge(a, b);
+    link(a, b) := short(a, b);
+    sg(x, y) := link(p, x) ^ link(p, y) if x != y;
+    sg(x, y) := link(a, x) ^ sg(a, b) ^ link(b, y);
+    """
+    rng = random.Random(5)
+    lines = [
+        {
+            "relation": "short" if t == 8 and rng.random() < 0.5 else "edge",
+            "t": t,
+            "args": [rng.randrange(40), rng.randrange(40)],
+        }
+        for t in (0, 0, 0, 4, 8) * 24
+    ]
+    events = tmp_path / "graph.jsonl"
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    program = compile_corpus(corpus, "sg.pomo")
+    given, kept = [0], [0]
+    unmet = linear_fixpoint._Met.unmet
+
+    def counted(self, df, times):  # noqa: ANN001, ANN202
+        rows = unmet(self, df, times)
+        if rows is not None:
+            given[0] += len(next(iter(df.values())))
+            kept[0] += len(rows)
+        return rows
+
+    monkeypatch.setattr(linear_fixpoint._Met, "unmet", counted)
+
+    def outcome(engine: str, epoch: int, how: Policy = DEFAULT) -> list[str]:
+        result = run(program, events, epoch, 0, 12, engine=engine, window=ANY_TIME, policy=how)
+        return sorted(json.dumps(event_json(program, "sg", row)) for row in result.events("sg"))
+
+    expected = outcome("reference", 12)
+    assert len(expected) > 500
+    for epoch in (4, 12):
+        assert outcome("local", epoch) == expected, epoch
+        assert outcome("auto", epoch, SPARK) == expected, epoch
+    assert kept[0] < given[0] / 2, "most partial matches were met before"
