@@ -248,7 +248,8 @@ def test_rounds_go_to_a_task_only_where_executors_import_this_version(
 @st.composite
 def chains(draw: st.DrawFn) -> tuple[str, list[tuple[str, int, list]]]:
     """A recursive corpus whose fixpoint takes many rounds, and its events."""
-    shape = draw(st.sampled_from(["counter", "path", "halving", "closure", "mutual", "cross"]))
+    shapes = ["counter", "path", "halving", "closure", "mutual", "cross", "generation"]
+    shape = draw(st.sampled_from(shapes))
     n = draw(st.integers(20, 120))
     if shape == "counter":  # joins the relation with itself, no shared variable
         return COUNTER.format(n=n, step=draw(st.integers(1, 3))), []
@@ -263,6 +264,16 @@ def chains(draw: st.DrawFn) -> tuple[str, list[tuple[str, int, list]]]:
         return corpus, [("e", i % 5, [i, i + 1]) for i in range(min(n, 40))]
     if shape == "closure":  # linear, spread on the argument its rules keep
         return CLOSURE, [("e", i % 5, [i, i + 1]) for i in range(min(n, 40))]
+    if shape == "generation":  # two joins a round, whose partial matches repeat
+        corpus = """sg(x, y) := e(p, x) ^ e(p, y) if x != y;
+        sg(x, y) := e(a, x) ^ sg(a, b) ^ e(b, y);"""
+        nodes = draw(st.integers(4, 16))
+        times = draw(st.sampled_from([(0,), (0, 0, 3), (0, 1, 2, 3, 4)]))
+        edge = st.tuples(
+            st.integers(0, nodes - 1), st.integers(0, nodes - 1), st.sampled_from(times)
+        )
+        drawn = draw(st.lists(edge, min_size=nodes, max_size=max(nodes, min(n, 40))))
+        return corpus, [("e", t, [a, b]) for a, b, t in drawn]
     if shape == "mutual":  # two relations feeding each other, one step a round
         corpus = f"""a(0);
         a(x + 1) := b(x) if x < {n};
