@@ -327,30 +327,16 @@ class _Cells:
     def __init__(self, key: Sequence[str], ranges: Sequence[tuple[int, int]]) -> None:
         self.key, self.lows = list(key), [lo for lo, _ in ranges]
         self.spans = [hi - lo + 1 for lo, hi in ranges]
-        self.strides = np.cumprod([1, *self.spans[:-1]]).tolist()
         cells = int(np.prod(self.spans))
         self.exp = np.full(cells, UNKNOWN, dtype=np.int64)
         self.claim = np.empty(cells, dtype=np.int32)  # a scratch: which row a cell went to
         self.size = 0
 
     def _address(self, rows: Cols) -> np.ndarray:
-        """Each row's cell, made in place: a column of one value (a span of one) adds
-        nothing, and the first column's digits become the addresses."""
-        at: np.ndarray | None = None
-        for c, lo, span, stride in zip(self.key, self.lows, self.spans, self.strides, strict=True):
-            col = rows[c].astype(np.int64, copy=False)
-            if len(col) and (col.min() < lo or col.max() >= lo + span):
-                raise _Outside
-            if span == 1:
-                continue
-            digit = col - lo
-            if stride != 1:
-                digit *= stride
-            if at is None:
-                at = digit
-            else:
-                at += digit
-        return np.zeros(height(rows), dtype=np.int64) if at is None else at
+        at = _addresses(rows, self.key, self.lows, self.spans)
+        if at is None:
+            raise _Outside
+        return at
 
     def add(self, rows: Cols) -> tuple[Cols, bool]:
         """As `_Known.add`. The rows that beat their key's known lifetime raise it to their
@@ -368,9 +354,7 @@ class _Cells:
         else:
             np.maximum.at(self.exp, at, exp)
             top = np.flatnonzero(exp == self.exp[at])
-        mine = np.arange(len(top), dtype=np.int32)
-        self.claim[at[top]] = mine
-        one = top[self.claim[at[top]] == mine]
+        one = top[_one_per_cell(self.claim, at[top])]
         fresh = before[one] == UNKNOWN
         self.size += int(fresh.sum())
         return take(rows, beat[one]), not fresh.all()
@@ -407,22 +391,47 @@ class _Met:
             if len(self.seen) >= self.TIMES:
                 return None
             seen = self.seen[(kt, exp)] = np.zeros(self.span ** len(key), dtype=bool)
-        at: np.ndarray | None = None
-        for c in key:
-            col = df[c]
-            if len(col) and (col.min() < self.low or col.max() >= self.low + self.span):
-                return None
-            digit = col.astype(np.int64) - self.low
-            at = digit if at is None else at * self.span + digit
-        assert at is not None
+        at = _addresses(df, key, [self.low] * len(key), [self.span] * len(key))
+        if at is None:
+            return None
         rows = np.flatnonzero(~seen[at])
         at = at[rows]
         seen[at] = True
         if self.claim is None:
             self.claim = np.empty(len(seen), dtype=np.int32)
-        mine = np.arange(len(at), dtype=np.int32)
-        self.claim[at] = mine
-        return rows[self.claim[at] == mine]
+        return rows[_one_per_cell(self.claim, at)]
+
+
+def _addresses(
+    rows: Cols, key: Sequence[str], lows: Sequence[int], spans: Sequence[int]
+) -> np.ndarray | None:
+    """Each row's cell: its ``key`` columns as digits of mixed radix (the first the least
+    significant; a column of one value adds nothing), made in place; None when a value
+    falls outside its column's range."""
+    at: np.ndarray | None = None
+    stride = 1
+    for c, lo, span in zip(key, lows, spans, strict=True):
+        col = rows[c].astype(np.int64, copy=False)
+        if len(col) and (col.min() < lo or col.max() >= lo + span):
+            return None
+        if span != 1:
+            digit = col - lo
+            if stride != 1:
+                digit *= stride
+            if at is None:
+                at = digit
+            else:
+                at += digit
+        stride *= span
+    return np.zeros(height(rows), dtype=np.int64) if at is None else at
+
+
+def _one_per_cell(claim: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Of rows landing in cells ``at``, one per cell (whichever claims it last), as a mask;
+    ``claim`` is a scratch array of the cells."""
+    mine = np.arange(len(at), dtype=np.int32)
+    claim[at] = mine
+    return claim[at] == mine
 
 
 class _Known:
