@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,8 +169,16 @@ from dagster_pomo.cli.main import main
 from dagster_pomo.engine import settings
 settings.SHORT_READ = int(sys.argv[1])
 code = main(sys.argv[2:])
-conf = SparkContext._active_spark_context.getConf()
-print(json.dumps({"code": code, "options": conf.get(settings.JAVA_OPTIONS, "")}))
+context = SparkContext._active_spark_context
+jvm = context._jvm
+hotspot = jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+flags = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(hotspot)
+print(json.dumps({
+    "code": code,
+    "options": context.getConf().get(settings.JAVA_OPTIONS, ""),
+    "tier": int(flags.getVMOption("TieredStopAtLevel").getValue()),
+    "code_cache": int(flags.getVMOption("ReservedCodeCacheSize").getValue()),
+}))
 """
 
 
@@ -177,8 +186,10 @@ def test_a_fresh_process_starts_spark_for_its_first_plans(tmp_path) -> None:
     """A new `pomo run` whose first Spark plans are a recursion, clock ticks and `@next`
     rules (column functions built before anything else asks Spark) starts the session
     for them, in one pass and epoch by epoch, and writes what the reference writes. Having
-    read at most `SHORT_READ` lines (12), it starts the JVM on the JIT's quick tier; with
-    the limit lowered to 11 (the epoch-by-epoch process), on the optimizing tier."""
+    read at most `SHORT_READ` lines (12), it starts the JVM on the JIT's quick tier, with
+    the room for compiled code both tiers have (on the quick tier alone the JVM reserves a
+    fifth of it, which Spark's code fills within a minute: the JVM then stops compiling);
+    with the limit lowered to 11 (the epoch-by-epoch process), on the optimizing tier."""
     import json
     import subprocess
     import sys
@@ -192,16 +203,23 @@ def test_a_fresh_process_starts_spark_for_its_first_plans(tmp_path) -> None:
     done = subprocess.run(reference, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     outs = {"reference": _outputs(tmp_path / "reference")}
+    # the JVM's options as `pomo run` picks them, not the tests' (conftest.py)
+    own_options = {k: v for k, v in os.environ.items() if k != "SPARK_SUBMIT_OPTS"}
     for name, limit, quick, extra in (
         ("one-pass", SHORT_READ, True, []),
         ("epoch-by-epoch", 11, False, ["--epoch-by-epoch"]),
     ):
         args = [sys.executable, "-c", QUICK_RUN, str(limit), *run, *extra, "--out", name]
-        done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            args, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=own_options
+        )
         assert done.returncode == 0, done.stderr[-4000:]
         said = json.loads(done.stdout.splitlines()[-1])
         assert said["code"] == 0
         assert (QUICK_JIT in said["options"]) is quick, (name, said)
+        # what the JVM runs with (the tiers' defaults when it is not quick)
+        assert said["tier"] == (1 if quick else 4), (name, said)
+        assert said["code_cache"] >= 240 * 2**20, (name, said)
         outs[name] = _outputs(tmp_path / name)
     assert outs["reference"]["path.jsonl"].count("\n") == 78  # 12 edges: 12 + 11 + ... + 1
     assert outs["one-pass"] == outs["reference"]
