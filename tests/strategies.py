@@ -36,18 +36,19 @@ def exprs() -> st.SearchStrategy[ast.Expr]:
     return st.recursive(leaves, _compound, max_leaves=8)
 
 
-def args() -> st.SearchStrategy[tuple[ast.Expr, ...]]:
-    return st.lists(st.one_of(exprs(), st.just(ast.Wildcard())), max_size=4).map(tuple)
-
-
-annotations = st.builds(ast.Annotation, names, st.lists(exprs(), max_size=2).map(tuple))
+# Strategies are built once, here, not at each draw: Hypothesis works out what a strategy
+# can draw (a recursive one above all) the first time it draws from it, which took most of
+# the language properties' time when the composites below built theirs anew every draw.
+expressions = exprs()
+args = st.lists(st.one_of(expressions, st.just(ast.Wildcard())), max_size=4).map(tuple)
+annotations = st.builds(ast.Annotation, names, st.lists(expressions, max_size=2).map(tuple))
 handlers = st.builds(ast.Handler, names)
 
 
 @st.composite
 def atoms(draw: st.DrawFn) -> ast.Atom:
     """An atom, its arguments given by position or, when it has some, maybe by name."""
-    given = draw(args())
+    given = draw(args)
     named = bool(given) and draw(st.booleans())
     return ast.Atom(
         draw(names),
@@ -84,17 +85,17 @@ def body_literals(
     )
 
 
-literals = body_literals(atoms(), aggregations(names, exprs()))
-definitions = st.builds(ast.Definition, names.map(ast.Var), exprs())
+literals = body_literals(atoms(), aggregations(names, expressions))
+definitions = st.builds(ast.Definition, names.map(ast.Var), expressions)
 
 
 @st.composite
 def rules(draw: st.DrawFn) -> ast.Rule:
     body = tuple(draw(st.lists(literals, max_size=3)))
-    guards = tuple(draw(st.lists(exprs(), max_size=2))) if body else ()
+    guards = tuple(draw(_guards)) if body else ()
     defs = tuple(draw(st.lists(definitions, max_size=2)))
-    choices = tuple(draw(st.lists(_choices(names), max_size=1))) if body else ()
-    return ast.Rule(draw(atoms()), body, guards, defs, check=draw(st.booleans()), choices=choices)
+    choices = tuple(draw(_one_choice)) if body else ()
+    return ast.Rule(draw(_heads), body, guards, defs, check=draw(st.booleans()), choices=choices)
 
 
 def _choices(variables: st.SearchStrategy[str]) -> st.SearchStrategy[ast.Choice]:
@@ -107,6 +108,10 @@ def _choices(variables: st.SearchStrategy[str]) -> st.SearchStrategy[ast.Choice]
         )
     )
 
+
+_guards = st.lists(expressions, max_size=2)
+_one_choice = st.lists(_choices(names), max_size=1)
+_heads = atoms()
 
 decls = st.builds(
     ast.Decl,
@@ -162,35 +167,50 @@ def pomologic_exprs() -> st.SearchStrategy[ast.Expr]:
     return st.recursive(leaves, _compound, max_leaves=8)
 
 
+_upper_exprs = pomologic_exprs()
+_upper_args = st.lists(st.one_of(_upper_exprs, st.just(ast.Wildcard())), max_size=4)
+_upper_annotations = st.lists(
+    st.builds(ast.Annotation, names, st.lists(_upper_exprs, max_size=2).map(tuple)), max_size=2
+)
+
+
 @st.composite
 def pomologic_atoms(draw: st.DrawFn) -> ast.Atom:
-    args = tuple(draw(st.lists(st.one_of(pomologic_exprs(), st.just(ast.Wildcard())), max_size=4)))
+    args = tuple(draw(_upper_args))
     named = not args or draw(st.booleans())
     given = st.lists(names, min_size=len(args), max_size=len(args))
     attributes = tuple(draw(given)) if named else None
-    anns = st.builds(ast.Annotation, names, st.lists(pomologic_exprs(), max_size=2).map(tuple))
     return ast.Atom(
         draw(names),
         args,
-        tuple(draw(st.lists(anns, max_size=2))),
+        tuple(draw(_upper_annotations)),
         tuple(draw(st.lists(handlers, max_size=1))),
         names=attributes,
     )
 
 
+_upper_body = st.lists(
+    body_literals(pomologic_atoms(), aggregations(upper_names, _upper_exprs)), max_size=3
+)
+_upper_guards = st.lists(
+    st.builds(ast.BinOp, st.sampled_from(sorted(ast.COMPARISONS)), _upper_exprs, _upper_exprs),
+    max_size=2,
+)
+_upper_definitions = st.lists(
+    st.builds(ast.Definition, upper_names.map(ast.Var), _upper_exprs), max_size=2
+)
+_upper_choice = st.lists(_choices(upper_names), max_size=1)
+_upper_heads = pomologic_atoms()
+
+
 @st.composite
 def pomologic_rules(draw: st.DrawFn) -> ast.Rule:
-    summaries = aggregations(upper_names, pomologic_exprs())
-    body = tuple(draw(st.lists(body_literals(pomologic_atoms(), summaries), max_size=3)))
-    comparisons = st.builds(
-        ast.BinOp, st.sampled_from(sorted(ast.COMPARISONS)), pomologic_exprs(), pomologic_exprs()
-    )
-    guards = tuple(draw(st.lists(comparisons, max_size=2))) if body else ()
-    definitions_ = st.builds(ast.Definition, upper_names.map(ast.Var), pomologic_exprs())
-    defs = tuple(draw(st.lists(definitions_, max_size=2))) if body else ()
-    choices = tuple(draw(st.lists(_choices(upper_names), max_size=1))) if body else ()
+    body = tuple(draw(_upper_body))
+    guards = tuple(draw(_upper_guards)) if body else ()
+    defs = tuple(draw(_upper_definitions)) if body else ()
+    choices = tuple(draw(_upper_choice)) if body else ()
     check = draw(st.booleans())
-    return ast.Rule(draw(pomologic_atoms()), body, guards, defs, check=check, choices=choices)
+    return ast.Rule(draw(_upper_heads), body, guards, defs, check=check, choices=choices)
 
 
 pomologic_corpora = st.lists(st.one_of(pomologic_rules(), decls), max_size=6).map(
