@@ -40,8 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _class_archive(config: pytest.Config) -> None:
     """A whole run's tests (in pytest-xdist workers, from the process that starts them)
-    keep Spark's class-data archive in a folder of their own (``POMO_CACHE_DIR``), never
-    the user's, and make one there with `pomo jvm-cache` beside the first tests: every
+    keep Spark's class-data archive in a folder of their own (``POMO_CACHE_DIR``, unless
+    it is set: never the user's ``~/.cache``), and make one there with `pomo jvm-cache` beside the first tests: every
     local Spark JVM started once it exists (the workers' sessions, the `pomo`, Dagster and
     Airflow processes the tests start) maps Spark's classes from it rather than loading
     them, about 4 s less for each fresh process that starts Spark. Those started before
@@ -60,8 +60,8 @@ def _class_archive(config: pytest.Config) -> None:
     os.environ[CACHE_ENV] = folder
     making = None
     workers = getattr(config.option, "numprocesses", None)
-    if isinstance(workers, int) and workers > 0:
-        pomo = Path(sys.executable).with_name("pomo")
+    pomo = Path(sys.executable).with_name("pomo")  # the `pomo` installed beside this Python
+    if isinstance(workers, int) and workers > 0 and pomo.is_file():
         making = subprocess.Popen(
             [str(pomo), "jvm-cache"],
             cwd=folder,
