@@ -41,12 +41,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def _class_archive(config: pytest.Config) -> None:
     """A whole run's tests (in pytest-xdist workers, from the process that starts them)
     keep Spark's class-data archive in a folder of their own (``POMO_CACHE_DIR``, unless
-    it is set: never the user's ``~/.cache``), and make one there with `pomo jvm-cache` beside the first tests: every
-    local Spark JVM started once it exists (the workers' sessions, the `pomo`, Dagster and
-    Airflow processes the tests start) maps Spark's classes from it rather than loading
-    them, about 4 s less for each fresh process that starts Spark. Those started before
-    it run without, as a machine that never ran `pomo jvm-cache` does. A run in one
-    process (``-n 0``, a few tests) only keeps the folder its own."""
+    it is set: never the user's ``~/.cache``), and make one there with `pomo jvm-cache`
+    beside the first tests: every local Spark JVM started once it exists (the workers'
+    sessions, the `pomo`, Dagster and Airflow processes the tests start) maps Spark's
+    classes from it rather than loading them, about 4 s less for each fresh process that
+    starts Spark. Those started before it run without, as a machine that never ran `pomo
+    jvm-cache` does. A run in one process (``-n 0``, a few tests) only keeps the folder
+    its own."""
     import shutil
     import subprocess
     import sys
